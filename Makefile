@@ -1,0 +1,48 @@
+# django-pgqueue developer commands. Everything runs in .venv (Python 3.12),
+# created on first use; with DATABASE_URL unset an embedded PostgreSQL 18.6 is used.
+SHELL := /bin/bash
+PYTHON_VERSION ?= 3.12
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help venv test test-fast lint demo admin bench docs clean
+
+help:
+	@echo "make demo   run the example project's queue end to end"
+	@echo "make test   run the whole test suite (ruff, mypy, pytest)"
+	@echo "make lint   ruff and mypy only"
+	@echo "make admin  serve the example project's admin (admin/admin)"
+
+$(PY):
+	@py=""; \
+	for c in "$$(command -v python$(PYTHON_VERSION) || true)" \
+	         $$(command -v pyenv >/dev/null && ls -d "$$(pyenv root)"/versions/$(PYTHON_VERSION).*/bin/python$(PYTHON_VERSION) 2>/dev/null | sort -V -r); do \
+	  if [ -n "$$c" ] && "$$c" -c 'import sys' 2>/dev/null; then py="$$c"; break; fi; \
+	done; \
+	if [ -z "$$py" ]; then echo "Python $(PYTHON_VERSION) not found: install it or set PYTHON_VERSION"; exit 1; fi; \
+	echo "creating $(VENV) with $$py"; "$$py" -m venv $(VENV)
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy django_pgqueue tests devtools example_project
+
+test: $(STAMP) lint
+	$(PY) -m django makemigrations --check --dry-run --settings=tests.settings
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(PY) -m devtools.lab
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,137 @@
+"""Typed settings: ``PGQUEUE = {...}`` in Django settings, one attribute per key.
+
+Every default lives here, and every value is checked when read, so a mistake in
+settings fails loudly at start-up with the key's name rather than deep inside a
+worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from functools import cache
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """django-pgqueue's settings; see docs/reference/settings for each key."""
+
+    #: Database alias the worker and maintenance commands use.
+    DATABASE: str = "default"
+    #: Queues a worker serves when ``--queues`` is not given; ``None`` serves every queue.
+    QUEUES: tuple[str, ...] | None = None
+    #: Queue of a job enqueued without one.
+    DEFAULT_QUEUE: str = "default"
+    #: Attempts a job gets before it is buried as ``dead``.
+    MAX_ATTEMPTS: int = 3
+    #: Seconds a claim is leased for; the heartbeat renews it while the job runs.
+    LEASE: float = 60.0
+    #: Seconds between lease renewals; ``None`` means a third of LEASE.
+    HEARTBEAT_INTERVAL: float | None = None
+    #: Jobs one worker process runs at once (threads).
+    CONCURRENCY: int = 10
+    #: Longest sleep between polls of an idle worker, in seconds.
+    POLL_INTERVAL: float = 2.0
+    #: Seconds running jobs get to finish after SIGTERM before they are put back.
+    SHUTDOWN_TIMEOUT: float = 30.0
+    #: Seconds a job may run before it is recorded as failed; ``None``: no limit.
+    JOB_TIMEOUT: float | None = None
+    #: Seconds between reaper passes inside each worker.
+    REAP_INTERVAL: float = 15.0
+    #: Delete done/dead jobs older than this many seconds; ``None`` keeps them.
+    PRUNE_AFTER: float | None = None
+    #: Seconds between prune passes inside a worker (when PRUNE_AFTER is set).
+    PRUNE_INTERVAL: float = 3600.0
+    #: First retry delay in seconds; it doubles with each attempt.
+    BACKOFF_BASE: float = 5.0
+    #: Longest retry delay in seconds.
+    BACKOFF_MAX: float = 3600.0
+    #: Fraction of the delay added or taken away at random (0 to 1).
+    BACKOFF_JITTER: float = 0.2
+    #: Send NOTIFY on enqueue and LISTEN in workers; polling is the fallback.
+    LISTEN_NOTIFY: bool = True
+    #: The NOTIFY channel.
+    CHANNEL: str = "pgqueue_jobs"
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            _check(field.name, getattr(self, field.name))
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self.HEARTBEAT_INTERVAL or self.LEASE / 3
+
+
+def _fail(key: str, value: Any, expected: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"PGQUEUE[{key!r}] = {value!r}: expected {expected}")
+
+
+def _check(key: str, value: Any) -> None:
+    positive = {"LEASE", "POLL_INTERVAL", "REAP_INTERVAL", "PRUNE_INTERVAL", "BACKOFF_MAX"}
+    optional_positive = {"HEARTBEAT_INTERVAL", "JOB_TIMEOUT", "PRUNE_AFTER"}
+    if key in positive | optional_positive:
+        if value is None and key in optional_positive:
+            return
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise _fail(key, value, "a number of seconds greater than 0")
+    elif key in {"SHUTDOWN_TIMEOUT", "BACKOFF_BASE"}:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise _fail(key, value, "a number of seconds, 0 or more")
+    elif key in {"MAX_ATTEMPTS", "CONCURRENCY"}:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise _fail(key, value, "a whole number of at least 1")
+    elif key == "BACKOFF_JITTER":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise _fail(key, value, "a fraction between 0 and 1")
+    elif key == "LISTEN_NOTIFY":
+        if not isinstance(value, bool):
+            raise _fail(key, value, "True or False")
+    elif key == "QUEUES":
+        if value is not None and (
+            not value or any(not isinstance(q, str) or not QUEUE_NAME_RE.match(q) for q in value)
+        ):
+            raise _fail(key, value, "None or a non-empty list of queue names")
+    elif key == "DEFAULT_QUEUE":
+        if not isinstance(value, str) or not QUEUE_NAME_RE.match(value):
+            raise _fail(key, value, "a queue name (1-64 letters, digits, _ . : -)")
+    elif key in {"DATABASE", "CHANNEL"} and (not isinstance(value, str) or not value):
+        raise _fail(key, value, "a non-empty string")
+
+
+def _build(raw: Any) -> Settings:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ImproperlyConfigured(f"PGQUEUE must be a dict, not {type(raw).__name__}")
+    known = {f.name for f in dataclasses.fields(Settings)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ImproperlyConfigured(
+            f"PGQUEUE has unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"known keys: {', '.join(sorted(known))}"
+        )
+    values = dict(raw)
+    if isinstance(values.get("QUEUES"), list | tuple):
+        values["QUEUES"] = tuple(values["QUEUES"])
+    return Settings(**values)
+
+
+@cache
+def get() -> Settings:
+    """The validated settings, read once and re-read when a test overrides them."""
+    return _build(getattr(django_settings, "PGQUEUE", None))
+
+
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    if setting == "PGQUEUE":
+        get.cache_clear()
+
+
+setting_changed.connect(_reset)

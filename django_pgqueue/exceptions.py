@@ -1,0 +1,23 @@
+"""Narrow exception classes for the mistakes a caller can make."""
+
+from __future__ import annotations
+
+
+class PgQueueError(Exception):
+    """Base class of every error django-pgqueue raises on purpose."""
+
+
+class InvalidJob(PgQueueError, ValueError):
+    """An enqueue was refused before anything was written (bad option or argument)."""
+
+
+class InvalidJobArguments(InvalidJob, TypeError):
+    """Job arguments that cannot be stored as JSON; the message names the bad value."""
+
+
+class UnknownTask(PgQueueError, LookupError):
+    """A job names a task path that is not a registered task."""
+
+
+class JobNotFound(PgQueueError, LookupError):
+    """No job has the given id."""

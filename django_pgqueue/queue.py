@@ -1,0 +1,403 @@
+"""The job manager: the only code that runs SQL against the job table.
+
+Every operation is one named statement from ``sql/queries.sql``, executed on a
+Django connection so that it joins whatever transaction the caller has open.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from django.db import IntegrityError, connections, models, router, transaction
+from django.utils import timezone
+
+from django_pgqueue import conf
+from django_pgqueue.exceptions import InvalidJob
+from django_pgqueue.jsonargs import dumps
+from django_pgqueue.sql import query
+
+if TYPE_CHECKING:
+    from django_pgqueue.models import Job
+
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+ONE_RUNNING_PER_KEY = "pgqueue_job_one_running_per_key"
+FINISHED = ("done", "dead")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job to enqueue, validated."""
+
+    task: str
+    args: str
+    kwargs: str
+    queue: str
+    priority: int
+    max_attempts: int
+    run_at: dt.datetime | None
+    unique_key: str | None
+    concurrency_key: str | None
+
+    @classmethod
+    def build(cls, task: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
+              **options: Any) -> JobSpec:
+        """Validate one job. ``task`` is a dotted path or a registered task, whose own
+        options (``@task(queue=..., max_attempts=...)``) are the defaults."""
+        return cls._build(task, args, kwargs, **{**getattr(task, "options", {}), **options})
+
+    @classmethod
+    def _build(cls, task: Any, args: Sequence[Any], kwargs: dict[str, Any] | None, *,
+               queue: str | None = None, priority: int = 0, run_at: dt.datetime | None = None,
+               delay: float | dt.timedelta | None = None, max_attempts: int | None = None,
+               unique_key: str | None = None, concurrency_key: str | None = None) -> JobSpec:
+        settings = conf.get()
+        path = task if isinstance(task, str) else getattr(task, "path", None)
+        if not isinstance(path, str) or "." not in path:
+            raise InvalidJob(f"task must be a dotted path or a registered task, not {task!r}")
+        queue = settings.DEFAULT_QUEUE if queue is None else queue
+        if not isinstance(queue, str) or not conf.QUEUE_NAME_RE.match(queue):
+            raise InvalidJob(f"queue {queue!r} is not a valid queue name "
+                             "(1-64 letters, digits, _ . : -)")
+        if (isinstance(priority, bool) or not isinstance(priority, int)
+                or not MIN_PRIORITY <= priority <= MAX_PRIORITY):
+            raise InvalidJob(f"priority {priority!r} must be a whole number from -100 to 100")
+        max_attempts = settings.MAX_ATTEMPTS if max_attempts is None else max_attempts
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise InvalidJob(f"max_attempts {max_attempts!r} must be a whole number of at least 1")
+        if run_at is not None and delay is not None:
+            raise InvalidJob("give run_at or delay, not both")
+        if delay is not None:
+            seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else delay
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+                raise InvalidJob(f"delay {delay!r} must be a number of seconds, 0 or more")
+            run_at = timezone.now() + dt.timedelta(seconds=seconds)
+        elif run_at is not None and (not isinstance(run_at, dt.datetime) or
+                                     timezone.is_naive(run_at)):
+            raise InvalidJob(f"run_at {run_at!r} must be a timezone-aware datetime")
+        for name, key in (("unique_key", unique_key), ("concurrency_key", concurrency_key)):
+            if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+                raise InvalidJob(f"{name} {key!r} must be a non-empty string of at most 255 chars")
+        if isinstance(args, str | bytes | dict) or not isinstance(args, Sequence):
+            raise InvalidJob(f"args must be a list or tuple, not {type(args).__name__}")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise InvalidJob(f"kwargs must be a dict, not {type(kwargs).__name__}")
+        return cls(path, dumps(list(args), "args"), dumps(kwargs or {}, "kwargs"), queue,
+                   priority, max_attempts, run_at, unique_key, concurrency_key)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job this worker holds the lease on: what the runner needs, nothing more."""
+
+    id: int
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    queue: str
+    priority: int
+    attempt: int
+    max_attempts: int
+    run_at: dt.datetime
+    created_at: dt.datetime
+    started_at: dt.datetime
+    attempted_at: dt.datetime
+    locked_until: dt.datetime
+    concurrency_key: str | None
+    unique_key: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Success:
+    job_id: int
+    attempt: int
+    result: str  # JSON text
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Failure:
+    job_id: int
+    attempt: int
+    error: str  # one line for last_error
+    entry: dict[str, Any]  # attempt, exception, message, traceback
+    delay: float  # seconds before the next try, if one is left
+    final: bool = False  # bury now, whatever attempts are left
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReapResult:
+    returned: int = 0
+    buried: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    status: str
+    jobs: int
+    oldest_ready_age: float | None
+    dead_last_24h: int
+    lease_expired: int
+
+
+def _parse_json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    """Read-side vocabulary for the admin, stats and tests."""
+
+    def queued(self) -> JobQuerySet:
+        return self.filter(status="queued")
+
+    def ready(self) -> JobQuerySet:
+        return self.filter(status="queued", run_at__lte=timezone.now())
+
+    def running(self) -> JobQuerySet:
+        return self.filter(status="running")
+
+    def expired(self) -> JobQuerySet:
+        return self.filter(status="running", locked_until__lt=timezone.now())
+
+    def done(self) -> JobQuerySet:
+        return self.filter(status="done")
+
+    def dead(self) -> JobQuerySet:
+        return self.filter(status="dead")
+
+    def finished(self) -> JobQuerySet:
+        return self.filter(status__in=FINISHED)
+
+
+class JobManager(models.Manager["Job"]):
+    """Job operations. Each runs one named statement on ``using`` (default: the job DB)."""
+
+    def get_queryset(self) -> JobQuerySet:
+        return JobQuerySet(self.model, using=self._db)
+
+    # The vocabulary, reachable from the manager too.
+    def queued(self) -> JobQuerySet:
+        return self.get_queryset().queued()
+
+    def ready(self) -> JobQuerySet:
+        return self.get_queryset().ready()
+
+    def running(self) -> JobQuerySet:
+        return self.get_queryset().running()
+
+    def dead(self) -> JobQuerySet:
+        return self.get_queryset().dead()
+
+    def finished(self) -> JobQuerySet:
+        return self.get_queryset().finished()
+
+    def _alias(self, using: str | None) -> str:
+        return using or self._db or router.db_for_write(self.model)
+
+    def _fetch(self, name: str, params: dict[str, Any], using: str | None) -> list[tuple[Any, ...]]:
+        with connections[self._alias(using)].cursor() as cursor:
+            cursor.execute(query(name), params)
+            return cursor.fetchall() if cursor.description else []
+
+    def _notify_params(self) -> dict[str, Any]:
+        settings = conf.get()
+        return {"channel": settings.CHANNEL, "notify": settings.LISTEN_NOTIFY}
+
+    # -- enqueue -----------------------------------------------------------------
+
+    def enqueue(self, task: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
+                *, using: str | None = None, **options: Any) -> Job:
+        """Insert one job in the caller's transaction and return it.
+
+        Options: ``queue``, ``priority`` (-100..100, higher first), ``run_at`` or
+        ``delay`` (seconds or timedelta), ``max_attempts``, ``unique_key``,
+        ``concurrency_key``. Arguments must be JSON; a bad value raises
+        :class:`~django_pgqueue.exceptions.InvalidJobArguments` before anything is
+        written. If a live (queued or running) job already has ``unique_key``,
+        nothing is inserted and that job is returned with ``duplicate = True``.
+        Workers are notified when (and only if) the transaction commits.
+        """
+        spec = JobSpec.build(task, args, kwargs, **options)
+        params = {**dataclasses.asdict(spec), **self._notify_params()}
+        for _ in range(3):
+            rows = self._fetch("enqueue", params, using)
+            if rows:
+                job_id, created_at, run_at, _notified = rows[0]
+                return self._job(spec, job_id, created_at, run_at, duplicate=False)
+            # A live job holds the unique_key. If it finished between the two
+            # statements, the insert is worth another try.
+            existing = self._fetch("live_job_by_unique_key", {"unique_key": spec.unique_key}, using)
+            if existing:
+                job_id, created_at, run_at, status = existing[0]
+                job = self._job(spec, job_id, created_at, run_at, duplicate=True)
+                job.status = status
+                return job
+        raise IntegrityError(f"could not enqueue or find a live job for {spec.unique_key!r}")
+
+    def _job(self, spec: JobSpec, job_id: int, created_at: dt.datetime, run_at: dt.datetime,
+             duplicate: bool) -> Job:
+        job = self.model(
+            id=job_id, task=spec.task, args=json.loads(spec.args), kwargs=json.loads(spec.kwargs),
+            queue=spec.queue, priority=spec.priority, max_attempts=spec.max_attempts,
+            run_at=run_at, created_at=created_at, unique_key=spec.unique_key,
+            concurrency_key=spec.concurrency_key, status="queued", attempts=0,
+        )
+        job._state.adding = False
+        job.duplicate = duplicate
+        return job
+
+    def enqueue_many(self, jobs: Iterable[JobSpec], *, using: str | None = None) -> list[int]:
+        """Insert many jobs in one statement; returns the new ids (duplicates are skipped).
+
+        Build each item with :meth:`JobSpec.build` (or ``django_pgqueue.job_spec``).
+        """
+        specs = list(jobs)
+        if not specs:
+            return []
+        columns = {
+            "tasks": [s.task for s in specs], "args": [s.args for s in specs],
+            "kwargs": [s.kwargs for s in specs], "queues": [s.queue for s in specs],
+            "priorities": [s.priority for s in specs],
+            "max_attempts": [s.max_attempts for s in specs],
+            "run_ats": [s.run_at for s in specs], "unique_keys": [s.unique_key for s in specs],
+            "concurrency_keys": [s.concurrency_key for s in specs],
+        }
+        rows = self._fetch("enqueue_many", {**columns, **self._notify_params()}, using)
+        return list(rows[0][0])
+
+    # -- the worker's operations ----------------------------------------------------
+
+    def claim(self, worker: str, *, limit: int = 1, queues: Sequence[str] | None = None,
+              lease: float | None = None, using: str | None = None) -> list[ClaimedJob]:
+        """Lease up to ``limit`` ready jobs to ``worker`` in one statement, committed at once.
+
+        Jobs come highest priority first, then by run_at and id. Jobs sharing a
+        concurrency_key never run at the same time.
+        """
+        params = {"worker": worker, "limit": limit, "queues": list(queues) if queues else None,
+                  "lease": conf.get().LEASE if lease is None else lease}
+        alias = self._alias(using)
+        for _ in range(5):
+            try:
+                with transaction.atomic(using=alias):
+                    rows = self._fetch("claim", params, alias)
+                break
+            except IntegrityError as exc:
+                # Another claim took a job of the same concurrency_key between our
+                # snapshot and our update: the unique index refused ours. Try again
+                # with a fresh snapshot, which sees that job running.
+                if ONE_RUNNING_PER_KEY not in str(exc):
+                    raise
+        else:
+            return []
+        return [
+            ClaimedJob(id=r[0], task=r[1], args=_parse_json(r[2]), kwargs=_parse_json(r[3]),
+                       queue=r[4], priority=r[5], attempt=r[6], max_attempts=r[7], run_at=r[8],
+                       created_at=r[9], started_at=r[10], attempted_at=r[11],
+                       locked_until=r[12], concurrency_key=r[13], unique_key=r[14])
+            for r in rows
+        ]
+
+    def complete(self, worker: str, successes: Sequence[Success], *,
+                 using: str | None = None) -> set[int]:
+        """Mark runs done with their results; returns the ids recorded (fenced)."""
+        if not successes:
+            return set()
+        rows = self._fetch("complete", {
+            "worker": worker, "ids": [s.job_id for s in successes],
+            "attempts": [s.attempt for s in successes], "results": [s.result for s in successes],
+        }, using)
+        return {r[0] for r in rows}
+
+    def fail(self, worker: str, failures: Sequence[Failure], *,
+             using: str | None = None) -> dict[int, str]:
+        """Record failed runs (retry later, or dead); returns {id: new status} (fenced)."""
+        if not failures:
+            return {}
+        rows = self._fetch("fail", {
+            "worker": worker, "ids": [f.job_id for f in failures],
+            "attempts": [f.attempt for f in failures], "delays": [f.delay for f in failures],
+            "errors": [f.error for f in failures],
+            "entries": [dumps(f.entry, "error entry") for f in failures],
+            "finals": [f.final for f in failures],
+        }, using)
+        return {r[0]: r[1] for r in rows}
+
+    def heartbeat(self, worker: str, job_ids: Sequence[int], *, lease: float | None = None,
+                  using: str | None = None) -> set[int]:
+        """Extend the leases ``worker`` holds on ``job_ids``; returns those still held."""
+        if not job_ids:
+            return set()
+        rows = self._fetch("heartbeat", {
+            "worker": worker, "ids": list(job_ids),
+            "lease": conf.get().LEASE if lease is None else lease,
+        }, using)
+        return {r[0] for r in rows}
+
+    def release(self, worker: str, held: Sequence[tuple[int, int]], *,
+                reason: str = "worker shut down before the job finished",
+                using: str | None = None) -> set[int]:
+        """Put running jobs (id, attempt) back to queued without spending the attempt."""
+        if not held:
+            return set()
+        rows = self._fetch("release", {
+            "worker": worker, "ids": [h[0] for h in held], "attempts": [h[1] for h in held],
+            "reason": reason,
+        }, using)
+        return {r[0] for r in rows}
+
+    # -- maintenance and operators ----------------------------------------------------
+
+    def reap(self, *, batch_size: int = 1000, using: str | None = None) -> ReapResult:
+        """Return jobs whose lease expired to the queue (or bury them); idempotent."""
+        returned = buried = 0
+        while True:
+            rows = self._fetch("reap", {"limit": batch_size}, using)
+            returned += sum(1 for (status,) in rows if status == "queued")
+            buried += sum(1 for (status,) in rows if status == "dead")
+            if len(rows) < batch_size:
+                return ReapResult(returned=returned, buried=buried)
+
+    def retry(self, job_ids: Sequence[int], *, using: str | None = None) -> list[int]:
+        """Dead jobs (or queued ones waiting for run_at) become ready now; returns their ids."""
+        rows = self._fetch("retry", {"ids": list(job_ids), **self._notify_params()}, using)
+        return list(rows[0][0])
+
+    def cancel(self, job_ids: Sequence[int], *, reason: str = "cancelled",
+               using: str | None = None) -> list[int]:
+        """Take queued jobs out of the queue (they become dead with the reason)."""
+        rows = self._fetch("cancel", {"ids": list(job_ids), "reason": reason}, using)
+        return sorted(r[0] for r in rows)
+
+    def prune(self, older_than: dt.timedelta | float, *, statuses: Sequence[str] = FINISHED,
+              batch_size: int = 5000, dry_run: bool = False, using: str | None = None) -> int:
+        """Delete finished jobs whose done_at is older than ``older_than``, in batches."""
+        bad = set(statuses) - set(FINISHED)
+        if bad or not statuses:
+            raise InvalidJob(f"prune only deletes {' and '.join(FINISHED)} jobs, not {sorted(bad)}")
+        seconds = older_than.total_seconds() if isinstance(older_than, dt.timedelta) else older_than
+        params: dict[str, Any] = {"statuses": list(statuses), "limit": batch_size,
+                                  "before": timezone.now() - dt.timedelta(seconds=seconds)}
+        if dry_run:
+            return int(self._fetch("count_prunable", params, using)[0][0])
+        deleted = 0
+        alias = self._alias(using)
+        while True:
+            with connections[alias].cursor() as cursor:
+                cursor.execute(query("prune"), params)
+                count = int(cursor.rowcount)
+            deleted += count
+            if count < batch_size:
+                return deleted
+
+    def stats(self, *, using: str | None = None) -> list[QueueStats]:
+        """Counts by queue and status, the oldest ready job's age, recent deaths."""
+        return [
+            QueueStats(queue=r[0], status=r[1], jobs=r[2],
+                       oldest_ready_age=float(r[3]) if r[3] is not None else None,
+                       dead_last_24h=r[4], lease_expired=r[5])
+            for r in self._fetch("stats", {}, using)
+        ]

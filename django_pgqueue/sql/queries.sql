@@ -1,0 +1,231 @@
+-- Every statement django-pgqueue runs against pgqueue_job, one block per name.
+-- Loaded once by django_pgqueue.sql; only django_pgqueue.queue executes them.
+-- Parameters use psycopg's %(name)s style, so a literal percent sign is written %%.
+
+-- name: enqueue
+-- One job, one round trip. The NOTIFY is part of the statement, so it travels
+-- with the caller's transaction and is delivered only if that transaction commits.
+WITH inserted AS (
+    INSERT INTO pgqueue_job (
+        task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
+        last_error, errors, worker_ids, unique_key, concurrency_key
+    )
+    VALUES (
+        %(task)s::text, %(args)s::jsonb, %(kwargs)s::jsonb, %(queue)s::text, %(priority)s::int, 'queued', 0,
+        %(max_attempts)s::int, COALESCE(%(run_at)s::timestamptz, now()),
+        '', '[]', '[]', %(unique_key)s::text, %(concurrency_key)s::text
+    )
+    ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
+    DO NOTHING
+    RETURNING id, created_at, run_at, queue
+)
+SELECT i.id, i.created_at, i.run_at,
+       (SELECT pg_notify(%(channel)s::text, i.queue) WHERE %(notify)s::bool) IS NULL AS notified
+FROM inserted AS i;
+
+-- name: enqueue_many
+-- N jobs in one statement: the columns arrive as arrays and are unnested in order.
+WITH inserted AS (
+    INSERT INTO pgqueue_job (
+        task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
+        last_error, errors, worker_ids, unique_key, concurrency_key
+    )
+    SELECT t, a::jsonb, k::jsonb, q, p, 'queued', 0, m, COALESCE(r, now()), '', '[]', '[]', u, c
+    FROM unnest(
+        %(tasks)s::text[], %(args)s::text[], %(kwargs)s::text[], %(queues)s::text[],
+        %(priorities)s::int[], %(max_attempts)s::int[], %(run_ats)s::timestamptz[],
+        %(unique_keys)s::text[], %(concurrency_keys)s::text[]
+    ) WITH ORDINALITY AS x (t, a, k, q, p, m, r, u, c, n)
+    ORDER BY n
+    ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
+    DO NOTHING
+    RETURNING id, queue
+),
+woken AS (
+    SELECT count(pg_notify(%(channel)s::text, queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted) AS q
+    WHERE %(notify)s::bool
+)
+SELECT COALESCE((SELECT array_agg(id ORDER BY id) FROM inserted), '{}'), (SELECT n FROM woken);
+
+-- name: live_job_by_unique_key
+SELECT id, created_at, run_at, status
+FROM pgqueue_job
+WHERE unique_key = %(unique_key)s::text AND status IN ('queued', 'running');
+
+-- name: claim
+-- One statement: choose, lock and lease up to %(limit)s ready jobs.
+-- * The chosen ids are MATERIALIZED so the LIMIT subquery runs exactly once; an
+--   inlined "id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)" may be re-run by
+--   the planner and lock (and claim) more rows than asked.
+-- * SKIP LOCKED keeps claimers off each other's rows; a row another claim changed
+--   after our snapshot is re-checked under its lock and dropped if no longer queued.
+-- * concurrency_key: skip keys already running and keep one job per key in the
+--   batch. Two claims racing for the same key are settled by the unique index
+--   pgqueue_job_one_running_per_key (the loser gets a unique violation and retries).
+WITH candidates AS MATERIALIZED (
+    SELECT j.id, j.concurrency_key, j.priority, j.run_at
+    FROM pgqueue_job AS j
+    WHERE j.status = 'queued'
+      AND j.run_at <= now()
+      AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+      AND (j.concurrency_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM pgqueue_job AS r
+            WHERE r.status = 'running' AND r.concurrency_key = j.concurrency_key))
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(limit)s::int
+    FOR UPDATE OF j SKIP LOCKED
+),
+chosen AS MATERIALIZED (
+    SELECT id FROM (
+        SELECT id, concurrency_key,
+               row_number() OVER (PARTITION BY concurrency_key
+                                  ORDER BY priority DESC, run_at, id) AS nth
+        FROM candidates
+    ) AS ranked
+    WHERE concurrency_key IS NULL OR nth = 1
+)
+UPDATE pgqueue_job AS j
+SET status = 'running',
+    attempts = j.attempts + 1,
+    locked_until = now() + make_interval(secs => %(lease)s::float8),
+    locked_by = %(worker)s::text,
+    started_at = COALESCE(j.started_at, now()),
+    attempted_at = now(),
+    worker_ids = j.worker_ids || to_jsonb(%(worker)s::text)
+FROM chosen
+WHERE j.id = chosen.id
+RETURNING j.id, j.task, j.args, j.kwargs, j.queue, j.priority, j.attempts, j.max_attempts,
+          j.run_at, j.created_at, j.started_at, j.attempted_at, j.locked_until,
+          j.concurrency_key, j.unique_key;
+
+-- name: complete
+-- Record finished runs in one statement. The fence (still running, same attempt,
+-- same worker) stops a worker whose lease expired from overwriting a newer run.
+UPDATE pgqueue_job AS j
+SET status = 'done', done_at = now(), locked_until = NULL, result = c.result::jsonb
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
+     AS c (id, attempt, result)
+WHERE j.id = c.id AND j.status = 'running' AND j.attempts = c.attempt
+  AND j.locked_by = %(worker)s::text
+RETURNING j.id;
+
+-- name: fail
+-- Record failed runs: back to queued after the given delay, or dead when the
+-- attempts are spent (or the failure is final). Fenced like complete.
+UPDATE pgqueue_job AS j
+SET status = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
+    run_at = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN j.run_at
+                  ELSE now() + make_interval(secs => f.delay) END,
+    done_at = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN now() END,
+    locked_until = NULL,
+    last_error = f.error,
+    errors = j.errors || jsonb_build_array(f.entry::jsonb || jsonb_build_object('at', now()))
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(delays)s::float8[], %(errors)s::text[],
+            %(entries)s::text[], %(finals)s::bool[])
+     AS f (id, attempt, delay, error, entry, final)
+WHERE j.id = f.id AND j.status = 'running' AND j.attempts = f.attempt
+  AND j.locked_by = %(worker)s::text
+RETURNING j.id, j.status;
+
+-- name: heartbeat
+-- Extend the leases this worker still holds; returns the ids it still holds.
+UPDATE pgqueue_job
+SET locked_until = now() + make_interval(secs => %(lease)s::float8)
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s::text
+RETURNING id;
+
+-- name: release
+-- Give running jobs back without spending their attempt (graceful shutdown).
+UPDATE pgqueue_job AS j
+SET status = 'queued', locked_until = NULL, attempts = greatest(j.attempts - 1, 0),
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempts, 'at', now(), 'exception', 'WorkerShutdown',
+        'message', %(reason)s::text, 'traceback', ''))
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS r (id, attempt)
+WHERE j.id = r.id AND j.status = 'running' AND j.attempts = r.attempt
+  AND j.locked_by = %(worker)s::text
+RETURNING j.id;
+
+-- name: reap
+-- Expired leases: back to queued, or dead when no attempt is left. Idempotent:
+-- a job is touched only while its lease is expired, and each pass takes a batch.
+WITH expired AS MATERIALIZED (
+    SELECT id FROM pgqueue_job
+    WHERE status = 'running' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT %(limit)s::int
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE pgqueue_job AS j
+SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
+    done_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    locked_until = NULL,
+    last_error = format('LeaseExpired: worker %%s stopped renewing its lease on attempt %%s',
+                        COALESCE(j.locked_by, '?'), j.attempts),
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempts, 'at', now(), 'exception', 'LeaseExpired',
+        'message', format('worker %%s stopped renewing its lease', COALESCE(j.locked_by, '?')),
+        'traceback', ''))
+FROM expired
+WHERE j.id = expired.id AND j.status = 'running' AND j.locked_until < now()
+RETURNING j.status;
+
+-- name: retry
+-- Dead jobs, or queued ones waiting for a later run_at, become ready now with
+-- fresh attempts; the error history is kept. A job whose unique_key is held by
+-- another live job is left alone.
+WITH retried AS (
+    UPDATE pgqueue_job AS j
+    SET status = 'queued', attempts = 0, run_at = now(), done_at = NULL,
+        locked_until = NULL, locked_by = NULL
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND (j.status = 'dead' OR (j.status = 'queued' AND j.run_at > now()))
+      AND (j.unique_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM pgqueue_job AS o
+            WHERE o.unique_key = j.unique_key AND o.id <> j.id
+              AND o.status IN ('queued', 'running')))
+    RETURNING j.id, j.queue
+),
+woken AS (
+    SELECT count(pg_notify(%(channel)s::text, queue)) AS n
+    FROM (SELECT DISTINCT queue FROM retried) AS q
+    WHERE %(notify)s::bool
+)
+SELECT COALESCE((SELECT array_agg(id ORDER BY id) FROM retried), '{}'), (SELECT n FROM woken);
+
+-- name: cancel
+-- Queued jobs leave the queue as dead, with the reason in last_error.
+UPDATE pgqueue_job
+SET status = 'dead', done_at = now(), last_error = 'Cancelled: ' || %(reason)s::text,
+    errors = errors || jsonb_build_array(jsonb_build_object(
+        'attempt', attempts, 'at', now(), 'exception', 'Cancelled',
+        'message', %(reason)s::text, 'traceback', ''))
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'queued'
+RETURNING id;
+
+-- name: prune
+-- One batch of finished jobs older than the bound, oldest first.
+DELETE FROM pgqueue_job
+WHERE id IN (
+    SELECT id FROM pgqueue_job
+    WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz
+    ORDER BY done_at
+    LIMIT %(limit)s::int
+);
+
+-- name: count_prunable
+SELECT count(*) FROM pgqueue_job
+WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz;
+
+-- name: stats
+-- Counts by queue and status, with what monitoring should alert on.
+SELECT queue, status, count(*) AS jobs,
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now()))
+           AS oldest_ready_age,
+       count(*) FILTER (WHERE status = 'dead' AND done_at > now() - interval '24 hours')
+           AS dead_last_24h,
+       count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS lease_expired
+FROM pgqueue_job
+GROUP BY queue, status
+ORDER BY queue, status;

@@ -1,0 +1,100 @@
+"""Run one claimed job and turn what happened into an outcome to record.
+
+The executor never raises for anything a job does: every run ends as a
+:class:`Success` or a :class:`Failure`, and a row that cannot be run at all (an
+unknown task, arguments of the wrong shape) is a *final* failure, buried at once
+with the reason, without calling anything.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import traceback
+from functools import cache
+from typing import Any
+
+from django_pgqueue import conf, registry
+from django_pgqueue.backoff import retry_delay
+from django_pgqueue.exceptions import InvalidJobArguments, UnknownTask
+from django_pgqueue.jsonargs import dumps
+from django_pgqueue.queue import ClaimedJob, Failure, Success
+
+logger = logging.getLogger("django_pgqueue")
+
+MAX_ERROR_LINE = 2000
+
+
+def _class_path(exc: BaseException) -> str:
+    cls = type(exc)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def failure(job: ClaimedJob, exc: BaseException, *, final: bool = False,
+            trace: str | None = None) -> Failure:
+    """A failure outcome for ``job``, with the retry delay from the backoff settings."""
+    settings = conf.get()
+    message = str(exc)
+    line = f"{_class_path(exc)}: {message}" if message else _class_path(exc)
+    return Failure(
+        job_id=job.id, attempt=job.attempt, error=line[:MAX_ERROR_LINE], final=final,
+        delay=retry_delay(job.attempt, settings.BACKOFF_BASE, settings.BACKOFF_MAX,
+                          settings.BACKOFF_JITTER),
+        entry={"attempt": job.attempt, "exception": _class_path(exc), "message": message,
+               "traceback": trace if trace is not None else "".join(
+                   traceback.format_exception(exc))},
+    )
+
+
+@cache
+def _signature(func: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_arguments(job: ClaimedJob, func: Any) -> None:
+    """Raise TypeError if the stored arguments cannot be passed to ``func``."""
+    if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
+        raise TypeError(f"malformed arguments: args must be a JSON list and kwargs a JSON "
+                        f"object, got {type(job.args).__name__} and {type(job.kwargs).__name__}")
+    signature = _signature(func)
+    if signature is not None:
+        try:
+            signature.bind(*job.args, **job.kwargs)
+        except TypeError as exc:
+            raise TypeError(f"arguments do not match the task's signature: {exc}") from None
+
+
+
+def execute(job: ClaimedJob) -> Success | Failure:
+    """Run ``job`` in this thread and return its outcome."""
+    try:
+        runnable = registry.resolve(job.task)
+    except UnknownTask as exc:
+        logger.warning("job %s refused: %s", job.id, exc)
+        return failure(job, exc, final=True, trace="")
+    try:
+        check_arguments(job, getattr(runnable.target, "func", runnable.target))
+    except TypeError as exc:
+        logger.warning("job %s refused: %s", job.id, exc)
+        return failure(job, exc, final=True, trace="")
+    try:
+        result = runnable(job)
+    except Exception as exc:
+        logger.info("job %s (%s) failed on attempt %s: %s", job.id, job.task, job.attempt,
+                    _class_path(exc))
+        return failure(job, exc)
+    return success(job, result)
+
+
+def success(job: ClaimedJob, result: Any) -> Success | Failure:
+    """A success outcome, or a final failure if the return value is not JSON."""
+    try:
+        encoded = dumps(result, "the return value")
+    except InvalidJobArguments as exc:
+        return failure(job, exc, final=True, trace="")
+    return Success(job_id=job.id, attempt=job.attempt, result=encoded)

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class LabConfig(AppConfig):
+    name = "example_project.lab"
+    label = "lab"

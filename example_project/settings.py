@@ -1,0 +1,66 @@
+"""Settings of the example shop. DATABASE_URL (django-environ), else the embedded PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import environ
+
+from devtools.embedded_pg import database_url
+
+BASE_DIR = Path(__file__).resolve().parent
+env = environ.Env()
+
+# The demo's database outlives `make demo` so that `make admin` can show its jobs.
+DEMO_DATA = Path(tempfile.gettempdir()) / f"django-pgqueue-demo-{os.getuid()}" / "data"
+
+SECRET_KEY = env.str("SECRET_KEY", default="example-only-not-secret")
+DEBUG = env.bool("DEBUG", default=True)
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+DATABASES = {"default": env.db_url_config(database_url(data_dir=DEMO_DATA))}
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_pgqueue",
+    "example_project.lab",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "example_project.urls"
+TEMPLATES = [{
+    "BACKEND": "django.template.backends.django.DjangoTemplates",
+    "DIRS": [],
+    "APP_DIRS": True,
+    "OPTIONS": {"context_processors": [
+        "django.template.context_processors.request",
+        "django.contrib.auth.context_processors.auth",
+        "django.contrib.messages.context_processors.messages",
+    ]},
+}]
+STATIC_URL = "/static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+PGQUEUE = {"BACKOFF_BASE": 0.05, "BACKOFF_MAX": 1.0}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_pgqueue": {"handlers": ["console"], "level": "WARNING"}},
+}

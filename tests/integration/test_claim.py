@@ -1,0 +1,208 @@
+"""Claim, leases, the reaper and fencing, against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import psycopg
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_pgqueue.models import Job
+from django_pgqueue.queue import Failure, JobSpec, Success
+from tests.conftest import status_counts
+from tests.testapp.tasks import add
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def ok(job_id: int, attempt: int, result: str = "null") -> Success:
+    return Success(job_id=job_id, attempt=attempt, result=result)
+
+
+def boom(job_id: int, attempt: int, delay: float = 0.0, final: bool = False) -> Failure:
+    return Failure(job_id=job_id, attempt=attempt, error="ValueError: boom",
+                   entry={"attempt": attempt, "exception": "builtins.ValueError",
+                          "message": "boom", "traceback": "Traceback..."},
+                   delay=delay, final=final)
+
+
+def test_claim_leases_the_job_to_the_worker() -> None:
+    job = add.enqueue(1, 2)
+    (claimed,) = Job.objects.claim("w1", lease=30)
+    assert (claimed.id, claimed.task, claimed.args, claimed.attempt) == (job.pk, job.task,
+                                                                          [1, 2], 1)
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.locked_by, row.worker_ids) == ("running", 1, "w1",
+                                                                           ["w1"])
+    assert row.locked_until is not None
+    lease = (row.locked_until - timezone.now()).total_seconds()
+    assert 28 < lease <= 30
+    assert Job.objects.claim("w2") == []  # a running job is out of everyone's view
+
+
+def test_claim_order_is_priority_then_run_at_then_id() -> None:
+    now = timezone.now()
+    low = add.using(priority=-5).enqueue(0, 0)
+    late = add.using(run_at=now - dt.timedelta(seconds=1)).enqueue(0, 1)
+    early = add.using(run_at=now - dt.timedelta(seconds=10)).enqueue(0, 2)
+    high = add.using(priority=50).enqueue(0, 3)
+    same_time = [add.using(run_at=now - dt.timedelta(seconds=1)).enqueue(1, i) for i in range(3)]
+    claimed = [j.id for j in Job.objects.claim("w", limit=10)]
+    assert claimed == [high.pk, early.pk, late.pk, *[j.pk for j in same_time], low.pk]
+
+
+def test_batch_claim_takes_at_most_limit() -> None:
+    Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(25))
+    first = Job.objects.claim("w", limit=10)
+    second = Job.objects.claim("w", limit=10)
+    third = Job.objects.claim("w", limit=10)
+    assert [len(first), len(second), len(third)] == [10, 10, 5]
+    assert len({j.id for j in first + second + third}) == 25
+
+
+def test_future_run_at_is_not_claimed_until_due() -> None:
+    job = add.using(delay=0.4).enqueue(1, 1)
+    assert Job.objects.claim("w") == []
+    time.sleep(0.5)
+    assert [j.id for j in Job.objects.claim("w")] == [job.pk]
+
+
+def test_queue_filtering() -> None:
+    a = add.using(queue="a").enqueue(0, 0)
+    b = add.using(queue="b").enqueue(0, 0)
+    c = add.using(queue="c").enqueue(0, 0)
+    assert [j.id for j in Job.objects.claim("w", limit=5, queues=["b"])] == [b.pk]
+    assert sorted(j.id for j in Job.objects.claim("w", limit=5, queues=["a", "zzz"])) == [a.pk]
+    assert [j.id for j in Job.objects.claim("w", limit=5)] == [c.pk]  # None: every queue
+
+
+def test_complete_stores_the_result() -> None:
+    job = add.enqueue(2, 3)
+    (claimed,) = Job.objects.claim("w")
+    assert Job.objects.complete("w", [ok(claimed.id, claimed.attempt, "5")]) == {job.pk}
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.result, row.locked_until) == ("done", 5, None)
+    assert row.done_at is not None
+
+
+def test_fail_retries_with_delay_then_buries_with_last_error() -> None:
+    job = add.using(max_attempts=2).enqueue(1, 1)
+    (first,) = Job.objects.claim("w")
+    assert Job.objects.fail("w", [boom(first.id, first.attempt, delay=0.3)]) == {job.pk: "queued"}
+    row = Job.objects.get(pk=job.pk)
+    assert row.status == "queued"
+    assert row.run_at > timezone.now() + dt.timedelta(seconds=0.1)
+    assert Job.objects.claim("w") == []  # backing off
+    time.sleep(0.35)
+    (second,) = Job.objects.claim("w")
+    assert second.attempt == 2
+    assert Job.objects.fail("w", [boom(second.id, second.attempt)]) == {job.pk: "dead"}
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.last_error) == ("dead", 2, "ValueError: boom")
+    assert [e["attempt"] for e in row.errors] == [1, 2]
+    assert {"at", "exception", "message", "traceback"} <= set(row.errors[0])
+
+
+def test_final_failure_buries_at_once() -> None:
+    job = add.using(max_attempts=5).enqueue(1, 1)
+    (claimed,) = Job.objects.claim("w")
+    assert Job.objects.fail("w", [boom(claimed.id, 1, final=True)]) == {job.pk: "dead"}
+
+
+def test_reap_before_expiry_returns_nothing_after_expiry_returns_the_job() -> None:
+    Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(3))
+    (held,) = Job.objects.claim("dying", lease=0.2)
+    assert status_counts() == {"queued": 2, "running": 1}
+    assert Job.objects.reap().returned == 0
+    time.sleep(0.3)
+    result = Job.objects.reap()
+    assert (result.returned, result.buried) == (1, 0)
+    assert Job.objects.reap().returned == 0  # idempotent
+    (again,) = Job.objects.claim("healthy", limit=1)
+    assert (again.id, again.attempt) == (held.id, 2)
+    row = Job.objects.get(pk=held.id)
+    assert row.worker_ids == ["dying", "healthy"]
+    assert row.errors[0]["exception"] == "LeaseExpired"
+
+
+def test_reap_buries_a_job_whose_attempts_are_spent() -> None:
+    job = add.using(max_attempts=1).enqueue(1, 1)
+    Job.objects.claim("dying", lease=0.1)
+    time.sleep(0.2)
+    assert Job.objects.reap().buried == 1
+    row = Job.objects.get(pk=job.pk)
+    assert row.status == "dead"
+    assert row.last_error.startswith("LeaseExpired: worker dying stopped renewing its lease")
+
+
+def test_stale_worker_is_fenced_out_of_the_newer_run() -> None:
+    job = add.enqueue(1, 1)
+    (stale,) = Job.objects.claim("slow", lease=0.1)
+    time.sleep(0.2)
+    Job.objects.reap()
+    (fresh,) = Job.objects.claim("fast", lease=30)
+    # The slow worker finishes late: neither its success nor its failure may land.
+    assert Job.objects.complete("slow", [ok(stale.id, stale.attempt, '"stale"')]) == set()
+    assert Job.objects.fail("slow", [boom(stale.id, stale.attempt)]) == {}
+    assert Job.objects.heartbeat("slow", [stale.id]) == set()
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.locked_by, row.attempts) == ("running", "fast", 2)
+    assert Job.objects.complete("fast", [ok(fresh.id, fresh.attempt, '"fresh"')]) == {job.pk}
+    assert Job.objects.get(pk=job.pk).result == "fresh"
+
+
+def test_heartbeat_extends_the_lease() -> None:
+    job = add.enqueue(1, 1)
+    Job.objects.claim("w", lease=0.3)
+    for _ in range(4):
+        time.sleep(0.15)
+        assert Job.objects.heartbeat("w", [job.pk], lease=0.3) == {job.pk}
+        assert Job.objects.reap().returned == 0
+    assert Job.objects.get(pk=job.pk).status == "running"
+
+
+def test_release_puts_the_job_back_without_spending_the_attempt() -> None:
+    job = add.enqueue(1, 1)
+    (claimed,) = Job.objects.claim("w")
+    assert Job.objects.release("w", [(claimed.id, claimed.attempt)]) == {job.pk}
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.errors[0]["exception"]) == ("queued", 0,
+                                                                        "WorkerShutdown")
+
+
+def test_claim_statement_locks_only_the_rows_it_returns(db_url: str) -> None:
+    """The chosen ids are materialised: a claim of 2 leaves every other row unlocked."""
+    Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(50))
+    with psycopg.connect(db_url) as tx:  # a claim held open in its own transaction
+        tx.execute("SET application_name = 'claimer'")
+        from django_pgqueue.sql import query
+        rows = tx.execute(query("claim"), {"worker": "w", "limit": 2, "queues": None,
+                                           "lease": 30}).fetchall()
+        assert len(rows) == 2
+        with psycopg.connect(db_url, autocommit=True) as other:
+            locked = other.execute(
+                "SELECT count(*) FROM pgqueue_job WHERE id NOT IN "
+                "(SELECT id FROM pgqueue_job FOR UPDATE SKIP LOCKED)").fetchone()
+        tx.rollback()
+    assert locked == (2,)
+
+
+def test_claim_plan_uses_the_partial_index_with_many_finished_rows() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_job (task, args, kwargs, status, attempts, max_attempts, "
+            "run_at, done_at, errors, worker_ids) SELECT 'tests.testapp.tasks.add', '[]', "
+            "'{}', 'done', 1, 3, now(), now(), '[]', '[]' FROM generate_series(1, 100000)")
+        cursor.execute("ANALYZE pgqueue_job")
+    Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(20))
+    from django_pgqueue.sql import query
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + query("claim"), {"worker": "w", "limit": 10, "queues": None,
+                                                      "lease": 30})
+        plan = "\n".join(r[0] for r in cursor.fetchall())
+    assert "pgqueue_job_ready" in plan, plan
+    assert "Seq Scan" not in plan, plan
+    assert len(Job.objects.claim("w", limit=10)) == 10

@@ -1,0 +1,179 @@
+"""Enqueue: the caller's transaction, JSON-only arguments, dedupe, NOTIFY after commit."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_pgqueue import enqueue
+from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments
+from django_pgqueue.models import Job
+from django_pgqueue.queue import JobSpec
+from tests.testapp.tasks import add
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Boom(Exception):
+    pass
+
+
+def test_enqueue_returns_a_queued_job_with_defaults() -> None:
+    job = add.enqueue(2, 3)
+    row = Job.objects.get(pk=job.pk)
+    assert (row.task, row.args, row.kwargs) == ("tests.testapp.tasks.add", [2, 3], {})
+    assert (row.status, row.queue, row.priority, row.attempts, row.max_attempts) == (
+        "queued", "default", 0, 0, 3)
+    assert row.run_at <= timezone.now()
+    assert job.duplicate is False
+
+
+def test_rollback_leaves_no_job_and_commit_keeps_it() -> None:
+    with pytest.raises(Boom), transaction.atomic():
+        add.enqueue(1, 1)
+        assert Job.objects.count() == 1  # visible inside its own transaction
+        raise Boom
+    assert Job.objects.count() == 0
+
+    with transaction.atomic():
+        add.enqueue(1, 1)
+    assert Job.objects.count() == 1
+
+
+def test_savepoint_rollback_only_drops_the_inner_job() -> None:
+    with transaction.atomic():
+        add.enqueue(1, 0)
+        with pytest.raises(Boom), transaction.atomic():
+            add.enqueue(2, 0)
+            raise Boom
+    assert list(Job.objects.values_list("args", flat=True)) == [[1, 0]]
+
+
+def test_job_is_invisible_to_other_connections_until_commit(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as other, transaction.atomic():
+        add.enqueue(1, 2)
+        assert other.execute("SELECT count(*) FROM pgqueue_job").fetchone() == (0,)
+    with psycopg.connect(db_url, autocommit=True) as other:
+        assert other.execute("SELECT count(*) FROM pgqueue_job").fetchone() == (1,)
+
+
+def test_notification_arrives_only_after_commit(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN pgqueue_jobs")
+        with transaction.atomic():
+            enqueue("tests.testapp.tasks.add", [1, 2], queue="emails")
+            assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+        heard = list(listener.notifies(timeout=2, stop_after=1))
+        assert [(n.channel, n.payload) for n in heard] == [("pgqueue_jobs", "emails")]
+
+        with pytest.raises(Boom), transaction.atomic():
+            enqueue("tests.testapp.tasks.add", [1, 2], queue="emails")
+            raise Boom
+        assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+
+
+def test_using_is_honoured() -> None:
+    job = Job.objects.enqueue(add, [1, 2], using="default")
+    assert Job.objects.using("default").filter(pk=job.pk).exists()
+
+
+def test_options_are_stored() -> None:
+    at = timezone.now() + dt.timedelta(hours=1)
+    job = add.using(queue="q1", priority=7, max_attempts=9, run_at=at,
+                    unique_key="u1", concurrency_key="c1").enqueue(1, 2)
+    row = Job.objects.get(pk=job.pk)
+    assert (row.queue, row.priority, row.max_attempts, row.run_at) == ("q1", 7, 9, at)
+    assert (row.unique_key, row.concurrency_key) == ("u1", "c1")
+
+
+def test_delay_sets_run_at_in_the_future() -> None:
+    before = timezone.now()
+    job = add.using(delay=dt.timedelta(seconds=30)).enqueue(1, 2)
+    row = Job.objects.get(pk=job.pk)
+    assert before + dt.timedelta(seconds=29) < row.run_at < before + dt.timedelta(seconds=32)
+
+
+def test_duplicate_unique_key_of_live_job_is_not_inserted_and_caller_can_tell() -> None:
+    first = add.using(unique_key="welcome:42").enqueue(1, 2)
+    second = add.using(unique_key="welcome:42").enqueue(3, 4)
+    assert second.duplicate is True
+    assert first.duplicate is False
+    assert second.pk == first.pk
+    assert Job.objects.count() == 1
+    # Once the job is finished the key is free again.
+    Job.objects.filter(pk=first.pk).update(status="done", done_at=timezone.now())
+    third = add.using(unique_key="welcome:42").enqueue(5, 6)
+    assert third.duplicate is False
+    assert third.pk != first.pk
+    assert Job.objects.count() == 2
+
+
+@pytest.mark.parametrize(("args", "kwargs", "message"), [
+    ([timezone.now()], None, "args[0] is datetime.datetime"),
+    ([1, {"when": dt.date(2026, 1, 1)}], None, "args[1]['when'] is datetime.date"),
+    ([], {"obj": object()}, "kwargs['obj'] is builtins.object"),
+    ([], {"n": float("nan")}, "kwargs['n'] is builtins.float nan"),
+    ([{1: "a"}], None, "args[0] key 1 is builtins.int"),
+    ([b"bytes"], None, "args[0] is builtins.bytes"),
+])
+def test_non_json_arguments_are_refused_before_anything_is_written(
+        args: list[object], kwargs: dict[str, object] | None, message: str) -> None:
+    with pytest.raises(InvalidJobArguments, match=message.replace("[", r"\[")):
+        Job.objects.enqueue(add, args, kwargs)
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"priority": 101}, "priority 101 must be a whole number from -100 to 100"),
+    ({"priority": -101}, "priority -101"),
+    ({"priority": True}, "priority True"),
+    ({"queue": ""}, "queue '' is not a valid queue name"),
+    ({"queue": "has space"}, "queue 'has space'"),
+    ({"max_attempts": 0}, "max_attempts 0"),
+    ({"delay": -1}, "delay -1"),
+    ({"run_at": dt.datetime(2026, 1, 1)}, "must be a timezone-aware datetime"),
+    ({"delay": 1, "run_at": timezone.now()}, "give run_at or delay, not both"),
+    ({"unique_key": ""}, "unique_key ''"),
+])
+def test_bad_options_raise_a_clear_error(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidJob, match=message):
+        Job.objects.enqueue(add, [1, 2], **options)
+    assert Job.objects.count() == 0
+
+
+def test_task_must_be_a_dotted_path() -> None:
+    with pytest.raises(InvalidJob, match="dotted path"):
+        enqueue("nodots")
+    with pytest.raises(InvalidJob, match="args must be a list"):
+        enqueue(add, "12")
+
+
+def test_enqueue_many_inserts_ten_thousand_jobs_in_one_statement() -> None:
+    specs = [JobSpec.build(add, [i, i]) for i in range(10_000)]
+    with CaptureQueriesContext(connection) as queries:
+        ids = Job.objects.enqueue_many(specs)
+    assert len(queries) == 1
+    assert len(ids) == 10_000 == Job.objects.queued().count()
+    assert Job.objects.get(pk=ids[1234]).args == [1234, 1234]
+
+
+def test_enqueue_many_skips_live_duplicates_and_notifies_once_per_queue(db_url: str) -> None:
+    add.using(unique_key="k1").enqueue(0, 0)
+    specs = [JobSpec.build(add, [1, 1], unique_key="k1"),
+             JobSpec.build(add, [2, 2], unique_key="k2", queue="a"),
+             JobSpec.build(add, [3, 3], unique_key="k2", queue="a"),
+             JobSpec.build(add, [4, 4], queue="b")]
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN pgqueue_jobs")
+        ids = Job.objects.enqueue_many(specs)
+        heard = sorted(n.payload for n in listener.notifies(timeout=1, stop_after=2))
+    assert len(ids) == 2
+    assert sorted(Job.objects.filter(pk__in=ids).values_list("args", flat=True)) == [[2, 2],
+                                                                                    [4, 4]]
+    assert heard == ["a", "b"]

@@ -1,0 +1,81 @@
+"""Poison rows end dead with a reason, and the callable is never invoked."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from django_pgqueue.models import Job
+from django_pgqueue.queue import Success
+from django_pgqueue.worker.executor import execute
+from tests.conftest import run_counts
+from tests.testapp.tasks import add, mark, noop
+
+
+def insert_raw(task: str, args: str = "[]", kwargs: str = "{}") -> int:
+    """A row written behind the API's back, as an attacker or a bug could."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_job (task, args, kwargs, max_attempts, errors, worker_ids) "
+            "VALUES (%s, %s::jsonb, %s::jsonb, 5, '[]', '[]') RETURNING id", [task, args, kwargs])
+        (job_id,) = cursor.fetchone()
+    return int(job_id)
+
+
+def run_one() -> Job:
+    (claimed,) = Job.objects.claim("w")
+    outcome = execute(claimed)
+    if isinstance(outcome, Success):
+        Job.objects.complete("w", [outcome])
+    else:
+        Job.objects.fail("w", [outcome])
+    return Job.objects.get(pk=claimed.id)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("task", "args", "kwargs", "error"), [
+    ("os.system", '["touch /tmp/pwned"]', "{}",
+     "UnknownTask: 'os.system' is not a registered task, and 'os' is not in an installed app"),
+    ("tests.testapp.tasks.record", '["x"]', "{}",
+     "UnknownTask: 'tests.testapp.tasks.record' is not a registered task"),
+    ("tests.testapp.tasks.add", '{"a": 1}', "{}", "TypeError: malformed arguments"),
+    ("tests.testapp.tasks.add", "[1]", '{"c": 2}',
+     "TypeError: arguments do not match the task's signature"),
+])
+def test_poison_rows_are_buried_at_once_with_a_reason(task: str, args: str, kwargs: str,
+                                                      error: str) -> None:
+    job_id = insert_raw(task, args, kwargs)
+    job = run_one()
+    assert job.pk == job_id
+    assert (job.status, job.attempts) == ("dead", 1)  # final: no retries although 5 allowed
+    assert job.last_error.startswith("django_pgqueue.exceptions." + error) or \
+        job.last_error.startswith(error)
+    assert run_counts() == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_non_json_return_value_fails_the_job_clearly() -> None:
+    insert_raw("tests.testapp.tasks.noop")
+    Job.objects.filter(task=noop.path).update(args=[])
+    job = run_one()
+    assert job.status == "done"
+    assert job.result is None
+
+    from django_pgqueue import task
+
+    @task(name="tests.testapp.tasks.returns_a_set")
+    def returns_a_set() -> set[int]:
+        return {1}
+
+    returns_a_set.enqueue()
+    job = run_one()
+    assert job.status == "dead"
+    assert "the return value is builtins.set {1}, which is not JSON" in job.last_error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_results_are_stored_as_json() -> None:
+    add.enqueue(2, 40)
+    mark.enqueue("r", sleep=0)
+    assert run_one().result == 42
+    assert run_one().result == "r"

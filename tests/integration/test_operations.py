@@ -1,0 +1,81 @@
+"""Operators' operations: retry, cancel, prune, stats."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from django_pgqueue.exceptions import InvalidJob
+from django_pgqueue.models import Job
+from django_pgqueue.queue import Failure, JobSpec
+from tests.conftest import status_counts
+from tests.testapp.tasks import add
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def bury(job: Job) -> None:
+    (claimed,) = Job.objects.claim("w", limit=1)
+    assert claimed.id == job.pk
+    Job.objects.fail("w", [Failure(job.pk, claimed.attempt, "E: x", {"attempt": 1}, 0, True)])
+
+
+def test_retry_requeues_dead_jobs_now_with_fresh_attempts_and_history_kept() -> None:
+    job = add.enqueue(1, 1)
+    bury(job)
+    waiting = add.using(delay=3600).enqueue(2, 2)
+    running = add.enqueue(3, 3)
+    Job.objects.claim("w")
+    assert Job.objects.retry([job.pk, waiting.pk, running.pk]) == sorted([job.pk, waiting.pk])
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.done_at, len(row.errors)) == ("queued", 0, None, 1)
+    assert Job.objects.get(pk=waiting.pk).run_at <= timezone.now()
+    assert Job.objects.get(pk=running.pk).status == "running"
+
+
+def test_retry_skips_a_dead_job_whose_unique_key_is_live_again() -> None:
+    job = add.using(unique_key="u").enqueue(1, 1)
+    bury(job)
+    add.using(unique_key="u").enqueue(2, 2)
+    assert Job.objects.retry([job.pk]) == []
+    assert Job.objects.get(pk=job.pk).status == "dead"
+
+
+def test_cancel_takes_queued_jobs_out_with_the_reason() -> None:
+    running = add.enqueue(2, 2)
+    queued = add.enqueue(1, 1)
+    assert [j.id for j in Job.objects.claim("w", limit=1)] == [running.pk]
+    assert Job.objects.cancel([queued.pk, running.pk], reason="customer left") == [queued.pk]
+    row = Job.objects.get(pk=queued.pk)
+    assert (row.status, row.last_error) == ("dead", "Cancelled: customer left")
+    assert Job.objects.claim("w") == []
+
+
+def test_prune_deletes_old_finished_jobs_in_batches() -> None:
+    ids = Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(30))
+    long_ago = timezone.now() - dt.timedelta(days=10)
+    Job.objects.filter(pk__in=ids[:12]).update(status="done", done_at=long_ago)
+    Job.objects.filter(pk__in=ids[12:20]).update(status="dead", done_at=long_ago)
+    Job.objects.filter(pk__in=ids[20:25]).update(status="done", done_at=timezone.now())
+    week = dt.timedelta(days=7)
+    assert Job.objects.prune(week, dry_run=True) == 20
+    assert Job.objects.prune(week, statuses=["dead"], batch_size=3) == 8
+    assert Job.objects.prune(week, batch_size=5) == 12
+    assert status_counts() == {"done": 5, "queued": 5}
+    with pytest.raises(InvalidJob, match="only deletes done and dead"):
+        Job.objects.prune(week, statuses=["queued"])
+
+
+def test_stats_counts_by_queue_and_status_with_oldest_ready_age() -> None:
+    Job.objects.enqueue_many(JobSpec.build(add, [i, i], queue="a") for i in range(3))
+    Job.objects.enqueue_many(JobSpec.build(add, [i, i], queue="b") for i in range(2))
+    Job.objects.filter(queue="a").update(run_at=timezone.now() - dt.timedelta(seconds=60))
+    Job.objects.claim("w", queues=["b"])
+    stats = {(s.queue, s.status): s for s in Job.objects.stats()}
+    assert {k: s.jobs for k, s in stats.items()} == {("a", "queued"): 3, ("b", "queued"): 1,
+                                                     ("b", "running"): 1}
+    age = stats["a", "queued"].oldest_ready_age
+    assert age is not None
+    assert 59 < age < 70

@@ -1,0 +1,58 @@
+"""Tasks the tests enqueue. Each records its runs in the database, so a test can
+count exactly how many times each job ran, even across worker processes."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.db import connection
+
+from django_pgqueue import task
+
+
+def record(label: str, *, started: float | None = None) -> None:
+    """Append one row per run to testapp_run (created by the tests' migration)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO testapp_run (label, started, finished) VALUES (%s, "
+            "to_timestamp(%s), clock_timestamp())",
+            [label, started if started is not None else time.time()],
+        )
+
+
+@task
+def noop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task
+def mark(label: str, sleep: float = 0.0) -> str:
+    started = time.time()
+    if sleep:
+        time.sleep(sleep)
+    record(label, started=started)
+    return label
+
+
+@task(max_attempts=3)
+def flaky(label: str, failures: int) -> str:
+    """Fails ``failures`` times (counted in the database), then succeeds."""
+    record(label)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM testapp_run WHERE label = %s", [label])
+        (runs,) = cursor.fetchone()
+    if runs <= failures:
+        raise RuntimeError(f"{label}: planned failure {runs} of {failures}")
+    return label
+
+
+@task(max_attempts=2)
+def always_fails(label: str) -> None:
+    record(label)
+    raise ValueError(f"{label}: this task always fails")

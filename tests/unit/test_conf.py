@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from django_pgqueue import conf
+
+
+def test_defaults() -> None:
+    with override_settings(PGQUEUE=None):
+        settings = conf.get()
+    assert (settings.LEASE, settings.MAX_ATTEMPTS, settings.CONCURRENCY) == (60.0, 3, 10)
+    assert settings.heartbeat_interval == 20.0
+
+
+def test_override_is_read_again() -> None:
+    with override_settings(PGQUEUE={"LEASE": 9, "QUEUES": ["a", "b"]}):
+        assert conf.get().LEASE == 9
+        assert conf.get().QUEUES == ("a", "b")
+    assert conf.get().LEASE == 30  # tests.settings
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ({"LEASE": 0}, r"PGQUEUE\['LEASE'\] = 0: expected a number of seconds greater than 0"),
+    ({"LEASE": "60"}, r"PGQUEUE\['LEASE'\] = '60'"),
+    ({"MAX_ATTEMPTS": 0}, r"PGQUEUE\['MAX_ATTEMPTS'\] = 0: expected a whole number"),
+    ({"CONCURRENCY": 2.5}, r"PGQUEUE\['CONCURRENCY'\] = 2.5"),
+    ({"BACKOFF_JITTER": 2}, r"expected a fraction between 0 and 1"),
+    ({"QUEUES": []}, r"PGQUEUE\['QUEUES'\] = \(\)"),
+    ({"QUEUES": ["ok", "not ok"]}, r"PGQUEUE\['QUEUES'\]"),
+    ({"DEFAULT_QUEUE": ""}, r"PGQUEUE\['DEFAULT_QUEUE'\] = ''"),
+    ({"LISTEN_NOTIFY": "yes"}, r"expected True or False"),
+    ({"LEASE_SECONDS": 5}, r"unknown key\(s\) 'LEASE_SECONDS'"),
+    ([("LEASE", 5)], r"PGQUEUE must be a dict, not list"),
+])
+def test_bad_settings_name_the_key(value: object, message: str) -> None:
+    with override_settings(PGQUEUE=value), pytest.raises(ImproperlyConfigured, match=message):
+        conf.get()

@@ -1,0 +1,35 @@
+"""Only registered tasks run: rows naming arbitrary import paths are refused."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from django_pgqueue import registry
+from django_pgqueue.exceptions import UnknownTask
+from tests.testapp.tasks import add
+
+
+def test_registered_task_resolves() -> None:
+    assert registry.resolve("tests.testapp.tasks.add").target is add
+
+
+@pytest.mark.parametrize(("path", "message"), [
+    ("os.system", "'os' is not in an installed app, so it was not imported"),
+    ("subprocess.run", "not in an installed app"),
+    ("nodots", "not a dotted task path"),
+    ("tests.testapp.tasks.record", "is not a registered task"),  # a plain function
+    ("tests.testapp.tasks.missing", "is not a registered task"),
+    ("tests.testapp.nope.task", "cannot be imported"),
+])
+def test_unregistered_paths_are_refused(path: str, message: str) -> None:
+    with pytest.raises(UnknownTask, match=message):
+        registry.resolve(path)
+
+
+def test_refusal_does_not_import_modules_outside_installed_apps() -> None:
+    sys.modules.pop("this", None)  # importing `this` prints the Zen of Python
+    with pytest.raises(UnknownTask):
+        registry.resolve("this.s")
+    assert "this" not in sys.modules

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import re
+
+from django_pgqueue.sql import QUERIES, query
+
+EXPECTED = {"enqueue", "enqueue_many", "live_job_by_unique_key", "claim", "complete", "fail",
+            "heartbeat", "release", "reap", "retry", "cancel", "prune", "count_prunable",
+            "stats"}
+
+
+def test_every_named_query_is_loaded_once() -> None:
+    assert set(QUERIES) == EXPECTED
+    assert all(text and not text.endswith(";") for text in QUERIES.values())
+
+
+def test_every_parameter_is_typed_so_server_side_binding_works() -> None:
+    for name, text in QUERIES.items():
+        code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+        untyped = re.findall(r"%\((\w+)\)s(?!::)", code)
+        assert untyped == [], f"{name}: untyped parameters {untyped}"
+
+
+def test_claim_is_one_statement_with_skip_locked_and_materialised_ids() -> None:
+    claim = query("claim")
+    assert claim.count("FOR UPDATE OF j SKIP LOCKED") == 1
+    assert "AS MATERIALIZED" in claim

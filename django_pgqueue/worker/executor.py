@@ -56,15 +56,22 @@ def _signature(func: Any) -> inspect.Signature | None:
         return None
 
 
-def check_arguments(job: ClaimedJob, func: Any) -> None:
-    """Raise TypeError if the stored arguments cannot be passed to ``func``."""
+def check_arguments(job: ClaimedJob, target: Any) -> None:
+    """Raise TypeError if the stored arguments cannot be passed to ``target``'s function.
+
+    ``target`` is a registered object: a plain callable, or one with ``.func``
+    (our TaskFunction, a django.tasks Task); one whose ``takes_context`` is true
+    receives a context as its first argument, which the row does not carry.
+    """
+    func = getattr(target, "func", target)
     if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
         raise TypeError(f"malformed arguments: args must be a JSON list and kwargs a JSON "
                         f"object, got {type(job.args).__name__} and {type(job.kwargs).__name__}")
     signature = _signature(func)
     if signature is not None:
         try:
-            signature.bind(*job.args, **job.kwargs)
+            leading = (None,) if getattr(target, "takes_context", False) else ()
+            signature.bind(*leading, *job.args, **job.kwargs)
         except TypeError as exc:
             raise TypeError(f"arguments do not match the task's signature: {exc}") from None
 
@@ -78,7 +85,7 @@ def execute(job: ClaimedJob) -> Success | Failure:
         logger.warning("job %s refused: %s", job.id, exc)
         return failure(job, exc, final=True, trace="")
     try:
-        check_arguments(job, getattr(runnable.target, "func", runnable.target))
+        check_arguments(job, runnable.target)
     except TypeError as exc:
         logger.warning("job %s refused: %s", job.id, exc)
         return failure(job, exc, final=True, trace="")

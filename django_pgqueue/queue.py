@@ -172,27 +172,14 @@ class JobQuerySet(models.QuerySet["Job"]):
         return self.filter(status__in=FINISHED)
 
 
-class JobManager(models.Manager["Job"]):
-    """Job operations. Each runs one named statement on ``using`` (default: the job DB)."""
+_JobManagerBase = models.Manager.from_queryset(JobQuerySet)
 
-    def get_queryset(self) -> JobQuerySet:
-        return JobQuerySet(self.model, using=self._db)
 
-    # The vocabulary, reachable from the manager too.
-    def queued(self) -> JobQuerySet:
-        return self.get_queryset().queued()
+class JobManager(_JobManagerBase):
+    """Job operations. Each runs one named statement on ``using`` (default: the job DB).
 
-    def ready(self) -> JobQuerySet:
-        return self.get_queryset().ready()
-
-    def running(self) -> JobQuerySet:
-        return self.get_queryset().running()
-
-    def dead(self) -> JobQuerySet:
-        return self.get_queryset().dead()
-
-    def finished(self) -> JobQuerySet:
-        return self.get_queryset().finished()
+    The read vocabulary (``ready()``, ``running()``, ...) comes from JobQuerySet.
+    """
 
     def _alias(self, using: str | None) -> str:
         return using or self._db or router.db_for_write(self.model)

@@ -56,3 +56,11 @@ def flaky(label: str, failures: int) -> str:
 def always_fails(label: str) -> None:
     record(label)
     raise ValueError(f"{label}: this task always fails")
+
+
+@task(max_attempts=5)
+def tracked(label: str, sleep: float = 0.0) -> str:
+    """Records its start at once (committed), then works: a killed run is still counted."""
+    record(label)
+    time.sleep(sleep)
+    return label

@@ -1,0 +1,99 @@
+"""argparse types and a base command whose mistakes are one clean line.
+
+Each type turns a bad value into ``argparse.ArgumentTypeError`` with a message
+that names what was expected; :class:`PgQueueCommand` turns every parser error
+into a ``CommandError``, which Django prints as a single line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import types
+from typing import Any, NoReturn
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_pgqueue.conf import QUEUE_NAME_RE
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+FINISHED_STATUSES = ("done", "dead")
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value!r}")
+    return number
+
+
+def positive_seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {value!r}")
+    return number
+
+
+def non_negative_seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not number >= 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, 0 or more, got {value!r}")
+    return number
+
+
+def duration(value: str) -> float:
+    """``90``, ``30s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds."""
+    match = _DURATION.match(value.strip().lower())
+    if not match or float(match[1]) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 30s, 15m, 12h, 7d or 2w, got {value!r}")
+    return float(match[1]) * _UNIT_SECONDS[match[2]]
+
+
+def queue_list(value: str) -> tuple[str, ...]:
+    queues = tuple(q.strip() for q in value.split(",") if q.strip())
+    bad = [q for q in queues if not QUEUE_NAME_RE.match(q)]
+    if not queues or bad:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated queue names (letters, digits, _ . : -), got {value!r}")
+    return queues
+
+
+def finished_statuses(value: str) -> tuple[str, ...]:
+    statuses = tuple(s.strip() for s in value.split(",") if s.strip())
+    if not statuses or set(statuses) - set(FINISHED_STATUSES):
+        raise argparse.ArgumentTypeError(f"expected done, dead or done,dead, got {value!r}")
+    return statuses
+
+
+def worker_id(value: str) -> str:
+    if not value.strip() or len(value) > 200:
+        raise argparse.ArgumentTypeError("expected a non-empty worker id of at most 200 chars")
+    return value.strip()
+
+
+def _one_line_error(parser: CommandParser, message: str) -> NoReturn:
+    raise CommandError(f"{parser.prog.split()[-1]}: {message}")
+
+
+class PgQueueCommand(BaseCommand):
+    """A management command whose bad arguments end in one ``CommandError`` line.
+
+    Django prints argparse's usage block and the error when a command is run
+    from the shell; we raise ``CommandError`` instead, which it prints as one line.
+    """
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.error = types.MethodType(_one_line_error, parser)  # type: ignore[method-assign]
+        return parser

@@ -1,0 +1,33 @@
+"""``manage.py reapjobs``: return jobs whose lease expired (or bury them)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from django_pgqueue import conf
+from django_pgqueue.management.arguments import PgQueueCommand, positive_seconds
+from django_pgqueue.models import Job
+
+
+class Command(PgQueueCommand):
+    help = "Return running jobs whose lease expired to the queue, or bury them when spent."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--loop", action="store_true", help="Keep reaping until stopped.")
+        parser.add_argument("--interval", type=positive_seconds, default=None,
+                            help="Seconds between passes with --loop "
+                                 "(default: PGQUEUE['REAP_INTERVAL']).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        settings = conf.get()
+        interval = options["interval"] or settings.REAP_INTERVAL
+        while True:
+            result = Job.objects.reap(using=settings.DATABASE)
+            self.stdout.write(f"returned {result.returned} jobs to the queue, "
+                              f"buried {result.buried}")
+            if not options["loop"]:
+                return
+            time.sleep(interval)

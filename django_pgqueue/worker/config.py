@@ -1,0 +1,85 @@
+"""The worker's configuration: the settings' defaults, overridden by command-line options."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import socket
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from django_pgqueue import conf
+
+
+def default_worker_id() -> str:
+    """host:pid:random, unique per process even across container restarts."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+    """Everything one worker process needs to know; see docs/worker.md."""
+
+    worker_id: str
+    queues: tuple[str, ...] | None
+    concurrency: int
+    lease: float
+    heartbeat_interval: float
+    poll_interval: float
+    shutdown_timeout: float
+    job_timeout: float | None
+    reap_interval: float
+    prune_after: float | None
+    prune_interval: float
+    listen: bool
+    channel: str
+    database: str
+    burst: bool = False
+    max_jobs: int | None = None
+    stats_interval: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_interval >= self.lease:
+            raise ImproperlyConfigured(
+                f"heartbeat interval {self.heartbeat_interval}s must be shorter than the lease "
+                f"{self.lease}s, or leases expire between renewals"
+            )
+
+    @classmethod
+    def from_settings(cls, **overrides: Any) -> WorkerConfig:
+        """Defaults from ``PGQUEUE``; any override that is not None wins."""
+        settings = conf.get()
+        lease = overrides.get("lease") or settings.LEASE
+        values: dict[str, Any] = {
+            "worker_id": default_worker_id(),
+            "queues": settings.QUEUES,
+            "concurrency": settings.CONCURRENCY,
+            "lease": lease,
+            "heartbeat_interval": settings.HEARTBEAT_INTERVAL or lease / 3,
+            "poll_interval": settings.POLL_INTERVAL,
+            "shutdown_timeout": settings.SHUTDOWN_TIMEOUT,
+            "job_timeout": settings.JOB_TIMEOUT,
+            "reap_interval": settings.REAP_INTERVAL,
+            "prune_after": settings.PRUNE_AFTER,
+            "prune_interval": settings.PRUNE_INTERVAL,
+            "listen": settings.LISTEN_NOTIFY,
+            "channel": settings.CHANNEL,
+            "database": settings.DATABASE,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if values["queues"] is not None:
+            values["queues"] = tuple(values["queues"])
+        return cls(**values)
+
+    def describe(self) -> str:
+        """One line for the start banner."""
+        queues = ",".join(self.queues) if self.queues else "*"
+        return (f"worker {self.worker_id}: queues={queues} concurrency={self.concurrency} "
+                f"lease={self.lease:g}s heartbeat={self.heartbeat_interval:g}s "
+                f"poll={self.poll_interval:g}s listen={'on' if self.listen else 'off'} "
+                f"job_timeout={self.job_timeout or 'none'} "
+                f"shutdown_timeout={self.shutdown_timeout:g}s reap={self.reap_interval:g}s "
+                f"prune_after={self.prune_after or 'off'} burst={self.burst} "
+                f"max_jobs={self.max_jobs or 'unlimited'} database={self.database}")

@@ -1,0 +1,53 @@
+"""Threads that run jobs.
+
+Daemon threads rather than a ThreadPoolExecutor: a job that overruns the
+shutdown deadline (or its timeout) cannot be interrupted in Python, and an
+executor's threads would keep the process alive until it returned. The jobs of
+such threads have been given back to the queue by then, so exiting over them
+is safe.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+
+from django.db import close_old_connections
+
+from django_pgqueue.queue import ClaimedJob, Failure, Success
+from django_pgqueue.worker.executor import execute
+
+Outcome = Success | Failure
+
+
+class JobPool:
+    """``size`` threads; each runs one job at a time and reports its outcome."""
+
+    def __init__(self, size: int, on_done: Callable[[ClaimedJob, Outcome], None]) -> None:
+        self._jobs: queue.SimpleQueue[ClaimedJob | None] = queue.SimpleQueue()
+        self._on_done = on_done
+        self._threads = [threading.Thread(target=self._loop, name=f"pgqueue-job-{n}",
+                                          daemon=True) for n in range(size)]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, job: ClaimedJob) -> None:
+        self._jobs.put(job)
+
+    def stop(self) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            # Like a request: the job gets a healthy connection and leaves none
+            # half-open (CONN_MAX_AGE decides whether it is reused).
+            close_old_connections()
+            try:
+                outcome = execute(job)
+            finally:
+                close_old_connections()
+            self._on_done(job, outcome)

@@ -1,0 +1,276 @@
+"""The Worker: claims jobs, runs them on a thread pool, records outcomes, and keeps going.
+
+Start-to-end of one job: the main loop claims up to its free slots in one
+statement (woken by NOTIFY or a poll), a pool thread runs the job outside any
+transaction the queue opened, the completer records the outcome in a batch, and
+until then the maintenance thread renews the job's lease.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+
+from django.utils.module_loading import autodiscover_modules
+
+from django_pgqueue.models import Job
+from django_pgqueue.queue import ClaimedJob, Success
+from django_pgqueue.worker.completer import Completer
+from django_pgqueue.worker.config import WorkerConfig
+from django_pgqueue.worker.dbutil import DB_ERRORS, Backoff, reset_connection
+from django_pgqueue.worker.executor import failure
+from django_pgqueue.worker.listener import Listener
+from django_pgqueue.worker.maintenance import Maintenance, Service, pruner, reaper
+from django_pgqueue.worker.pool import JobPool, Outcome
+
+logger = logging.getLogger("django_pgqueue")
+
+FIRST_IDLE_WAIT = 0.05
+
+
+class JobTimeout(Exception):
+    """A job ran past the worker's job timeout."""
+
+
+@dataclasses.dataclass
+class Held:
+    """A job this worker claimed and whose outcome is not recorded yet."""
+
+    job: ClaimedJob
+    started: float
+    running: bool = True
+    abandoned: bool = False  # timed out or given back: its late outcome is dropped
+
+
+class Worker:
+    """One worker process's runtime; ``run()`` returns the exit status."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.stopping = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._held: dict[int, Held] = {}
+        self.claimed = self.succeeded = self.buried = 0
+        self._window_start, self._window_done = time.monotonic(), 0
+        self.completer = Completer(config.worker_id, config.database, self._recorded)
+        self.pool = JobPool(config.concurrency, self._job_done)
+        self.listener = (Listener(config.database, config.channel, config.queues, self._wake)
+                         if config.listen else None)
+        self.maintenance = Maintenance(config.database, self._services())
+
+    def _services(self) -> list[Service]:
+        c = self.config
+        services = [Service("heartbeat", c.heartbeat_interval, self._heartbeat),
+                    Service("reaper", c.reap_interval, reaper(c.database)),
+                    Service("throughput", c.stats_interval, self._log_throughput,
+                            due=time.monotonic() + c.stats_interval)]
+        if c.job_timeout:
+            services.append(Service("job timeout", min(1.0, c.job_timeout / 4),
+                                    self._expire_overdue))
+        if c.prune_after:
+            services.append(Service("pruner", c.prune_interval, pruner(c.database,
+                                                                        c.prune_after)))
+        return services
+
+    # -- public -----------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop claiming now; running jobs get the shutdown timeout to finish."""
+        self.stopping.set()
+        self._wake.set()
+
+    def run(self) -> int:
+        autodiscover_modules("tasks")
+        logger.info("starting %s", self.config.describe())
+        self.completer.start()
+        self.pool.start()
+        self.maintenance.start()
+        if self.listener:
+            self.listener.start()
+        try:
+            self._loop()
+        finally:
+            self._shutdown()
+        return 0
+
+    # -- the claim loop -----------------------------------------------------------
+
+    def _free_slots(self) -> int:
+        with self._lock:
+            busy = sum(1 for h in self._held.values() if h.running)
+        free = self.config.concurrency - busy
+        if self.config.max_jobs is not None:
+            free = min(free, self.config.max_jobs - self.claimed)
+        return free
+
+    def _own_work_left(self) -> bool:
+        with self._lock:
+            return any(not h.abandoned for h in self._held.values())
+
+    def _loop(self) -> None:
+        c = self.config
+        idle_wait = FIRST_IDLE_WAIT
+        backoff = Backoff()
+        while not self.stopping.is_set():
+            self._wake.clear()
+            free = self._free_slots()
+            if c.max_jobs is not None and self.claimed >= c.max_jobs:
+                if not self._own_work_left():
+                    return
+                self._wake.wait(0.05)
+                continue
+            if free <= 0:
+                self._wake.wait(c.poll_interval)  # a finishing job sets wake
+                continue
+            try:
+                jobs = Job.objects.claim(c.worker_id, limit=free, queues=c.queues,
+                                         lease=c.lease, using=c.database)
+            except DB_ERRORS as exc:
+                logger.warning("claim failed, retrying in %.1fs: %s", backoff.delay,
+                               str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
+                reset_connection(c.database)
+                backoff.sleep(self.stopping)
+                continue
+            backoff.reset()
+            if jobs:
+                self._start(jobs)
+                idle_wait = FIRST_IDLE_WAIT
+                if len(jobs) == free:
+                    continue  # there may be more ready right now
+            elif c.burst and not self._own_work_left() and not self.completer.pending:
+                logger.info("burst: nothing ready and nothing running, exiting")
+                return
+            # Nothing (more) ready: sleep until NOTIFY, a finished job, or the poll.
+            self._wake.wait(idle_wait)
+            idle_wait = min(c.poll_interval, idle_wait * 2)
+
+    def _start(self, jobs: list[ClaimedJob]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for job in jobs:
+                self._held[job.id] = Held(job, now)
+            self.claimed += len(jobs)
+        for job in jobs:
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("job %s %s attempt %s claimed", job.id, job.task, job.attempt)
+            self.pool.submit(job)
+
+    # -- callbacks from other threads ----------------------------------------------
+
+    def _job_done(self, job: ClaimedJob, outcome: Outcome) -> None:
+        with self._lock:
+            held = self._held.get(job.id)
+            if held is not None:
+                held.running = False
+            abandoned = held is None or held.abandoned
+            if abandoned and held is not None:
+                del self._held[job.id]
+        if abandoned:
+            logger.warning("job %s finished after it was given up (timeout or shutdown); "
+                           "its outcome is dropped", job.id)
+        else:
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("job %s %s %s", job.id, job.task,
+                             "succeeded" if isinstance(outcome, Success) else "failed")
+            self.completer.put(outcome)
+        self._wake.set()
+
+    def _recorded(self, job_ids: list[int], succeeded: int, buried: int) -> None:
+        with self._lock:
+            for job_id in job_ids:
+                held = self._held.get(job_id)
+                # A timed-out job's thread still holds its slot until it returns.
+                if held is not None and not held.running:
+                    del self._held[job_id]
+            self.succeeded += succeeded
+            self.buried += buried
+            self._window_done += len(job_ids)
+
+    # -- maintenance services ---------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        with self._lock:
+            ids = [i for i, h in self._held.items() if not h.abandoned]
+        if not ids:
+            return
+        kept = Job.objects.heartbeat(self.config.worker_id, ids, lease=self.config.lease,
+                                     using=self.config.database)
+        lost = set(ids) - kept
+        with self._lock:
+            lost = {i for i in lost if i in self._held}  # recorded meanwhile is not lost
+        if lost:
+            logger.warning("lost the lease on jobs %s: they may run again elsewhere",
+                           sorted(lost))
+
+    def _expire_overdue(self) -> None:
+        assert self.config.job_timeout is not None
+        deadline = time.monotonic() - self.config.job_timeout
+        with self._lock:
+            overdue = [h for h in self._held.values()
+                       if h.running and not h.abandoned and h.started < deadline]
+            for held in overdue:
+                held.abandoned = True
+        for held in overdue:
+            # Python cannot stop the thread: the job is recorded as failed and its
+            # lease released now; the thread keeps its slot until it returns.
+            logger.warning("job %s exceeded the job timeout of %gs; recorded as failed",
+                           held.job.id, self.config.job_timeout)
+            self.completer.put(failure(held.job, JobTimeout(
+                f"job exceeded the worker's job timeout of {self.config.job_timeout:g}s"),
+                trace=""))
+
+    def _log_throughput(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            done, self._window_done = self._window_done, 0
+            running = sum(1 for h in self._held.values() if h.running)
+        elapsed, self._window_start = now - self._window_start, now
+        logger.info("throughput: %d jobs in %.0fs (%.1f/s), %d running; totals: claimed %d, "
+                    "succeeded %d, buried %d", done, elapsed, done / elapsed if elapsed else 0,
+                    running, self.claimed, self.succeeded, self.buried)
+
+    # -- shutdown ------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        c = self.config
+        if self.listener:
+            self.listener.stop()
+        deadline = time.monotonic() + c.shutdown_timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not any(h.running and not h.abandoned for h in self._held.values()):
+                    break
+            self._wake.wait(0.05)
+            self._wake.clear()
+        with self._lock:
+            leftover = [h for h in self._held.values() if h.running and not h.abandoned]
+            for held in leftover:
+                held.abandoned = True
+        self.completer.flush(timeout=max(5.0, c.lease / 2))
+        if leftover:
+            self._release([(h.job.id, h.job.attempt) for h in leftover])
+        self.maintenance.stop()
+        self.completer.stop()
+        self.pool.stop()
+        logger.info("stopped %s: claimed %d, succeeded %d, buried %d", c.worker_id,
+                    self.claimed, self.succeeded, self.buried)
+
+    def _release(self, held: list[tuple[int, int]]) -> None:
+        backoff = Backoff()
+        for _ in range(5):
+            try:
+                released = Job.objects.release(self.config.worker_id, held,
+                                               using=self.config.database)
+            except DB_ERRORS as exc:
+                logger.warning("could not put jobs back yet: %s", exc)
+                reset_connection(self.config.database)
+                backoff.sleep(threading.Event())
+                continue
+            logger.warning("shutdown timeout: put %d running jobs back in the queue: %s",
+                           len(released), sorted(released))
+            return
+        logger.error("could not put jobs %s back; the reaper will once their leases expire",
+                     [h[0] for h in held])

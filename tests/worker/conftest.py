@@ -1,0 +1,77 @@
+"""Real worker subprocesses (``manage.py runworker``) against the test database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from django_pgqueue.models import Job
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class WorkerProcess:
+    def __init__(self, db_url: str, *args: str, env: dict[str, str] | None = None) -> None:
+        self.args = args
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "runworker", "--settings=tests.settings", *args],
+            cwd=ROOT, env={**os.environ, "DATABASE_URL": db_url, **(env or {})},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        self.output = ""
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+            self.output += out
+            raise AssertionError(f"worker did not exit within {timeout}s:\n{self.output}")
+        self.output += out
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.wait(10)
+
+
+@pytest.fixture
+def start_worker(db_url: str) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start ``runworker`` subprocesses; any still running at the end are killed."""
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        worker = WorkerProcess(db_url, *args, env=env)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        if worker.proc.poll() is None:
+            worker.kill()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
+    """Poll ``condition`` until true; returns the seconds it took."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+def running_count() -> int:
+    return Job.objects.running().count()

@@ -1,0 +1,122 @@
+"""Kill, stop and cut off workers: every job still ends done, none is lost."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+
+from devtools import embedded_pg
+from django_pgqueue.models import Job
+from django_pgqueue.queue import JobSpec
+from tests.conftest import run_counts, status_counts
+from tests.testapp.tasks import tracked
+from tests.worker.conftest import WorkerProcess, running_count, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+Start = Callable[..., WorkerProcess]
+
+
+def test_sigkilled_worker_jobs_come_back_after_the_lease_and_run_at_most_twice(
+        start_worker: Start) -> None:
+    Job.objects.enqueue_many(JobSpec.build(tracked, [f"kill-{i}"], {"sleep": 0.5})
+                             for i in range(12))
+    victim = start_worker("--concurrency", "4", "--lease", "2", "--worker-id", "victim")
+    wait_for(lambda: running_count() == 4, 20, "the victim to hold 4 jobs")
+    time.sleep(0.2)  # mid-job
+    victim.kill()
+    held = set(Job.objects.running().values_list("id", flat=True))
+    assert len(held) == 4
+
+    rescuer = start_worker("--concurrency", "4", "--lease", "2", "--worker-id", "rescuer")
+    wait_for(lambda: status_counts() == {"done": 12}, 60, "every job to finish")
+    rescuer.signal(signal.SIGTERM)
+    assert rescuer.wait(20) == 0
+
+    runs = run_counts("kill-")
+    killed = {Job.objects.get(pk=pk).args[0] for pk in held}
+    assert {label for label, n in runs.items() if n == 2} == killed
+    assert all(runs[f"kill-{i}"] == 1 for i in range(12) if f"kill-{i}" not in killed)
+    for pk in held:
+        job = Job.objects.get(pk=pk)
+        assert (job.attempts, job.worker_ids) == (2, ["victim", "rescuer"])
+        assert job.errors[0]["exception"] == "LeaseExpired"
+
+
+def test_sigterm_lets_running_jobs_finish_and_exits_zero(start_worker: Start) -> None:
+    Job.objects.enqueue_many(JobSpec.build(tracked, [f"term-{i}"], {"sleep": 1.0})
+                             for i in range(3))
+    worker = start_worker("--concurrency", "3", "--shutdown-timeout", "10")
+    wait_for(lambda: running_count() == 3, 20, "three running jobs")
+    signalled = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    assert time.monotonic() - signalled < 5
+    assert status_counts() == {"done": 3}
+    assert run_counts("term-") == {f"term-{i}": 1 for i in range(3)}
+    assert "SIGTERM: finishing running jobs" in worker.output
+
+
+def test_sigterm_puts_jobs_past_the_shutdown_timeout_back_in_the_queue(
+        start_worker: Start) -> None:
+    Job.objects.enqueue_many(JobSpec.build(tracked, [f"long-{i}"], {"sleep": 30})
+                             for i in range(2))
+    worker = start_worker("--concurrency", "2", "--shutdown-timeout", "0.5")
+    wait_for(lambda: running_count() == 2, 20, "two running jobs")
+    signalled = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    assert time.monotonic() - signalled < 5
+    assert status_counts() == {"queued": 2}  # right away, not after the lease
+    for job in Job.objects.all():
+        assert job.attempts == 0  # the interrupted run does not count against the job
+        assert job.errors[-1]["exception"] == "WorkerShutdown"
+
+
+def test_second_signal_exits_at_once(start_worker: Start) -> None:
+    tracked.enqueue("twice", sleep=30)
+    worker = start_worker("--shutdown-timeout", "60")
+    wait_for(lambda: running_count() == 1, 20, "a running job")
+    worker.signal(signal.SIGTERM)
+    time.sleep(0.3)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(5) == 128 + signal.SIGTERM
+    assert status_counts() == {"running": 1}  # its lease will expire; the reaper recovers it
+
+
+def test_worker_survives_a_database_restart(start_worker: Start) -> None:
+    server = embedded_pg.current()
+    if server is None:
+        pytest.skip("needs the embedded PostgreSQL (DATABASE_URL points at a shared server)")
+    Job.objects.enqueue_many(JobSpec.build(tracked, [f"restart-{i}"], {"sleep": 0.05})
+                             for i in range(200))
+    worker = start_worker("--concurrency", "4", "--lease", "5", "--poll-interval", "0.5")
+    wait_for(lambda: Job.objects.done().count() >= 20, 30, "the worker to get going")
+    server.restart(down_for=1.0)
+    wait_for(lambda: status_counts() == {"done": 200}, 90, "every job done after the restart")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+    runs = run_counts("restart-")
+    assert len(runs) == 200
+    # At least once: a run cut off by the restart may repeat, but only those few.
+    assert sum(runs.values()) - 200 <= 8
+    assert "claim failed" in worker.output or "recording" in worker.output
+
+
+def test_four_workers_drain_five_thousand_jobs_without_running_any_twice(
+        start_worker: Start) -> None:
+    Job.objects.enqueue_many(JobSpec.build(tracked, [f"drain-{i}"]) for i in range(5000))
+    workers = [start_worker("--burst", "--concurrency", "4", "--worker-id", f"w{n}")
+               for n in range(4)]
+    for worker in workers:
+        assert worker.wait(180) == 0
+    assert status_counts() == {"done": 5000}
+    runs = run_counts("drain-")
+    assert len(runs) == 5000
+    assert max(runs.values()) == 1
+    by_worker = {w: Job.objects.filter(locked_by=w).count() for w in ("w0", "w1", "w2", "w3")}
+    assert sum(by_worker.values()) == 5000
+    assert all(n > 0 for n in by_worker.values()), by_worker

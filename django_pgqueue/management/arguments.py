@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 import types
 from typing import Any, NoReturn
 
@@ -92,6 +93,17 @@ class PgQueueCommand(BaseCommand):
     Django prints argparse's usage block and the error when a command is run
     from the shell; we raise ``CommandError`` instead, which it prints as one line.
     """
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        # Django parses the arguments before the block that prints CommandError
+        # as one line, so a parse error would escape as a traceback.
+        try:
+            super().run_from_argv(argv)
+        except CommandError as exc:
+            if "--traceback" in argv:
+                raise
+            self.stderr.write(f"CommandError: {exc}")
+            sys.exit(exc.returncode)
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)

@@ -8,6 +8,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from django.db import connections
+
 from django_pgqueue.models import Job
 from django_pgqueue.queue import Failure, Success
 from django_pgqueue.worker.dbutil import DB_ERRORS, Backoff, reset_connection
@@ -34,7 +36,7 @@ class Completer(threading.Thread):
         self._outcomes: queue.SimpleQueue[Success | Failure] = queue.SimpleQueue()
         self._pending = 0
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     @property
     def pending(self) -> int:
@@ -55,11 +57,17 @@ class Completer(threading.Thread):
         return not self.pending
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            connections.close_all()  # this thread's connections; nobody else can close them
+
+    def _run(self) -> None:
         backoff = Backoff()
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 first = self._outcomes.get(timeout=0.1)
             except queue.Empty:
@@ -71,8 +79,8 @@ class Completer(threading.Thread):
                 except queue.Empty:
                     break
             while not self._write(batch):
-                backoff.sleep(self._stop)
-                if self._stop.is_set():
+                backoff.sleep(self._halt)
+                if self._halt.is_set():
                     return
             backoff.reset()
 

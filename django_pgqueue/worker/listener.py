@@ -29,10 +29,10 @@ class Listener(threading.Thread):
         self.queues = frozenset(queues) if queues else None
         self.wake = wake
         self.listening = threading.Event()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
     def _connect(self) -> psycopg.Connection[tuple[object, ...]]:
         # A connection of its own, outside Django's per-thread pool: it sits in
@@ -47,13 +47,13 @@ class Listener(threading.Thread):
 
     def run(self) -> None:
         backoff = Backoff(first=0.5, cap=10.0)
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 with self._connect() as conn:
                     self.listening.set()
                     backoff.reset()
                     self.wake.set()  # anything sent while we were away was missed
-                    while not self._stop.is_set():
+                    while not self._halt.is_set():
                         for note in conn.notifies(timeout=0.5):
                             if self.queues is None or note.payload in self.queues:
                                 self.wake.set()
@@ -61,4 +61,4 @@ class Listener(threading.Thread):
                 self.listening.clear()
                 logger.warning("listener lost its connection, reconnecting: %s",
                                str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
-                backoff.sleep(self._stop)
+                backoff.sleep(self._halt)

@@ -12,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from django.db import connections
+
 from django_pgqueue.models import Job
 from django_pgqueue.worker.dbutil import DB_ERRORS, reset_connection
 
@@ -33,13 +35,19 @@ class Maintenance(threading.Thread):
         super().__init__(name="pgqueue-maintenance", daemon=True)
         self.alias = alias
         self.services = services
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        try:
+            self._run()
+        finally:
+            connections.close_all()  # this thread's connections
+
+    def _run(self) -> None:
+        while not self._halt.is_set():
             now = time.monotonic()
             for service in self.services:
                 if service.due <= now:
@@ -53,7 +61,7 @@ class Maintenance(threading.Thread):
                         reset_connection(self.alias)
                         service.due = now + min(service.interval, 1.0)
             next_due = min(s.due for s in self.services)
-            self._stop.wait(max(0.01, next_due - time.monotonic()))
+            self._halt.wait(max(0.01, next_due - time.monotonic()))
 
 
 def reaper(alias: str) -> Callable[[], None]:

@@ -13,7 +13,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from django_pgqueue.queue import ClaimedJob, Failure, Success
 from django_pgqueue.worker.executor import execute
@@ -37,9 +37,12 @@ class JobPool:
     def submit(self, job: ClaimedJob) -> None:
         self._jobs.put(job)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 0.0) -> None:
+        """Let idle threads exit; wait up to ``timeout`` for each (busy ones may not)."""
         for _ in self._threads:
             self._jobs.put(None)
+        for thread in self._threads:
+            thread.join(timeout)
 
     def _loop(self) -> None:
         while (job := self._jobs.get()) is not None:
@@ -51,3 +54,4 @@ class JobPool:
             finally:
                 close_old_connections()
             self._on_done(job, outcome)
+        connections.close_all()

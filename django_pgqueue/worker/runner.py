@@ -254,7 +254,13 @@ class Worker:
             self._release([(h.job.id, h.job.attempt) for h in leftover])
         self.maintenance.stop()
         self.completer.stop()
-        self.pool.stop()
+        if self.listener:
+            self.listener.join(2.0)
+        self.maintenance.join(5.0)
+        self.completer.join(5.0)
+        # Idle job threads exit now; one still inside an overrunning job is a
+        # daemon and does not hold the process up.
+        self.pool.stop(timeout=0.0 if leftover else 1.0)
         logger.info("stopped %s: claimed %d, succeeded %d, buried %d", c.worker_id,
                     self.claimed, self.succeeded, self.buried)
 

@@ -18,10 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class WorkerProcess:
-    def __init__(self, db_url: str, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, db_url: str, *args: str, env: dict[str, str] | None = None,
+                 command: str = "runworker") -> None:
         self.args = args
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "django", "runworker", "--settings=tests.settings", *args],
+            [sys.executable, "-m", "django", command, "--settings=tests.settings", *args],
             cwd=ROOT, env={**os.environ, "DATABASE_URL": db_url, **(env or {})},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
@@ -49,11 +50,12 @@ class WorkerProcess:
 
 @pytest.fixture
 def start_worker(db_url: str) -> Iterator[Callable[..., WorkerProcess]]:
-    """Start ``runworker`` subprocesses; any still running at the end are killed."""
+    """Start ``runworker`` (or ``command=...``) subprocesses; any left running are killed."""
     started: list[WorkerProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
-        worker = WorkerProcess(db_url, *args, env=env)
+    def start(*args: str, env: dict[str, str] | None = None, command: str = "runworker",
+              **kwargs: tuple[str, ...]) -> WorkerProcess:
+        worker = WorkerProcess(db_url, *args, *kwargs.get("args", ()), env=env, command=command)
         started.append(worker)
         return worker
 

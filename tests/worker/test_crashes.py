@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from django.db import connection
 
 from devtools import embedded_pg
 from django_pgqueue.models import Job
@@ -96,6 +97,7 @@ def test_worker_survives_a_database_restart(start_worker: Start) -> None:
     worker = start_worker("--concurrency", "4", "--lease", "5", "--poll-interval", "0.5")
     wait_for(lambda: Job.objects.done().count() >= 20, 30, "the worker to get going")
     server.restart(down_for=1.0)
+    connection.close()  # ours was cut too; the next query reconnects
     wait_for(lambda: status_counts() == {"done": 200}, 90, "every job done after the restart")
     worker.signal(signal.SIGTERM)
     assert worker.wait(20) == 0

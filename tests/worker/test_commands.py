@@ -1,0 +1,122 @@
+"""The management commands: clean one-line errors, and what each prints."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from django_pgqueue.models import Job
+from django_pgqueue.queue import JobSpec
+from tests.conftest import status_counts
+from tests.testapp.tasks import add
+from tests.worker.conftest import ROOT
+
+BAD_ARGUMENTS = [
+    ("runworker", ["--concurrency", "0"], "argument --concurrency: expected a whole number"),
+    ("runworker", ["--concurrency", "many"], "argument --concurrency: expected a whole number"),
+    ("runworker", ["--max-jobs", "-5"], "argument --max-jobs: expected a whole number"),
+    ("runworker", ["--lease", "0"], "argument --lease: expected a number of seconds above 0"),
+    ("runworker", ["--lease", "nan"], "argument --lease: expected a number of seconds"),
+    ("runworker", ["--poll-interval", "soon"], "argument --poll-interval: expected a number"),
+    ("runworker", ["--shutdown-timeout", "-1"], "argument --shutdown-timeout: expected"),
+    ("runworker", ["--job-timeout", "0"], "argument --job-timeout: expected"),
+    ("runworker", ["--queues", ","], "argument --queues: expected comma-separated queue names"),
+    ("runworker", ["--queues", "a b"], "argument --queues: expected comma-separated"),
+    ("runworker", ["--worker-id", " "], "argument --worker-id: expected a non-empty worker id"),
+    ("runworker", ["--bogus"], "unrecognized arguments: --bogus"),
+    ("reapjobs", ["--interval", "x"], "argument --interval: expected a number of seconds"),
+    ("prunejobs", [], "the following arguments are required: --older-than"),
+    ("prunejobs", ["--older-than", "7 days"], "argument --older-than: expected a duration"),
+    ("prunejobs", ["--older-than", "7d", "--status", "queued"],
+     "argument --status: expected done, dead or done,dead"),
+    ("prunejobs", ["--older-than", "7d", "--batch-size", "0"], "argument --batch-size"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("command", "args", "message"), BAD_ARGUMENTS)
+def test_every_bad_value_is_a_one_line_error(command: str, args: list[str],
+                                             message: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "django", command, "--settings=tests.settings", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"CommandError: {command}: ")
+    assert message in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_settings_are_a_one_line_error_too() -> None:
+    from django.core.management.base import CommandError
+    from django.test import override_settings
+
+    with override_settings(PGQUEUE={"LEASE": 3, "HEARTBEAT_INTERVAL": 5}), \
+            pytest.raises(CommandError, match="heartbeat interval 5s must be shorter than"):
+        call_command("runworker", "--burst")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runworker_burst_and_max_jobs() -> None:
+    Job.objects.enqueue_many(JobSpec.build(add, [i, 1]) for i in range(10))
+    call_command("runworker", "--burst", "--max-jobs", "4", "--concurrency", "2", verbosity=0)
+    assert status_counts() == {"done": 4, "queued": 6}
+    call_command("runworker", "--burst", "--queues", "other", verbosity=0)
+    assert status_counts() == {"done": 4, "queued": 6}
+    call_command("runworker", "--burst", verbosity=0)
+    assert status_counts() == {"done": 10}
+    assert sorted(Job.objects.values_list("result", flat=True)) == list(range(1, 11))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_reapjobs_prints_what_it_returned_and_buried() -> None:
+    add.enqueue(1, 1)
+    add.using(max_attempts=1).enqueue(2, 2)
+    Job.objects.claim("gone", limit=2, lease=0.01)
+    time.sleep(0.05)
+    out = io.StringIO()
+    call_command("reapjobs", stdout=out)
+    assert out.getvalue() == "returned 1 jobs to the queue, buried 1\n"
+    assert status_counts() == {"queued": 1, "dead": 1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_prunejobs_dry_run_then_delete() -> None:
+    ids = Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(6))
+    old = timezone.now() - dt.timedelta(days=8)
+    Job.objects.filter(pk__in=ids[:3]).update(status="done", done_at=old)
+    Job.objects.filter(pk__in=ids[3:5]).update(status="dead", done_at=old)
+    out = io.StringIO()
+    call_command("prunejobs", "--older-than", "7d", "--dry-run", stdout=out)
+    assert out.getvalue() == "would delete 5 jobs (done,dead)\n"
+    call_command("prunejobs", "--older-than", "7d", "--status", "dead", stdout=out)
+    assert out.getvalue().endswith("deleted 2 jobs (dead)\n")
+    assert status_counts() == {"done": 3, "queued": 1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_queuestats_table_and_json() -> None:
+    add.using(queue="mail").enqueue(1, 1)
+    add.using(queue="mail").enqueue(1, 2)
+    add.using(queue="pdf").enqueue(1, 3)
+    Job.objects.claim("w", queues=["pdf"])
+    out = io.StringIO()
+    call_command("queuestats", "--json", stdout=out)
+    data = json.loads(out.getvalue())
+    assert {(q["queue"], q["status"], q["jobs"]) for q in data["queues"]} == {
+        ("mail", "queued", 2), ("pdf", "running", 1)}
+    assert data["dead_last_24h"] == 0 and data["running_past_lease"] == 0
+    assert data["oldest_ready_age_seconds"] >= 0
+    out = io.StringIO()
+    call_command("queuestats", stdout=out)
+    text = out.getvalue()
+    assert "mail" in text and "queued" in text and "dead in the last 24h: 0" in text

@@ -175,7 +175,7 @@ class JobQuerySet(models.QuerySet["Job"]):
 _JobManagerBase = models.Manager.from_queryset(JobQuerySet)
 
 
-class JobManager(_JobManagerBase):
+class JobManager(_JobManagerBase["Job"]):
     """Job operations. Each runs one named statement on ``using`` (default: the job DB).
 
     The read vocabulary (``ready()``, ``running()``, ...) comes from JobQuerySet.

@@ -13,7 +13,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from django_pgqueue.queue import ClaimedJob, Failure, Success
 from django_pgqueue.worker.executor import execute
@@ -46,12 +46,29 @@ class JobPool:
 
     def _loop(self) -> None:
         while (job := self._jobs.get()) is not None:
-            # Like a request: the job gets a healthy connection and leaves none
-            # half-open (CONN_MAX_AGE decides whether it is reused).
-            close_old_connections()
             try:
                 outcome = execute(job)
             finally:
-                close_old_connections()
+                tidy_connections()
             self._on_done(job, outcome)
         connections.close_all()
+
+
+def tidy_connections() -> None:
+    """Keep this thread's connections for the next job unless they are unfit.
+
+    A request closes its connection when CONN_MAX_AGE is 0; a worker thread
+    runs thousands of jobs, and reconnecting (a server process fork) for each
+    would cost more than most jobs. So a connection is kept, and closed only if
+    a job left a transaction open, an error made it unusable, or a non-zero
+    CONN_MAX_AGE says it is too old.
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None:
+            continue
+        if conn.in_atomic_block or not conn.get_autocommit():
+            conn.close()
+        elif conn.settings_dict.get("CONN_MAX_AGE"):
+            conn.close_if_unusable_or_obsolete()
+        elif conn.errors_occurred and not conn.is_usable():
+            conn.close()

@@ -38,7 +38,7 @@ class WorkerProcess:
             self.proc.kill()
             out, _ = self.proc.communicate()
             self.output += out
-            raise AssertionError(f"worker did not exit within {timeout}s:\n{self.output}")
+            raise AssertionError(f"worker did not exit within {timeout}s:\n{self.output}") from None
         self.output += out
         return self.proc.returncode
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 from django.db import connection
@@ -27,6 +28,10 @@ def started_at(label: str) -> float:
     return float(row[0])
 
 
+def has_run(label: str) -> bool:
+    return run_counts(label) != {}
+
+
 def pickup_delays(count: int) -> list[float]:
     """Enqueue jobs one at a time into an idle worker; seconds from commit to start."""
     delays = []
@@ -35,7 +40,7 @@ def pickup_delays(count: int) -> list[float]:
         label = f"pickup-{n}"
         mark.enqueue(label)  # autocommit: this returns after the commit
         committed = time.time()
-        wait_for(lambda label=label: run_counts(label) != {}, 10, f"{label} to start")
+        wait_for(partial(has_run, label), 10, f"{label} to start")
         delays.append(started_at(label) - committed)
     return delays
 

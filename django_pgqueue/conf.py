@@ -59,6 +59,9 @@ class Settings:
     LISTEN_NOTIFY: bool = True
     #: The NOTIFY channel.
     CHANNEL: str = "pgqueue_jobs"
+    #: Bind parameters server-side and prepare the queue's statements once per
+    #: connection. Turn off behind a pooler that cannot keep prepared statements.
+    PREPARE: bool = True
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -90,7 +93,7 @@ def _check(key: str, value: Any) -> None:
     elif key == "BACKOFF_JITTER":
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
             raise _fail(key, value, "a fraction between 0 and 1")
-    elif key == "LISTEN_NOTIFY":
+    elif key in {"LISTEN_NOTIFY", "PREPARE"}:
         if not isinstance(value, bool):
             raise _fail(key, value, "True or False")
     elif key == "QUEUES":

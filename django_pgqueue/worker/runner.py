@@ -28,6 +28,9 @@ from django_pgqueue.worker.pool import JobPool, Outcome
 logger = logging.getLogger("django_pgqueue")
 
 FIRST_IDLE_WAIT = 0.05
+#: How long a freed slot may wait for others before it is refilled on its own:
+#: short jobs free slots one by one, and a claim per slot would be a round trip per job.
+REFILL_WINDOW = 0.005
 
 
 class JobTimeout(Exception):
@@ -53,6 +56,7 @@ class Worker:
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._held: dict[int, Held] = {}
+        self._busy = 0  # jobs running on a pool thread, timed-out ones included
         self.claimed = self.succeeded = self.buried = 0
         self._window_start, self._window_done = time.monotonic(), 0
         self.completer = Completer(config.worker_id, config.database, self._recorded)
@@ -98,13 +102,13 @@ class Worker:
 
     # -- the claim loop -----------------------------------------------------------
 
-    def _free_slots(self) -> int:
-        with self._lock:
-            busy = sum(1 for h in self._held.values() if h.running)
+    def _free_slots(self) -> tuple[int, int]:
+        """(slots free to claim for, jobs running now)."""
+        busy = self._busy
         free = self.config.concurrency - busy
         if self.config.max_jobs is not None:
             free = min(free, self.config.max_jobs - self.claimed)
-        return free
+        return free, busy
 
     def _own_work_left(self) -> bool:
         with self._lock:
@@ -114,9 +118,11 @@ class Worker:
         c = self.config
         idle_wait = FIRST_IDLE_WAIT
         backoff = Backoff()
+        refill_from: float | None = None
+        min_batch = max(1, c.concurrency // 2)
         while not self.stopping.is_set():
             self._wake.clear()
-            free = self._free_slots()
+            free, busy = self._free_slots()
             if c.max_jobs is not None and self.claimed >= c.max_jobs:
                 if not self._own_work_left():
                     return
@@ -125,6 +131,14 @@ class Worker:
             if free <= 0:
                 self._wake.wait(c.poll_interval)  # a finishing job sets wake
                 continue
+            if free < min_batch and busy:
+                # Let a few more slots free up so the claim stays a batch.
+                now = time.monotonic()
+                refill_from = refill_from or now
+                if now - refill_from < REFILL_WINDOW:
+                    self._wake.wait(REFILL_WINDOW - (now - refill_from))
+                    continue
+            refill_from = None
             try:
                 jobs = Job.objects.claim(c.worker_id, limit=free, queues=c.queues,
                                          lease=c.lease, using=c.database)
@@ -153,6 +167,7 @@ class Worker:
             for job in jobs:
                 self._held[job.id] = Held(job, now)
             self.claimed += len(jobs)
+            self._busy += len(jobs)
         for job in jobs:
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("job %s %s attempt %s claimed", job.id, job.task, job.attempt)
@@ -162,6 +177,7 @@ class Worker:
 
     def _job_done(self, job: ClaimedJob, outcome: Outcome) -> None:
         with self._lock:
+            self._busy -= 1
             held = self._held.get(job.id)
             if held is not None:
                 held.running = False

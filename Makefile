@@ -6,13 +6,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test test-fast lint demo admin bench docs clean
+.PHONY: help venv test test-fast lint demo lab admin bench docs clean
 
 help:
 	@echo "make demo   run the example project's queue end to end"
 	@echo "make test   run the whole test suite (ruff, mypy, pytest)"
 	@echo "make lint   ruff and mypy only"
 	@echo "make admin  serve the example project's admin (admin/admin)"
+	@echo "make lab    the design article's lab through the Python API"
 
 $(PY):
 	@py=""; \
@@ -42,7 +43,14 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 demo: $(STAMP)
+	$(PY) -m devtools.demo
+
+lab: $(STAMP)
 	$(PY) -m devtools.lab
+
+admin: $(STAMP)
+	@echo "admin: http://127.0.0.1:8000/admin/ (admin / admin, local use only); Ctrl-C stops"
+	$(PY) manage.py runserver --noreload 127.0.0.1:8000
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

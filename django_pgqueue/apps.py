@@ -9,4 +9,12 @@ class PgQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from importlib.util import find_spec
+
         from django_pgqueue import checks  # noqa: F401  (registers the system checks)
+
+        # Workers run django.tasks Tasks (or the backport's) only when one is installed.
+        if find_spec("django.tasks") is not None or find_spec("django_tasks") is not None:
+            from django_pgqueue.backend.worker import register_task_kind
+
+            register_task_kind()

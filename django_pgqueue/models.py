@@ -68,10 +68,10 @@ class Job(models.Model):
         db_table = "pgqueue_job"
         ordering = ("-id",)
         # Operators' actions in the admin, granted separately from change_job.
-        permissions: ClassVar[list[tuple[str, str]]] = [
+        permissions = (
             ("retry_job", "Can retry jobs"),
             ("cancel_job", "Can cancel jobs"),
-        ]
+        )
         indexes: ClassVar[list[Any]] = [
             # Serves the claim exactly: only queued rows, in the claim's order.
             models.Index(

@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_pgqueue",
     "example_project.lab",
+    "example_project.shop",
 ]
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -56,11 +57,25 @@ TEMPLATES = [{
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-PGQUEUE = {"BACKOFF_BASE": 0.05, "BACKOFF_MAX": 1.0}
+# Django's Tasks framework, run by django-pgqueue.
+TASKS = {
+    "default": {
+        "BACKEND": "django_pgqueue.backend.PgQueueBackend",
+        "QUEUES": ["default", "emails", "payments", "reports"],
+        "OPTIONS": {"MAX_ATTEMPTS": 3},
+    },
+}
+
+# Short delays so the demo's retries happen within seconds; see docs/settings.md.
+PGQUEUE = {"BACKOFF_BASE": 0.2, "BACKOFF_MAX": 2.0, "LEASE": 10}
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_pgqueue": {"handlers": ["console"], "level": "WARNING"}},
+    "loggers": {
+        "django_pgqueue": {"handlers": ["console"], "level": "WARNING"},
+        # The demo's rollback view answers 409 on purpose.
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+    },
 }

@@ -1,4 +1,10 @@
 from django.contrib import admin
 from django.urls import path
 
-urlpatterns = [path("admin/", admin.site.urls)]
+from example_project.shop import views
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("orders/", views.create_order, name="create-order"),
+    path("orders/fail/", views.create_order_then_fail, name="create-order-fail"),
+]

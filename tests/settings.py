@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib.util import find_spec
+
 import environ
 
 from devtools.embedded_pg import database_url
@@ -26,6 +28,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_pgqueue",
     "tests.testapp",
+    "example_project.shop",  # the example's views and tasks are tested too
 ]
 
 MIDDLEWARE = [
@@ -50,6 +53,17 @@ STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 PGQUEUE = {"BACKOFF_BASE": 0.05, "BACKOFF_MAX": 0.2, "LEASE": 30}
+
+# Django's Tasks framework on our backend (tests/*/test_backend*.py). On Django 5.2
+# the django-tasks backport provides the framework, and its app must be installed.
+TASKS = {
+    "default": {
+        "BACKEND": "django_pgqueue.backend.PgQueueBackend",
+        "QUEUES": ["default", "queue_1", "emails", "payments", "reports"],
+    },
+}
+if find_spec("django.tasks") is None and find_spec("django_tasks") is not None:
+    INSTALLED_APPS.append("django_tasks")
 
 LOGGING = {
     "version": 1,

@@ -12,6 +12,6 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AlterModelOptions(
             name='job',
-            options={'ordering': ('-id',), 'permissions': [('retry_job', 'Can retry jobs'), ('cancel_job', 'Can cancel jobs')]},
+            options={'ordering': ('-id',), 'permissions': (('retry_job', 'Can retry jobs'), ('cancel_job', 'Can cancel jobs'))},
         ),
     ]

@@ -91,7 +91,7 @@ def execute(job: ClaimedJob) -> Success | Failure:
         return failure(job, exc, final=True, trace="")
     try:
         result = runnable(job)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a task's sys.exit() fails the job, not the thread
         logger.info("job %s (%s) failed on attempt %s: %s", job.id, job.task, job.attempt,
                     _class_path(exc))
         return failure(job, exc)

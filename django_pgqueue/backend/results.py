@@ -1,0 +1,118 @@
+"""Job rows read back as Tasks-framework TaskResults."""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from django_pgqueue import registry
+from django_pgqueue.backend.compat import (
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+)
+from django_pgqueue.backend.task import PgQueueTask
+from django_pgqueue.exceptions import UnknownTask
+
+if TYPE_CHECKING:
+    from django_pgqueue.models import Job
+
+#: A pending retry is queued, which Django calls READY ("ready to be executed again").
+STATUSES = {
+    "queued": TaskResultStatus.READY,
+    "running": TaskResultStatus.RUNNING,
+    "done": TaskResultStatus.SUCCESSFUL,
+    "dead": TaskResultStatus.FAILED,
+}
+MAX_JOB_ID = 2**63 - 1  # bigint
+
+
+def parse_id(result_id: object) -> int | None:
+    """The job id in ``result_id`` (canonical decimal), or None if it cannot be one."""
+    if isinstance(result_id, int) and not isinstance(result_id, bool):
+        job_id = result_id
+    elif isinstance(result_id, str) and result_id.isascii() and result_id.isdigit():
+        job_id = int(result_id)
+        if str(job_id) != result_id:  # "007" would read job 7 under another id
+            return None
+    else:
+        return None
+    return job_id if 0 < job_id <= MAX_JOB_ID else None
+
+
+def load_job(result_id: object, database: str) -> Job:
+    """The job a result id names, or TaskResultDoesNotExist (also for malformed ids)."""
+    from django_pgqueue.models import Job
+
+    job_id = parse_id(result_id)
+    job = None if job_id is None else Job.objects.using(database).filter(id=job_id).first()
+    if job is None:
+        raise TaskResultDoesNotExist(result_id)
+    return job
+
+
+def module_task(job: Job) -> Task[Any, Any]:
+    """The Task object the job's path names, found as the worker would find it."""
+    try:
+        target = registry.resolve(job.task).target
+    except UnknownTask as exc:
+        raise TaskResultDoesNotExist(f"job {job.id}: {exc}") from None
+    if not isinstance(target, Task):
+        raise TaskResultDoesNotExist(
+            f"job {job.id} runs {job.task!r}, which is not a Tasks-framework Task")
+    return target
+
+
+def job_task(base: Task[Any, Any], job: Job, alias: str) -> Task[Any, Any]:
+    """``base`` with the options ``job`` was enqueued with.
+
+    The row keeps no separate "run after": ``run_at`` is when the job (or its
+    pending retry) may next run. A job enqueued to run at once gets the
+    transaction's ``now()``, which is not later than ``created_at``, so a
+    ``run_at`` that is not later than ``created_at`` reads back as ``None``.
+    """
+    changes: dict[str, Any] = {
+        "priority": job.priority, "queue_name": job.queue, "backend": alias,
+        "run_after": job.run_at if job.run_at > job.created_at else None,
+    }
+    if isinstance(base, PgQueueTask):
+        changes.update(max_attempts=job.max_attempts, unique_key=job.unique_key,
+                       concurrency_key=job.concurrency_key)
+    return dataclasses.replace(base, **changes)
+
+
+def task_error(entry: dict[str, Any]) -> TaskError:
+    """One entry of the job's error history as a TaskError.
+
+    The executor stores builtin exceptions by bare name (``ValueError``); Django
+    wants an importable path (``builtins.ValueError``). Names the queue itself
+    writes (``LeaseExpired``, ``WorkerShutdown``, ``Cancelled``) are kept as they are.
+    """
+    name = str(entry.get("exception") or "Exception")
+    if "." not in name and isinstance(getattr(builtins, name, None), type):
+        name = f"builtins.{name}"
+    trace = entry.get("traceback") or ""
+    if not trace:  # refusals and lease expiries record no traceback: keep the message
+        message = entry.get("message") or ""
+        trace = f"{name.rpartition('.')[2]}: {message}\n" if message else f"{name}\n"
+    return TaskError(exception_class_path=name, traceback=trace)
+
+
+def job_result(job: Job, alias: str, task: Task[Any, Any] | None = None) -> TaskResult[Any, Any]:
+    """The TaskResult of ``job`` as backend ``alias`` reports it."""
+    task = job_task(task if task is not None else module_task(job), job, alias)
+    result: TaskResult[Any, Any] = TaskResult(
+        task=task, id=str(job.id), status=STATUSES[job.status],
+        enqueued_at=job.created_at, started_at=job.started_at, finished_at=job.done_at,
+        last_attempted_at=job.attempted_at, args=job.args, kwargs=job.kwargs, backend=alias,
+        errors=[task_error(entry) for entry in job.errors or []],
+        worker_ids=[str(worker) for worker in job.worker_ids or []],
+    )
+    if job.status == "done":
+        # A frozen dataclass field with init=False: set it the way Django's own
+        # backends do.
+        object.__setattr__(result, "_return_value", job.result)
+    return result

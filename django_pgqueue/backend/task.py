@@ -1,0 +1,108 @@
+"""django-pgqueue's own options on a Tasks-framework Task, and the context it passes.
+
+``PgQueueTask`` is the ``task_class`` of :class:`~django_pgqueue.backend.PgQueueBackend`,
+so ``@task`` builds one for every task on a pgqueue backend, and its ``using()``
+takes ``max_attempts``, ``unique_key`` and ``concurrency_key`` beside Django's four.
+:func:`options` sets the same three on any Task, whatever its backend class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
+
+from django_pgqueue.backend.compat import InvalidTask, Task, TaskContext
+
+if TYPE_CHECKING:
+    # django-stubs makes Task and TaskContext generic; at run time they are not. (A
+    # PEP 695 `type` alias cannot be a base class, hence TypeAlias.)
+    _TaskBase: TypeAlias = Task[Any, Any]  # noqa: UP040
+    _ContextBase: TypeAlias = TaskContext[Any, Any]  # noqa: UP040
+else:
+    _TaskBase = Task
+    _ContextBase = TaskContext
+
+EXTRAS = ("max_attempts", "unique_key", "concurrency_key")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PgQueueTask(_TaskBase):
+    """A Task that also carries django-pgqueue's delivery options.
+
+    ``None`` means the default: ``OPTIONS["MAX_ATTEMPTS"]`` of the backend (else
+    ``PGQUEUE["MAX_ATTEMPTS"]``), no unique key, no concurrency key. The options do
+    not take part in equality: they describe how a run is delivered, and a task
+    read back from the queue (with its defaults filled in) must still equal the
+    task that was enqueued.
+    """
+
+    max_attempts: int | None = dataclasses.field(default=None, compare=False)
+    unique_key: str | None = dataclasses.field(default=None, compare=False)
+    concurrency_key: str | None = dataclasses.field(default=None, compare=False)
+
+    def using(self, *, priority: int | None = None, queue_name: str | None = None,
+              run_after: datetime | None = None, backend: str | None = None,
+              max_attempts: int | None = None, unique_key: str | None = None,
+              concurrency_key: str | None = None) -> PgQueueTask:
+        """A copy with other options; ``None`` keeps the current value (as in Django)."""
+        changes: dict[str, Any] = {
+            "priority": priority, "queue_name": queue_name, "run_after": run_after,
+            "backend": backend, "max_attempts": max_attempts, "unique_key": unique_key,
+            "concurrency_key": concurrency_key,
+        }
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def options[T: _TaskBase](task: T, *, max_attempts: int | None = None,
+                          unique_key: str | None = None,
+                          concurrency_key: str | None = None) -> T:
+    """``task`` with django-pgqueue's delivery options set.
+
+    The typed spelling of ``task.using(max_attempts=..., unique_key=...,
+    concurrency_key=...)``, and it works on a Task of any backend class: one
+    declared while ``TASKS`` pointed at Django's DummyBackend (as in a project's
+    tests) becomes a :class:`PgQueueTask`, and backends other than ours ignore the
+    options.
+    """
+    ours = task if isinstance(task, PgQueueTask) else PgQueueTask(
+        **{f.name: getattr(task, f.name) for f in dataclasses.fields(task)})
+    return cast(T, ours.using(max_attempts=max_attempts, unique_key=unique_key,
+                              concurrency_key=concurrency_key))
+
+
+def validate_extras(task: Any) -> None:
+    """Raise InvalidTask if ``task`` carries a delivery option the queue would refuse."""
+    max_attempts = getattr(task, "max_attempts", None)
+    if max_attempts is not None and (isinstance(max_attempts, bool)
+                                     or not isinstance(max_attempts, int) or max_attempts < 1):
+        raise InvalidTask(f"max_attempts {max_attempts!r} must be a whole number of at least 1.")
+    for name in ("unique_key", "concurrency_key"):
+        key = getattr(task, name, None)
+        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+            raise InvalidTask(f"{name} {key!r} must be a non-empty string of at most 255 "
+                              "characters.")
+
+
+# django-stubs declares TaskContext without frozen=True; Django's is frozen.
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PgQueueTaskContext(_ContextBase):  # type: ignore[misc]
+    """The TaskContext a ``takes_context`` task receives from a pgqueue worker.
+
+    ``attempt`` is the attempt that counts against ``max_attempts`` (1 on the first
+    run). It can be lower than ``task_result.attempts``, which counts every worker
+    that claimed the job, including runs given back at shutdown or before an
+    operator's retry.
+    """
+
+    job_attempt: int
+    max_attempts: int
+
+    @property
+    def attempt(self) -> int:
+        return self.job_attempt
+
+    @property
+    def is_last_attempt(self) -> bool:
+        """True when a failure of this run buries the job rather than retrying it."""
+        return self.job_attempt >= self.max_attempts

@@ -1,0 +1,128 @@
+"""How a django-pgqueue worker runs a Tasks-framework Task.
+
+:func:`register_task_kind` (called from the app's ``ready()``) lets the worker's
+registry accept module attributes that are Tasks; :func:`invoke` then runs one
+claimed job: ``task_started``, the call (with a context if the task takes one,
+through ``async_to_sync`` if it is a coroutine function), ``task_finished``. The
+executor records the outcome; the signals only report it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from django.dispatch import Signal
+from django.utils import timezone
+
+from django_pgqueue import conf, registry
+from django_pgqueue.backend.compat import (
+    BaseTaskBackend,
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+    normalize_json,
+    task_backends,
+    task_finished,
+    task_started,
+)
+from django_pgqueue.backend.core import PgQueueBackend
+from django_pgqueue.backend.results import job_result, load_job
+from django_pgqueue.backend.task import PgQueueTaskContext
+from django_pgqueue.exceptions import InvalidJobArguments
+from django_pgqueue.jsonargs import dumps
+
+if TYPE_CHECKING:
+    from django_pgqueue.queue import ClaimedJob
+
+logger = logging.getLogger("django_pgqueue")
+
+
+def register_task_kind() -> None:
+    """Let the worker run Tasks-framework Tasks (idempotent)."""
+    registry.register_kind(is_task, invoke)
+
+
+def is_task(obj: object) -> bool:
+    """True for a Tasks-framework Task (of Django, or of the backport in use)."""
+    return isinstance(obj, Task)
+
+
+def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
+    """Run ``job`` with ``task`` in this thread; return its value or raise its exception.
+
+    A value that is not JSON is returned all the same: the executor refuses it and
+    buries the job at once, where raising would retry it and run the task's side
+    effects again. ``task_finished`` reports it FAILED either way.
+    """
+    backend = _backend_for(task)
+    result = job_result(load_job(job.id, conf.get().DATABASE), backend.alias, task)
+    # This worker holds the lease: whatever another reader saw, the run is ours.
+    object.__setattr__(result, "status", TaskResultStatus.RUNNING)
+    _send(task_started, backend, result)
+    try:
+        if task.takes_context:
+            context = PgQueueTaskContext(task_result=result, job_attempt=job.attempt,
+                                         max_attempts=job.max_attempts)
+            value = task.call(context, *job.args, **job.kwargs)
+        else:
+            value = task.call(*job.args, **job.kwargs)
+    except KeyboardInterrupt:
+        raise  # as in Django's ImmediateBackend: an interrupt is not the task failing
+    except BaseException as exc:
+        _finished(backend, result, exc)  # inside except: the log receiver sees exc_info
+        raise
+    # As Django does: tuples become lists, bytes str. A value it cannot normalise is
+    # left as it is, for dumps() to name the offending part.
+    with contextlib.suppress(TypeError, ValueError):
+        value = normalize_json(value)
+    try:
+        dumps(value, "the return value")
+    except InvalidJobArguments as exc:
+        _finished(backend, result, exc)
+        return value
+    object.__setattr__(result, "_return_value", value)
+    _finished(backend, result, None)
+    return value
+
+
+def _backend_for(task: Task[Any, Any]) -> BaseTaskBackend:
+    """The pgqueue backend the run is reported under.
+
+    Normally the task's own alias. A task declared on another backend and sent
+    here with ``using(backend=...)`` is reported under the first pgqueue alias.
+    """
+    backend = task_backends[task.backend]
+    if isinstance(backend, PgQueueBackend):
+        return backend
+    for alias in task_backends.settings:
+        candidate = task_backends[alias]
+        if isinstance(candidate, PgQueueBackend):
+            return candidate
+    return backend
+
+
+def _finished(backend: BaseTaskBackend, result: TaskResult[Any, Any],
+              exc: BaseException | None) -> None:
+    object.__setattr__(result, "finished_at", timezone.now())
+    if exc is None:
+        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    else:
+        cls = type(exc)
+        result.errors.append(TaskError(exception_class_path=f"{cls.__module__}.{cls.__qualname__}",
+                                       traceback="".join(traceback.format_exception(exc))))
+        object.__setattr__(result, "status", TaskResultStatus.FAILED)
+    _send(task_finished, backend, result)
+
+
+def _send(signal: Signal, backend: BaseTaskBackend, result: TaskResult[Any, Any]) -> None:
+    # A receiver's error must not change what happened to the job: a raising
+    # task_finished receiver would otherwise turn a finished run into a retry
+    # that runs the task again.
+    for receiver, response in signal.send_robust(type(backend), task_result=result):
+        if isinstance(response, Exception):
+            logger.error("job %s: signal receiver %r raised", result.id, receiver,
+                         exc_info=response)

@@ -1,0 +1,222 @@
+"""The Tasks backend's enqueue and get_result on PostgreSQL.
+
+Mirrors the contract Django's tests/tasks and django-tasks-db's backend tests
+check: READY results, transactional enqueue, signals, round trips, missing ids.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import connection, transaction
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+pytest.importorskip("django_pgqueue.backend", reason="needs django.tasks or the backport",
+                    exc_type=ImportError)
+
+from django_pgqueue.backend import options
+from django_pgqueue.backend.compat import (
+    InvalidTask,
+    Task,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultMismatch,
+    TaskResultStatus,
+    task_backends,
+    task_enqueued,
+)
+from django_pgqueue.models import Job
+from tests.testapp import djtasks
+from tests.testapp.djtasks import pgq
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def enqueued() -> Iterator[list[tuple[type, TaskResult[Any, Any]]]]:
+    """Every (sender, task_result) task_enqueued sends during the test."""
+    received: list[tuple[type, TaskResult[Any, Any]]] = []
+
+    def receiver(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
+        received.append((sender, task_result))
+
+    task_enqueued.connect(receiver)
+    yield received
+    task_enqueued.disconnect(receiver)
+
+
+@pytest.mark.parametrize("task", [djtasks.noop_task, djtasks.noop_task_async])
+def test_enqueue_inserts_one_job_and_returns_it_ready(
+        task: Any, enqueued: list[tuple[type, TaskResult[Any, Any]]]) -> None:
+    with CaptureQueriesContext(connection) as queries:
+        result = task.enqueue(1, two=3)
+    assert len(queries) == 1  # one INSERT ... RETURNING, nothing else
+    job = Job.objects.get()
+    assert result.id == str(job.id)
+    assert (result.status, result.task, result.args, result.kwargs, result.backend) == (
+        TaskResultStatus.READY, task, [1], {"two": 3}, "default")
+    assert result.enqueued_at == job.created_at
+    assert (result.started_at, result.finished_at, result.last_attempted_at) == (None,) * 3
+    assert (result.errors, result.worker_ids, result.attempts, result.is_finished) == (
+        [], [], 0, False)
+    with pytest.raises(ValueError, match="Task has not finished yet"):
+        _ = result.return_value
+    assert (job.task, job.args, job.kwargs, job.queue, job.priority, job.max_attempts) == (
+        task.module_path, [1], {"two": 3}, "default", 0, 3)
+    assert enqueued == [(type(task_backends["default"]), result)]
+
+
+def test_aenqueue_inserts_one_job() -> None:
+    result = async_to_sync(djtasks.calculate_meaning_of_life.aenqueue)()
+    assert result.status == TaskResultStatus.READY
+    assert [str(pk) for pk in Job.objects.values_list("id", flat=True)] == [result.id]
+
+
+def test_priority_queue_and_run_after_become_the_jobs_columns() -> None:
+    when = (timezone.now() + dt.timedelta(hours=1)).replace(microsecond=0)
+    result = djtasks.noop_task.using(priority=-7, queue_name="queue_1",
+                                     run_after=when).enqueue()
+    job = Job.objects.get(pk=result.id)
+    assert (job.priority, job.queue, job.run_at) == (-7, "queue_1", when)
+    assert djtasks.noop_task.get_result(result.id) == result
+    assert Job.objects.claim("w") == []  # not before run_after
+
+
+def test_a_rolled_back_block_leaves_no_job() -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        djtasks.noop_task.enqueue()
+        assert Job.objects.count() == 1
+        raise RuntimeError("the request failed")
+    assert Job.objects.count() == 0
+
+
+def test_the_job_is_invisible_to_workers_until_the_caller_commits(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as other, transaction.atomic():
+        result = djtasks.noop_task.enqueue()
+        assert result.enqueued_at is not None
+        assert other.execute("SELECT count(*) FROM pgqueue_job").fetchone() == (0,)
+    with psycopg.connect(db_url, autocommit=True) as other:
+        assert other.execute("SELECT id FROM pgqueue_job").fetchone() == (int(result.id),)
+
+
+def test_arguments_that_are_not_json_write_nothing(
+        enqueued: list[tuple[type, TaskResult[Any, Any]]]) -> None:
+    with pytest.raises(TypeError, match="Unsupported type"):
+        djtasks.noop_task.enqueue(dt.datetime.now(tz=dt.UTC))
+    with pytest.raises(TypeError, match="Unsupported type"):
+        async_to_sync(djtasks.noop_task.aenqueue)(when=object())
+    with pytest.raises(TypeError, match=r"args\[0\] is builtins.float nan, which is not JSON"):
+        djtasks.noop_task.enqueue(float("nan"))
+    assert (Job.objects.count(), enqueued) == (0, [])
+
+
+def test_bytes_and_tuples_are_normalised_as_django_does() -> None:
+    result = djtasks.noop_task.enqueue(b"abc", (1, 2), k=(3,))
+    assert (result.args, result.kwargs) == (["abc", [1, 2]], {"k": [3]})
+    assert Job.objects.values_list("args", "kwargs").get() == (["abc", [1, 2]], {"k": [3]})
+
+
+def test_the_task_is_validated_again_on_enqueue() -> None:
+    task = djtasks.noop_task.using(queue_name="queue_1")
+    with override_settings(TASKS={"default": {
+            "BACKEND": "django_pgqueue.backend.PgQueueBackend", "QUEUES": ["default"]}}):
+        with pytest.raises(InvalidTask, match="Queue 'queue_1' is not valid for backend"):
+            task.enqueue()
+        with pytest.raises(InvalidTask, match="Queue 'queue_1' is not valid for backend"):
+            async_to_sync(task.aenqueue)()
+    assert Job.objects.count() == 0
+
+
+def test_get_result_returns_what_enqueue_returned() -> None:
+    tasks: list[Task[..., Any]] = [
+        djtasks.noop_task, djtasks.on_queue_1,
+        options(djtasks.noop_task, max_attempts=9, unique_key="u", concurrency_key="c")]
+    for task in tasks:
+        result = task.enqueue(1, k="v")
+        with CaptureQueriesContext(connection) as queries:
+            assert task_backends["default"].get_result(result.id) == result
+        assert len(queries) == 1
+        assert async_to_sync(task.aget_result)(result.id) == result
+
+
+def test_a_job_enqueued_late_in_a_transaction_reads_back_equal() -> None:
+    with transaction.atomic():
+        Job.objects.count()  # the transaction, and so its now(), starts here
+        time.sleep(0.01)
+        enqueued = djtasks.noop_task.enqueue()
+        job = Job.objects.get()
+        assert job.run_at <= job.created_at  # now() is fixed when the transaction starts
+        assert task_backends["default"].get_result(enqueued.id) == enqueued
+    assert djtasks.noop_task.get_result(enqueued.id) == enqueued
+
+
+def test_refresh_of_an_unchanged_job_changes_nothing() -> None:
+    result = djtasks.noop_task.enqueue()
+    before = {name: getattr(result, name) for name in ("status", "enqueued_at", "errors",
+                                                       "worker_ids", "started_at")}
+    result.refresh()
+    async_to_sync(result.arefresh)()
+    assert {name: getattr(result, name) for name in before} == before
+
+
+def test_results_read_back_carry_the_jobs_options() -> None:
+    result = pgq(djtasks.noop_task).using(unique_key="u", concurrency_key="c").enqueue()
+    task = pgq(task_backends["default"].get_result(result.id).task)
+    assert (task.max_attempts, task.unique_key, task.concurrency_key) == (3, "u", "c")
+
+
+@pytest.mark.parametrize("result_id", ["123", "0", "007", "abc", "", "-1",
+                                       "99999999999999999999",
+                                       "12345678-1234-5678-1234-567812345678"])
+def test_unknown_and_malformed_ids_do_not_exist(result_id: str) -> None:
+    djtasks.noop_task.enqueue()
+    backend = task_backends["default"]
+    with pytest.raises(TaskResultDoesNotExist):
+        backend.get_result(result_id)
+    with pytest.raises(TaskResultDoesNotExist):
+        async_to_sync(backend.aget_result)(result_id)
+
+
+def test_a_result_of_another_task_does_not_match() -> None:
+    result = djtasks.noop_task.enqueue()
+    with pytest.raises(TaskResultMismatch, match="Task does not match"):
+        djtasks.calculate_meaning_of_life.get_result(result.id)
+    with pytest.raises(TaskResultMismatch, match="Task does not match"):
+        async_to_sync(djtasks.calculate_meaning_of_life.aget_result)(result.id)
+
+
+def test_a_job_that_is_not_a_tasks_framework_task_has_no_result() -> None:
+    from tests.testapp.tasks import add
+
+    job = add.enqueue(1, 2)
+    with pytest.raises(TaskResultDoesNotExist, match="which is not a Tasks-framework Task"):
+        task_backends["default"].get_result(str(job.id))
+
+
+def test_a_live_unique_key_returns_the_live_job_without_a_second_insert(
+        enqueued: list[tuple[type, TaskResult[Any, Any]]]) -> None:
+    keyed = options(djtasks.noop_task, unique_key="receipt:1")
+    first = keyed.enqueue(1)
+    second = keyed.enqueue(2)
+    assert second == first  # the live job's result: its arguments, not the new ones
+    assert second.args == [1]
+    assert Job.objects.count() == 1
+    assert len(enqueued) == 1  # nothing new was enqueued
+
+
+def test_max_attempts_comes_from_the_task_then_options_then_pgqueue() -> None:
+    tasks = {"default": {"BACKEND": "django_pgqueue.backend.PgQueueBackend",
+                         "QUEUES": ["default", "queue_1"], "OPTIONS": {"MAX_ATTEMPTS": 5}}}
+    djtasks.noop_task.enqueue()
+    with override_settings(TASKS=tasks):
+        djtasks.noop_task.enqueue()
+        pgq(djtasks.noop_task).using(max_attempts=1).enqueue()
+    assert list(Job.objects.order_by("id").values_list("max_attempts", flat=True)) == [3, 5, 1]

@@ -1,0 +1,89 @@
+"""Tasks declared with the Tasks framework's ``@task`` (``django.tasks``, or the
+backport on Django 5.2), run by our backend in tests/*/test_backend*.py.
+
+They mirror the tasks of Django's own ``tests/tasks/tasks.py``, plus a few that
+show what a pgqueue worker adds (attempts, retries).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_pgqueue.backend import PgQueueTask, PgQueueTaskContext
+from django_pgqueue.backend.compat import Task, TaskContext, task
+
+
+def pgq(declared: Task[Any, Any]) -> PgQueueTask:
+    """``declared`` as the PgQueueTask our backend made it: django-stubs types what
+    ``@task`` returns as a plain Task, which knows nothing of our options."""
+    assert isinstance(declared, PgQueueTask)
+    return declared
+
+
+@task
+def noop_task(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@task()
+async def noop_task_async(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@task
+def calculate_meaning_of_life() -> int:
+    return 42
+
+
+@task
+async def add_async(a: int, b: int) -> int:
+    return a + b
+
+
+@task
+def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Returns its arguments: tuples come back as lists, as in Django."""
+    return {"args": args, "kwargs": kwargs}
+
+
+@task
+def failing_task_value_error() -> None:
+    raise ValueError("This Task failed due to ValueError")
+
+
+@task
+def complex_exception() -> None:
+    raise ValueError(ValueError("This task failed"))
+
+
+@task
+def complex_return_value() -> Any:
+    return lambda: 42  # not JSON
+
+
+@task(queue_name="queue_1", priority=10)
+def on_queue_1() -> str:
+    return "queue_1"
+
+
+@task(takes_context=True)
+def get_task_id(context: TaskContext[Any, Any]) -> str:
+    return context.task_result.id
+
+
+@task(takes_context=True)
+def check_context(context: TaskContext[Any, Any], attempt: int) -> None:
+    assert isinstance(context, TaskContext)
+    assert context.attempt == attempt
+
+
+@task(takes_context=True)
+def fails_until(context: TaskContext[Any, Any], failures: int) -> dict[str, Any]:
+    """Fails on its first ``failures`` attempts; reports what the context said."""
+    assert isinstance(context, PgQueueTaskContext)  # what a pgqueue worker passes
+    if context.attempt <= failures:
+        raise RuntimeError(f"planned failure on attempt {context.attempt}")
+    return {"attempt": context.attempt, "max_attempts": context.max_attempts,
+            "is_last_attempt": context.is_last_attempt,
+            "worker_ids": context.task_result.worker_ids,
+            "errors": [e.exception_class_path for e in context.task_result.errors]}

@@ -85,6 +85,12 @@ class Job(models.Model):
                 name="pgqueue_job_leases",
                 condition=Q(status=JobStatus.RUNNING),
             ),
+            # The admin's "dead" filter, newest first, without reading every row.
+            models.Index(
+                models.F("id").desc(),
+                name="pgqueue_job_dead",
+                condition=Q(status=JobStatus.DEAD),
+            ),
             # Pruning and the admin's "finished" views read finished rows by age.
             models.Index(
                 fields=["done_at"],

@@ -1,0 +1,18 @@
+"""The Django admin for jobs: ``JobAdmin``, registered for ``Job`` on the default site.
+
+A project with its own admin site registers it there instead::
+
+    from django_pgqueue.admin import JobAdmin
+    my_site.register(Job, JobAdmin)
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from django_pgqueue.admin.job import JobAdmin
+from django_pgqueue.models import Job
+
+__all__ = ["JobAdmin"]
+
+admin.site.register(Job, JobAdmin)

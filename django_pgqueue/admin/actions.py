@@ -1,0 +1,115 @@
+"""The job admin's actions: retry, cancel and delete, each through the manager.
+
+Every action changes only the rows the queue's rules allow, says how many it
+changed, names the ones it skipped with their status, and writes one admin log
+entry per changed job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any, cast
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ActionForm
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from django_pgqueue.models import Job
+from django_pgqueue.queue import FINISHED
+
+#: Skipped ids named in a message; a longer list only adds "and N more".
+NAMED_SKIPS = 10
+
+
+class JobActionForm(ActionForm):
+    """The action bar, with the reason a cancel records on the job."""
+
+    reason = forms.CharField(required=False, max_length=200, label="Reason (for cancel):")
+
+
+def jobs(count: int) -> str:
+    return f"{count} job" if count == 1 else f"{count} jobs"
+
+
+def describe_skipped(ids: Collection[int]) -> str:
+    """``#7 running, #9 done`` for the first few skipped ids, with how many more."""
+    rows = Job.objects.filter(pk__in=ids).order_by("id").values_list("id", "status")
+    named = ", ".join(f"#{pk} {status}" for pk, status in rows[:NAMED_SKIPS])
+    more = len(ids) - NAMED_SKIPS
+    return f"{named} and {more} more" if more > 0 else named
+
+
+def report(model_admin: admin.ModelAdmin[Any], request: HttpRequest, done: str, changed: int,
+           skipped: Collection[int], why: str) -> None:
+    """One success message for the changed rows, one warning naming the skipped ones."""
+    if changed:
+        model_admin.message_user(request, done, messages.SUCCESS)
+    if skipped:
+        model_admin.message_user(
+            request, f"Skipped {jobs(len(skipped))} {why}: {describe_skipped(skipped)}.",
+            messages.WARNING,
+        )
+
+
+def log_change(request: HttpRequest, ids: Collection[int], message: str) -> None:
+    """One CHANGE log entry per job, written in one statement."""
+    if ids:
+        LogEntry.objects.log_actions(
+            # The admin only runs actions for a logged-in staff user, so pk is set.
+            user_id=cast(int, request.user.pk), action_flag=CHANGE, change_message=message,
+            queryset=Job.objects.filter(pk__in=ids).only("id", "task", "status").order_by("id"),
+        )
+
+
+def selected_ids(queryset: QuerySet[Job]) -> list[int]:
+    return list(queryset.order_by().values_list("id", flat=True))
+
+
+@admin.action(permissions=["retry"], description="Retry selected jobs now")
+def retry_jobs(model_admin: admin.ModelAdmin[Any], request: HttpRequest,
+               queryset: QuerySet[Job]) -> None:
+    """Dead jobs, and queued ones waiting for a later run_at, run again now."""
+    ids = selected_ids(queryset)
+    with transaction.atomic():
+        retried = Job.objects.retry(ids)
+        log_change(request, retried, "Retried: queued now, attempts reset.")
+    report(model_admin, request,
+           f"Retried {jobs(len(retried))}: queued now, attempts reset.",
+           len(retried), sorted(set(ids) - set(retried)),
+           "that cannot be retried (only dead jobs, and queued jobs waiting for a later "
+           "run_at, can be; a dead job whose unique_key is live again cannot)")
+
+
+@admin.action(permissions=["cancel"], description="Cancel selected queued jobs")
+def cancel_jobs(model_admin: admin.ModelAdmin[Any], request: HttpRequest,
+                queryset: QuerySet[Job]) -> None:
+    """Queued jobs leave the queue as dead, with the operator's reason and name."""
+    given = request.POST.get("reason", "").strip() or "no reason given"
+    reason = f"{given} (by {request.user.get_username()} in the admin)"
+    ids = selected_ids(queryset)
+    with transaction.atomic():
+        cancelled = Job.objects.cancel(ids, reason=reason)
+        log_change(request, cancelled, f"Cancelled: {reason}")
+    report(model_admin, request, f"Cancelled {jobs(len(cancelled))}: {reason}.",
+           len(cancelled), sorted(set(ids) - set(cancelled)), "that were not queued")
+
+
+@admin.action(permissions=["delete"], description="Delete selected finished jobs")
+def delete_finished_jobs(model_admin: admin.ModelAdmin[Any], request: HttpRequest,
+                         queryset: QuerySet[Job]) -> None:
+    """Done and dead jobs are deleted; queued and running ones are left alone."""
+    ids = selected_ids(queryset)
+    with transaction.atomic():
+        # Lock the finished rows first, so that a job retried meanwhile is neither
+        # logged nor deleted; log before deleting, as log_deletions requires.
+        deleted = set(Job.objects.select_for_update().filter(pk__in=ids, status__in=FINISHED)
+                      .values_list("id", flat=True))
+        finished = Job.objects.filter(pk__in=deleted).only("id", "task", "status").order_by("id")
+        model_admin.log_deletions(request, finished)
+        finished.delete()
+    report(model_admin, request, f"Deleted {jobs(len(deleted))}.", len(deleted),
+           sorted(set(ids) - deleted), "that were not finished (only done and dead jobs can be)")

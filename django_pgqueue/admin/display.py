@@ -1,0 +1,75 @@
+"""Formatting for the job admin: short durations, relative times and JSON.
+
+Pure functions of their arguments (``now`` is passed in), so the changelist
+computes one ``now`` per page and the tests can pin it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+_UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+
+
+def duration(seconds: float) -> str:
+    """A short human duration with at most two units: ``45 s``, ``3 min 20 s``, ``2 d 4 h``."""
+    left = max(0, int(seconds))
+    parts: list[str] = []
+    for unit, size in _UNITS:
+        if left >= size or (unit == "s" and not parts):
+            parts.append(f"{left // size} {unit}")
+            left %= size
+        elif parts:
+            break  # "2 h 0 min 5 s" reads worse than "2 h"
+        if len(parts) == 2:
+            break
+    return " ".join(parts)
+
+
+def run_at_note(status: str, run_at: dt.datetime | None, now: dt.datetime) -> str:
+    """How far away a queued job's run_at is, or how long it has been overdue.
+
+    Only queued jobs get a note: for the others run_at is history, and an
+    "overdue" on a done job would send an operator chasing nothing.
+    """
+    if status != "queued" or run_at is None:
+        return ""
+    seconds = (run_at - now).total_seconds()
+    return f"in {duration(seconds)}" if seconds > 0 else f"overdue {duration(-seconds)}"
+
+
+def excerpt(text: str, limit: int = 80) -> str:
+    """The first line of ``text``, cut to ``limit`` characters with an ellipsis."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "\u2026"
+
+
+def pretty_json(value: Any) -> SafeString:
+    """``value`` as indented JSON in a ``<pre>`` (escaped: arguments are user data)."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return format_html('<pre class="pgqueue-pre">{}</pre>', text)
+
+
+def error_history(errors: list[dict[str, Any]] | None) -> SafeString:
+    """Every recorded failure, oldest first, each with its traceback."""
+    if not errors:
+        return format_html("<p>{}</p>", "No errors recorded.")
+    return format_html_join(
+        "",
+        '<div class="pgqueue-error"><p><strong>Attempt {}</strong> at {}: '
+        "<code>{}: {}</code></p>{}</div>",
+        (
+            (
+                entry.get("attempt", "?"), entry.get("at", "?"),
+                entry.get("exception", "?"), entry.get("message", ""),
+                format_html('<pre class="pgqueue-pre pgqueue-traceback">{}</pre>',
+                            entry["traceback"]) if entry.get("traceback") else "",
+            )
+            for entry in errors
+        ),
+    )

@@ -1,0 +1,179 @@
+"""The Job admin: a read-only view of the queue, with retry, cancel and delete.
+
+Nothing here writes a job row except through ``Job.objects`` (the actions);
+the job page is read-only for everyone, superusers included, because an edited
+status or lease would bypass the state machine the queue relies on.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from django_pgqueue.admin import actions, display
+from django_pgqueue.admin.changelist import (
+    CappedPaginator,
+    JobChangeList,
+    QueueFilter,
+    TaskFilter,
+    request_stats,
+)
+from django_pgqueue.admin.summary import summarise
+from django_pgqueue.models import Job
+from django_pgqueue.queue import FINISHED
+
+#: A search term that names one job: ``123`` or ``#123`` (bigint range, ASCII digits).
+JOB_ID = re.compile(r"#?([0-9]{1,18})")
+
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[Job]
+else:  # ModelAdmin is generic only in django-stubs, not at runtime.
+    _ModelAdmin = admin.ModelAdmin
+
+
+class JobAdmin(_ModelAdmin):
+    list_display = ("id", "task", "queue", "status_badge", "attempts_of_max", "run_at_display",
+                    "age", "error_excerpt")
+    list_display_links = ("id", "task")
+    list_filter = ("status", QueueFilter, TaskFilter)
+    # A number is looked up as an id alone (get_search_results); other terms match
+    # part of the task path or a whole unique_key ("=" would compare UPPER() texts).
+    search_fields = ("task", "unique_key__exact")
+    search_help_text = "A job id (123 or #123), part of a task path, or an exact unique_key."
+    ordering = ("-id",)
+    # Sorting by any other column would sort the whole table on every page.
+    sortable_by = ("id",)
+    list_per_page = 50
+    show_full_result_count = False
+    # Facet counts run one COUNT per filter choice over the whole table.
+    show_facets = admin.ShowFacets.NEVER
+    paginator = CappedPaginator
+    action_form = actions.JobActionForm
+    actions = (actions.retry_jobs, actions.cancel_jobs, actions.delete_finished_jobs)
+    fieldsets = (
+        (None, {"fields": ("id", "task", "queue", "priority", "status", "attempts_of_max",
+                           "unique_key", "concurrency_key")}),
+        ("Timing", {"fields": ("created_at", "run_at_display", "started_at", "attempted_at",
+                               "done_at")}),
+        ("Lease", {"fields": ("locked_until", "lease_left", "locked_by", "worker_list")}),
+        ("Call", {"fields": ("args_json", "kwargs_json", "result_json")}),
+        ("Errors", {"fields": ("last_error", "error_history")}),
+    )
+    readonly_fields = ("attempts_of_max", "run_at_display", "lease_left", "worker_list",
+                       "args_json", "kwargs_json", "result_json", "error_history")
+
+    # -- permissions -------------------------------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # jobs are enqueued by code, in the caller's transaction
+
+    def has_change_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        return False  # the page is read-only; jobs change only through the actions
+
+    def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        # Deleting a queued or running job would lose work silently.
+        return super().has_delete_permission(request, obj) and (
+            obj is None or obj.status in FINISHED)
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.retry_job")
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.cancel_job")
+
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        # action_location exists from Django 6.1, which warns about an override without it.
+        found = (super().get_actions(request) if action_location is None
+                 else super().get_actions(request, action_location))
+        # The site-wide "delete selected" would delete running jobs too; ours skips them.
+        found.pop("delete_selected", None)
+        return found
+
+    # -- the changelist --------------------------------------------------------------
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
+
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        response = super().changelist_view(request, extra_context)
+        if isinstance(response, TemplateResponse) and response.context_data is not None:
+            # Added after the changelist ran, so the queue filter's stats() is reused.
+            response.context_data["queue_summary"] = summarise(request_stats(request))
+        return response
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job],
+                           search_term: str) -> tuple[QuerySet[Job], bool]:
+        # "id = n OR task ILIKE ..." would scan the table; an id is found on the key.
+        match = JOB_ID.fullmatch(search_term.strip())
+        if match:
+            return queryset.filter(pk=int(match[1])), False
+        return super().get_search_results(request, queryset, search_term)
+
+    @admin.display(description="status")
+    def status_badge(self, obj: Job) -> SafeString:
+        return format_html('<span class="pgqueue-status pgqueue-{}">{}</span>',
+                           obj.status, obj.status)
+
+    @admin.display(description="attempts")
+    def attempts_of_max(self, obj: Job) -> str:
+        return f"{obj.attempts} of {obj.max_attempts}"
+
+    @admin.display(description="run at")
+    def run_at_display(self, obj: Job) -> SafeString:
+        note = display.run_at_note(obj.status, obj.run_at, timezone.now())
+        when = timezone.localtime(obj.run_at).strftime("%Y-%m-%d %H:%M:%S")
+        overdue = note.startswith("overdue")
+        return format_html('{} <span class="pgqueue-note{}">{}</span>', when,
+                           " pgqueue-overdue" if overdue else "", f"({note})" if note else "")
+
+    @admin.display(description="age")
+    def age(self, obj: Job) -> str:
+        return display.duration((timezone.now() - obj.created_at).total_seconds())
+
+    @admin.display(description="last error")
+    def error_excerpt(self, obj: Job) -> SafeString:
+        return format_html('<span title="{}">{}</span>', obj.last_error,
+                           display.excerpt(obj.last_error))
+
+    # -- the job page ---------------------------------------------------------------------
+
+    @admin.display(description="lease")
+    def lease_left(self, obj: Job) -> str:
+        # complete, fail, release and reap clear locked_until; locked_by stays as history.
+        if obj.status != "running" or obj.locked_until is None:
+            return f"none (last held by {obj.locked_by})" if obj.locked_by else "none"
+        seconds = (obj.locked_until - timezone.now()).total_seconds()
+        if seconds >= 0:
+            return f"held by {obj.locked_by} for {display.duration(seconds)} more"
+        return (f"held by {obj.locked_by}, expired {display.duration(-seconds)} ago: "
+                "the reaper will put the job back")
+
+    @admin.display(description="workers that claimed it")
+    def worker_list(self, obj: Job) -> str:
+        return ", ".join(str(worker) for worker in obj.worker_ids or []) or "none yet"
+
+    @admin.display(description="args")
+    def args_json(self, obj: Job) -> SafeString:
+        return display.pretty_json(obj.args)
+
+    @admin.display(description="kwargs")
+    def kwargs_json(self, obj: Job) -> SafeString:
+        return display.pretty_json(obj.kwargs)
+
+    @admin.display(description="result")
+    def result_json(self, obj: Job) -> SafeString:
+        return display.pretty_json(obj.result)
+
+    @admin.display(description="error history")
+    def error_history(self, obj: Job) -> SafeString:
+        return display.error_history(obj.errors)

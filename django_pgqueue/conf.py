@@ -37,6 +37,9 @@ class Settings:
     HEARTBEAT_INTERVAL: float | None = None
     #: Jobs one worker process runs at once (threads).
     CONCURRENCY: int = 10
+    #: Jobs claimed ahead of free threads, so short jobs never wait for a claim.
+    #: Keep 0 for long jobs: a prefetched job waits behind them.
+    PREFETCH: int = 0
     #: Longest sleep between polls of an idle worker, in seconds.
     POLL_INTERVAL: float = 2.0
     #: Seconds running jobs get to finish after SIGTERM before they are put back.
@@ -66,6 +69,10 @@ class Settings:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             _check(field.name, getattr(self, field.name))
+        if self.HEARTBEAT_INTERVAL is not None and self.HEARTBEAT_INTERVAL >= self.LEASE:
+            raise _fail("HEARTBEAT_INTERVAL", self.HEARTBEAT_INTERVAL,
+                        f"fewer seconds than LEASE ({self.LEASE:g}), or leases lapse between "
+                        "renewals")
 
     @property
     def heartbeat_interval(self) -> float:
@@ -87,6 +94,9 @@ def _check(key: str, value: Any) -> None:
     elif key in {"SHUTDOWN_TIMEOUT", "BACKOFF_BASE"}:
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise _fail(key, value, "a number of seconds, 0 or more")
+    elif key == "PREFETCH":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _fail(key, value, "a whole number, 0 or more")
     elif key in {"MAX_ATTEMPTS", "CONCURRENCY"}:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise _fail(key, value, "a whole number of at least 1")
@@ -98,7 +108,8 @@ def _check(key: str, value: Any) -> None:
             raise _fail(key, value, "True or False")
     elif key == "QUEUES":
         if value is not None and (
-            not value or any(not isinstance(q, str) or not QUEUE_NAME_RE.match(q) for q in value)
+            not isinstance(value, tuple) or not value
+            or any(not isinstance(q, str) or not QUEUE_NAME_RE.match(q) for q in value)
         ):
             raise _fail(key, value, "None or a non-empty list of queue names")
     elif key == "DEFAULT_QUEUE":

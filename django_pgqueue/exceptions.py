@@ -18,6 +18,3 @@ class InvalidJobArguments(InvalidJob, TypeError):
 class UnknownTask(PgQueueError, LookupError):
     """A job names a task path that is not a registered task."""
 
-
-class JobNotFound(PgQueueError, LookupError):
-    """No job has the given id."""

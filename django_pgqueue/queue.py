@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from django.db import IntegrityError, connections, models, router, transaction
+from django.db import IntegrityError, connections, models, transaction
 from django.utils import timezone
 
 from django_pgqueue import conf
@@ -184,7 +184,8 @@ class JobManager(_JobManagerBase["Job"]):
     """
 
     def _alias(self, using: str | None) -> str:
-        return using or self._db or router.db_for_write(self.model)
+        # PGQUEUE["DATABASE"] is where workers claim: jobs must be written there.
+        return using or self._db or conf.get().DATABASE
 
     def _fetch(self, name: str, params: dict[str, Any], using: str | None) -> list[tuple[Any, ...]]:
         wrapper = connections[self._alias(using)]
@@ -256,7 +257,7 @@ class JobManager(_JobManagerBase["Job"]):
     def enqueue_many(self, jobs: Iterable[JobSpec], *, using: str | None = None) -> list[int]:
         """Insert many jobs in one statement; returns the new ids (duplicates are skipped).
 
-        Build each item with :meth:`JobSpec.build` (or ``django_pgqueue.job_spec``).
+        Build each item with :meth:`JobSpec.build`.
         """
         specs = list(jobs)
         if not specs:

@@ -8,8 +8,11 @@ available on every supported Django version.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+
+from asgiref.sync import async_to_sync
 
 from django_pgqueue import registry
 
@@ -45,6 +48,9 @@ class TaskFunction[**P, R]:
 
 
 def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
+    if inspect.iscoroutinefunction(target.func):
+        # The worker's threads have no event loop: run the coroutine to completion.
+        return async_to_sync(target.func)(*job.args, **job.kwargs)
     return target.func(*job.args, **job.kwargs)
 
 

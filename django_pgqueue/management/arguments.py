@@ -32,6 +32,16 @@ def positive_int(value: str) -> int:
     return number
 
 
+def non_negative_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number, 0 or more, got {value!r}")
+    return number
+
+
 def positive_seconds(value: str) -> float:
     try:
         number = float(value)

@@ -17,6 +17,7 @@ from django_pgqueue.worker.dbutil import DB_ERRORS, Backoff, reset_connection
 logger = logging.getLogger("django_pgqueue")
 
 MAX_BATCH = 1000
+LINGER = 0.001
 
 
 class Completer(threading.Thread):
@@ -72,6 +73,9 @@ class Completer(threading.Thread):
                 first = self._outcomes.get(timeout=0.1)
             except queue.Empty:
                 continue
+            # Linger a moment so outcomes finishing together share a statement:
+            # the jobs are done and their slots free, only the write waits.
+            time.sleep(LINGER)
             batch = [first]
             while len(batch) < MAX_BATCH:
                 try:

@@ -25,6 +25,7 @@ class WorkerConfig:
     worker_id: str
     queues: tuple[str, ...] | None
     concurrency: int
+    prefetch: int
     lease: float
     heartbeat_interval: float
     poll_interval: float
@@ -56,6 +57,7 @@ class WorkerConfig:
             "worker_id": default_worker_id(),
             "queues": settings.QUEUES,
             "concurrency": settings.CONCURRENCY,
+            "prefetch": settings.PREFETCH,
             "lease": lease,
             "heartbeat_interval": settings.HEARTBEAT_INTERVAL or lease / 3,
             "poll_interval": settings.POLL_INTERVAL,
@@ -77,6 +79,7 @@ class WorkerConfig:
         """One line for the start banner."""
         queues = ",".join(self.queues) if self.queues else "*"
         return (f"worker {self.worker_id}: queues={queues} concurrency={self.concurrency} "
+                f"prefetch={self.prefetch} "
                 f"lease={self.lease:g}s heartbeat={self.heartbeat_interval:g}s "
                 f"poll={self.poll_interval:g}s listen={'on' if self.listen else 'off'} "
                 f"job_timeout={self.job_timeout or 'none'} "

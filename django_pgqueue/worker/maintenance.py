@@ -1,7 +1,8 @@
 """Periodic services inside every worker: heartbeat, reaper, pruner, job timeouts.
 
-One thread runs them on their own timers. The reaper and pruner statements are
-idempotent and take row locks with SKIP LOCKED, so every worker can run them.
+One thread runs them on their own timers. The reaper's statement is idempotent
+and skips rows another worker has locked, and the pruner only deletes finished
+jobs, so every worker can run both.
 """
 
 from __future__ import annotations

@@ -24,8 +24,10 @@ Outcome = Success | Failure
 class JobPool:
     """``size`` threads; each runs one job at a time and reports its outcome."""
 
-    def __init__(self, size: int, on_done: Callable[[ClaimedJob, Outcome], None]) -> None:
+    def __init__(self, size: int, on_start: Callable[[ClaimedJob], bool],
+                 on_done: Callable[[ClaimedJob, Outcome], None]) -> None:
         self._jobs: queue.SimpleQueue[ClaimedJob | None] = queue.SimpleQueue()
+        self._on_start = on_start
         self._on_done = on_done
         self._threads = [threading.Thread(target=self._loop, name=f"pgqueue-job-{n}",
                                           daemon=True) for n in range(size)]
@@ -37,6 +39,17 @@ class JobPool:
     def submit(self, job: ClaimedJob) -> None:
         self._jobs.put(job)
 
+    def take_waiting(self) -> list[ClaimedJob]:
+        """Remove and return the jobs no thread has started (prefetched ones)."""
+        waiting: list[ClaimedJob] = []
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return waiting
+            if job is not None:
+                waiting.append(job)
+
     def stop(self, timeout: float = 0.0) -> None:
         """Let idle threads exit; wait up to ``timeout`` for each (busy ones may not)."""
         for _ in self._threads:
@@ -46,6 +59,8 @@ class JobPool:
 
     def _loop(self) -> None:
         while (job := self._jobs.get()) is not None:
+            if not self._on_start(job):
+                continue  # given back while it waited
             try:
                 outcome = execute(job)
             finally:

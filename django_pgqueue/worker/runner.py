@@ -57,10 +57,13 @@ class Worker:
         self._lock = threading.Lock()
         self._held: dict[int, Held] = {}
         self._busy = 0  # jobs running on a pool thread, timed-out ones included
+        # Jobs claimed and not finished may exceed the threads by the prefetch.
+        self._capacity = config.concurrency + config.prefetch
+        self._min_batch = max(1, self._capacity // 2)
         self.claimed = self.succeeded = self.buried = 0
         self._window_start, self._window_done = time.monotonic(), 0
         self.completer = Completer(config.worker_id, config.database, self._recorded)
-        self.pool = JobPool(config.concurrency, self._job_done)
+        self.pool = JobPool(config.concurrency, self._job_started, self._job_done)
         self.listener = (Listener(config.database, config.channel, config.queues, self._wake)
                          if config.listen else None)
         self.maintenance = Maintenance(config.database, self._services())
@@ -105,7 +108,7 @@ class Worker:
     def _free_slots(self) -> tuple[int, int]:
         """(slots free to claim for, jobs running now)."""
         busy = self._busy
-        free = self.config.concurrency - busy
+        free = self._capacity - busy
         if self.config.max_jobs is not None:
             free = min(free, self.config.max_jobs - self.claimed)
         return free, busy
@@ -119,7 +122,7 @@ class Worker:
         idle_wait = FIRST_IDLE_WAIT
         backoff = Backoff()
         refill_from: float | None = None
-        min_batch = max(1, c.concurrency // 2)
+        min_batch = self._min_batch
         while not self.stopping.is_set():
             self._wake.clear()
             free, busy = self._free_slots()
@@ -175,6 +178,15 @@ class Worker:
 
     # -- callbacks from other threads ----------------------------------------------
 
+    def _job_started(self, job: ClaimedJob) -> bool:
+        """A pool thread is about to run ``job``; False if it was given back meanwhile."""
+        with self._lock:
+            held = self._held.get(job.id)
+            if held is None or held.abandoned:
+                return False
+            held.started = time.monotonic()  # the job timeout counts from here
+            return True
+
     def _job_done(self, job: ClaimedJob, outcome: Outcome) -> None:
         with self._lock:
             self._busy -= 1
@@ -192,7 +204,12 @@ class Worker:
                 logger.debug("job %s %s %s", job.id, job.task,
                              "succeeded" if isinstance(outcome, Success) else "failed")
             self.completer.put(outcome)
-        self._wake.set()
+        # Wake the claim loop only when a claim is worth making: enough slots
+        # free for a batch, or nothing left running. Waking it for every job
+        # costs a thread switch (and a GIL hand-off) per job.
+        free = self._capacity - self._busy
+        if free >= self._min_batch or not self._busy or self.stopping.is_set():
+            self._wake.set()
 
     def _recorded(self, job_ids: list[int], succeeded: int, buried: int) -> None:
         with self._lock:
@@ -254,6 +271,13 @@ class Worker:
         c = self.config
         if self.listener:
             self.listener.stop()
+        waiting = self.pool.take_waiting()
+        if waiting:
+            with self._lock:
+                for job in waiting:
+                    self._held.pop(job.id, None)
+                self._busy -= len(waiting)
+            self._release([(job.id, job.attempt) for job in waiting])
         deadline = time.monotonic() + c.shutdown_timeout
         while time.monotonic() < deadline:
             with self._lock:
@@ -291,7 +315,7 @@ class Worker:
                 reset_connection(self.config.database)
                 backoff.sleep(threading.Event())
                 continue
-            logger.warning("shutdown timeout: put %d running jobs back in the queue: %s",
+            logger.warning("shutdown: put %d unfinished jobs back in the queue: %s",
                            len(released), sorted(released))
             return
         logger.error("could not put jobs %s back; the reaper will once their leases expire",

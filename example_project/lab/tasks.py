@@ -28,3 +28,8 @@ def flaky(n: int) -> int:
 @task(max_attempts=3)
 def poison(n: int) -> None:
     raise ValueError(f"job {n} can never succeed: the payment provider rejects it")
+
+
+@task
+def noop() -> None:
+    """Does nothing: drains of it measure the queue's own overhead."""

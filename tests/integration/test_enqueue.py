@@ -83,6 +83,17 @@ def test_using_is_honoured() -> None:
     assert Job.objects.using("default").filter(pk=job.pk).exists()
 
 
+def test_jobs_are_written_to_the_queue_database_setting() -> None:
+    """Workers claim from PGQUEUE["DATABASE"], so enqueue writes there too."""
+    from django.test import override_settings
+    from django.utils.connection import ConnectionDoesNotExist
+
+    with override_settings(PGQUEUE={"DATABASE": "jobs"}), \
+            pytest.raises(ConnectionDoesNotExist, match="The connection 'jobs' doesn't exist"):
+        add.enqueue(1, 2)
+    assert Job.objects.count() == 0
+
+
 def test_options_are_stored() -> None:
     at = timezone.now() + dt.timedelta(hours=1)
     job = add.using(queue="q1", priority=7, max_attempts=9, run_at=at,

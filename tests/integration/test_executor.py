@@ -9,7 +9,7 @@ from django_pgqueue.models import Job
 from django_pgqueue.queue import Success
 from django_pgqueue.worker.executor import execute
 from tests.conftest import run_counts
-from tests.testapp.tasks import add, mark, noop
+from tests.testapp.tasks import add, async_add, mark, noop
 
 
 def insert_raw(task: str, args: str = "[]", kwargs: str = "{}") -> int:
@@ -71,6 +71,13 @@ def test_a_non_json_return_value_fails_the_job_clearly() -> None:
     job = run_one()
     assert job.status == "dead"
     assert "the return value is builtins.set {1}, which is not JSON" in job.last_error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_tasks_run_to_completion() -> None:
+    async_add.enqueue(40, 2)
+    job = run_one()
+    assert (job.status, job.result) == ("done", 42)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -3,6 +3,7 @@ count exactly how many times each job ran, even across worker processes."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -64,3 +65,9 @@ def tracked(label: str, sleep: float = 0.0) -> str:
     record(label)
     time.sleep(sleep)
     return label
+
+
+@task
+async def async_add(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    return a + b

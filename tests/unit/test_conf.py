@@ -32,6 +32,9 @@ def test_override_is_read_again() -> None:
     ({"DEFAULT_QUEUE": ""}, r"PGQUEUE\['DEFAULT_QUEUE'\] = ''"),
     ({"LISTEN_NOTIFY": "yes"}, r"expected True or False"),
     ({"LEASE_SECONDS": 5}, r"unknown key\(s\) 'LEASE_SECONDS'"),
+    ({"QUEUES": "emails"}, r"PGQUEUE\['QUEUES'\] = 'emails': expected None or a non-empty list"),
+    ({"LEASE": 10, "HEARTBEAT_INTERVAL": 10},
+     r"PGQUEUE\['HEARTBEAT_INTERVAL'\] = 10: expected fewer seconds than LEASE \(10\)"),
     ([("LEASE", 5)], r"PGQUEUE must be a dict, not list"),
 ])
 def test_bad_settings_name_the_key(value: object, message: str) -> None:

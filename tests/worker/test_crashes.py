@@ -122,3 +122,18 @@ def test_four_workers_drain_five_thousand_jobs_without_running_any_twice(
     by_worker = {w: Job.objects.filter(locked_by=w).count() for w in ("w0", "w1", "w2", "w3")}
     assert sum(by_worker.values()) == 5000
     assert all(n > 0 for n in by_worker.values()), by_worker
+
+
+def test_sigterm_gives_prefetched_jobs_back_at_once_and_finishes_the_running_ones(
+        start_worker: Start) -> None:
+    Job.objects.enqueue_many(JobSpec.build(tracked, [f"pre-{i}"], {"sleep": 1.5})
+                             for i in range(6))
+    worker = start_worker("--concurrency", "2", "--prefetch", "4", "--shutdown-timeout", "10")
+    wait_for(lambda: running_count() == 6, 20, "2 running and 4 prefetched jobs")
+    wait_for(lambda: len(run_counts("pre-")) == 2, 20, "two jobs to start")
+    worker.signal(signal.SIGTERM)
+    wait_for(lambda: Job.objects.queued().count() == 4, 1.0, "the 4 waiting jobs to go back")
+    assert worker.wait(15) == 0
+    assert status_counts() == {"done": 2, "queued": 4}
+    assert sum(run_counts("pre-").values()) == 2  # the prefetched ones never ran
+    assert all(job.attempts == 0 for job in Job.objects.queued())

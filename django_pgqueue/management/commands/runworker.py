@@ -14,6 +14,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from django_pgqueue.management.arguments import (
     PgQueueCommand,
+    non_negative_int,
     non_negative_seconds,
     positive_int,
     positive_seconds,
@@ -33,6 +34,8 @@ class Command(PgQueueCommand):
         parser.add_argument("--queues", type=queue_list, help="Comma-separated queues to serve "
                             "(default: PGQUEUE['QUEUES'], or every queue).")
         parser.add_argument("--concurrency", type=positive_int, help="Jobs run at once.")
+        parser.add_argument("--prefetch", type=non_negative_int,
+                            help="Jobs claimed ahead of free threads (short jobs).")
         parser.add_argument("--burst", action="store_true", help="Exit once nothing is ready "
                             "and none of this worker's jobs is running.")
         parser.add_argument("--max-jobs", type=positive_int, help="Exit after this many jobs.")
@@ -53,6 +56,7 @@ class Command(PgQueueCommand):
         try:
             config = WorkerConfig.from_settings(
                 queues=options["queues"], concurrency=options["concurrency"],
+                prefetch=options["prefetch"],
                 burst=options["burst"] or None, max_jobs=options["max_jobs"],
                 lease=options["lease"], poll_interval=options["poll_interval"],
                 shutdown_timeout=options["shutdown_timeout"],

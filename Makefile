@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv browser test test-fast lint demo lab admin bench docs clean
+.PHONY: help venv browser test test-fast lint demo lab admin bench docs check-wheel clean
 
 help:
 	@echo "make demo   run the example project's queue end to end"
@@ -14,6 +14,7 @@ help:
 	@echo "make lint   ruff and mypy only"
 	@echo "make admin  serve the example project's admin (admin/admin)"
 	@echo "make lab    the design article's lab through the Python API"
+	@echo "make docs   build the Sphinx docs (warnings are errors)"
 
 $(PY):
 	@py=""; \
@@ -26,7 +27,7 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,docs]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -61,6 +62,13 @@ lab: $(STAMP)
 admin: $(STAMP)
 	@echo "admin: http://127.0.0.1:8000/admin/ (admin / admin, local use only); Ctrl-C stops"
 	$(PY) manage.py runserver --noreload 127.0.0.1:8000
+
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -q -W --keep-going -b html docs docs/_build/html
+	@echo "docs built: docs/_build/html/index.html"
+
+check-wheel: $(STAMP)
+	$(PY) -m devtools.check_wheel
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -40,6 +40,9 @@ class Job(models.Model):
     attempts = models.IntegerField(default=0, db_default=0,
                                    help_text="Runs started so far, including the current one.")
     max_attempts = models.IntegerField(default=3, db_default=3)
+    backoff = models.FloatField(null=True, blank=True,
+                                help_text="Seconds before this job's first retry, doubling "
+                                          "after each; empty: PGQUEUE['BACKOFF_BASE'].")
     run_at = models.DateTimeField(db_default=Now(), help_text="Not claimed before this time.")
     locked_until = models.DateTimeField(null=True, blank=True,
                                         help_text="Lease: the claim holds until this time.")
@@ -109,6 +112,10 @@ class Job(models.Model):
             models.CheckConstraint(condition=Q(attempts__gte=0), name="pgqueue_job_attempts_gte_0"),
             models.CheckConstraint(
                 condition=Q(max_attempts__gte=1), name="pgqueue_job_max_attempts_gte_1",
+            ),
+            models.CheckConstraint(
+                condition=Q(backoff__isnull=True) | Q(backoff__gte=0),
+                name="pgqueue_job_backoff_gte_0",
             ),
             models.CheckConstraint(condition=~Q(queue=""), name="pgqueue_job_queue_not_empty"),
             models.CheckConstraint(

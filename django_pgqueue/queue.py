@@ -43,6 +43,7 @@ class JobSpec:
     run_at: dt.datetime | None
     unique_key: str | None
     concurrency_key: str | None
+    backoff: float | None
 
     @classmethod
     def build(cls, task: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
@@ -55,7 +56,8 @@ class JobSpec:
     def _build(cls, task: Any, args: Sequence[Any], kwargs: dict[str, Any] | None, *,
                queue: str | None = None, priority: int = 0, run_at: dt.datetime | None = None,
                delay: float | dt.timedelta | None = None, max_attempts: int | None = None,
-               unique_key: str | None = None, concurrency_key: str | None = None) -> JobSpec:
+               unique_key: str | None = None, concurrency_key: str | None = None,
+               backoff: float | dt.timedelta | None = None) -> JobSpec:
         settings = conf.get()
         path = task if isinstance(task, str) else getattr(task, "path", None)
         if not isinstance(path, str) or "." not in path:
@@ -83,12 +85,18 @@ class JobSpec:
         for name, key in (("unique_key", unique_key), ("concurrency_key", concurrency_key)):
             if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
                 raise InvalidJob(f"{name} {key!r} must be a non-empty string of at most 255 chars")
+        if isinstance(backoff, dt.timedelta):
+            backoff = backoff.total_seconds()
+        if backoff is not None and (isinstance(backoff, bool) or not isinstance(
+                backoff, int | float) or not 0 <= backoff < float("inf")):
+            raise InvalidJob(f"backoff {backoff!r} must be a number of seconds, 0 or more")
         if isinstance(args, str | bytes | dict) or not isinstance(args, Sequence):
             raise InvalidJob(f"args must be a list or tuple, not {type(args).__name__}")
         if kwargs is not None and not isinstance(kwargs, dict):
             raise InvalidJob(f"kwargs must be a dict, not {type(kwargs).__name__}")
         return cls(path, dumps(list(args), "args"), dumps(kwargs or {}, "kwargs"), queue,
-                   priority, max_attempts, run_at, unique_key, concurrency_key)
+                   priority, max_attempts, run_at, unique_key, concurrency_key,
+                   None if backoff is None else float(backoff))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -110,6 +118,7 @@ class ClaimedJob:
     locked_until: dt.datetime
     concurrency_key: str | None
     unique_key: str | None
+    backoff: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -219,7 +228,8 @@ class JobManager(_JobManagerBase["Job"]):
 
         Options: ``queue``, ``priority`` (-100..100, higher first), ``run_at`` or
         ``delay`` (seconds or timedelta), ``max_attempts``, ``unique_key``,
-        ``concurrency_key``. Arguments must be JSON; a bad value raises
+        ``concurrency_key``, ``backoff`` (seconds before the first retry, doubling
+        after each; default ``PGQUEUE["BACKOFF_BASE"]``). Arguments must be JSON; a bad value raises
         :class:`~django_pgqueue.exceptions.InvalidJobArguments` before anything is
         written. If a live (queued or running) job already has ``unique_key``,
         nothing is inserted and that job is returned with ``duplicate = True``.
@@ -248,7 +258,8 @@ class JobManager(_JobManagerBase["Job"]):
             id=job_id, task=spec.task, args=json.loads(spec.args), kwargs=json.loads(spec.kwargs),
             queue=spec.queue, priority=spec.priority, max_attempts=spec.max_attempts,
             run_at=run_at, created_at=created_at, unique_key=spec.unique_key,
-            concurrency_key=spec.concurrency_key, status="queued", attempts=0,
+            concurrency_key=spec.concurrency_key, backoff=spec.backoff, status="queued",
+            attempts=0,
         )
         job._state.adding = False
         job.duplicate = duplicate
@@ -269,6 +280,7 @@ class JobManager(_JobManagerBase["Job"]):
             "max_attempts": [s.max_attempts for s in specs],
             "run_ats": [s.run_at for s in specs], "unique_keys": [s.unique_key for s in specs],
             "concurrency_keys": [s.concurrency_key for s in specs],
+            "backoffs": [s.backoff for s in specs],
         }
         rows = self._fetch("enqueue_many", {**columns, **self._notify_params()}, using)
         return list(rows[0][0])
@@ -307,7 +319,8 @@ class JobManager(_JobManagerBase["Job"]):
             ClaimedJob(id=r[0], task=r[1], args=_parse_json(r[2]), kwargs=_parse_json(r[3]),
                        queue=r[4], priority=r[5], attempt=r[6], max_attempts=r[7], run_at=r[8],
                        created_at=r[9], started_at=r[10], attempted_at=r[11],
-                       locked_until=r[12], concurrency_key=r[13], unique_key=r[14])
+                       locked_until=r[12], concurrency_key=r[13], unique_key=r[14],
+                       backoff=r[15])
             for r in rows
         ]
 

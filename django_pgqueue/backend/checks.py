@@ -41,6 +41,12 @@ def check_backend(backend: PgQueueBackend) -> list[checks.CheckMessage]:
         errors.append(checks.Error(
             f"{name}['OPTIONS']['MAX_ATTEMPTS'] = {max_attempts!r}: expected a whole number "
             "of at least 1.", id="django_pgqueue.E104"))
+    backoff = backend.options.get("BACKOFF")
+    if backoff is not None and (isinstance(backoff, bool) or not isinstance(backoff, int | float)
+                                or not 0 <= backoff < float("inf")):
+        errors.append(checks.Error(
+            f"{name}['OPTIONS']['BACKOFF'] = {backoff!r}: expected a number of seconds, "
+            "0 or more.", id="django_pgqueue.E107"))
     bad_queues = sorted(q for q in backend.queues
                         if not isinstance(q, str) or not conf.QUEUE_NAME_RE.match(q))
     if bad_queues:

@@ -33,7 +33,7 @@ class PgQueueBackend(BaseTaskBackend):
     supports_async_task = True
 
     #: The OPTIONS keys this backend reads; check() reports any other (E103).
-    known_options = frozenset({"MAX_ATTEMPTS"})
+    known_options = frozenset({"MAX_ATTEMPTS", "BACKOFF"})
 
     # No __init__ of our own: Django builds a backend at import time of every module
     # that declares a task (and once per thread), possibly before the app registry is
@@ -72,6 +72,7 @@ class PgQueueBackend(BaseTaskBackend):
             max_attempts=getattr(task, "max_attempts", None) or self.options.get("MAX_ATTEMPTS"),
             unique_key=getattr(task, "unique_key", None),
             concurrency_key=getattr(task, "concurrency_key", None),
+            backoff=_first_set(getattr(task, "backoff", None), self.options.get("BACKOFF")),
         )
         if job.duplicate:
             live = load_job(job.id, self.database)
@@ -94,3 +95,8 @@ class PgQueueBackend(BaseTaskBackend):
         from django_pgqueue.backend.checks import check_backend
 
         return [*super().check(**kwargs), *check_backend(self)]
+
+
+def _first_set(*values: Any) -> Any:
+    """The first value that is not None (0 is a valid backoff)."""
+    return next((v for v in values if v is not None), None)

@@ -80,7 +80,7 @@ def job_task(base: Task[Any, Any], job: Job, alias: str) -> Task[Any, Any]:
     }
     if isinstance(base, PgQueueTask):
         changes.update(max_attempts=job.max_attempts, unique_key=job.unique_key,
-                       concurrency_key=job.concurrency_key)
+                       concurrency_key=job.concurrency_key, backoff=job.backoff)
     return dataclasses.replace(base, **changes)
 
 

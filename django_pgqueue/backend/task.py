@@ -23,7 +23,7 @@ else:
     _TaskBase = Task
     _ContextBase = TaskContext
 
-EXTRAS = ("max_attempts", "unique_key", "concurrency_key")
+EXTRAS = ("max_attempts", "unique_key", "concurrency_key", "backoff")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,23 +40,27 @@ class PgQueueTask(_TaskBase):
     max_attempts: int | None = dataclasses.field(default=None, compare=False)
     unique_key: str | None = dataclasses.field(default=None, compare=False)
     concurrency_key: str | None = dataclasses.field(default=None, compare=False)
+    #: Seconds before the first retry, doubling after each (default: OPTIONS["BACKOFF"],
+    #: else PGQUEUE["BACKOFF_BASE"]).
+    backoff: float | None = dataclasses.field(default=None, compare=False)
 
     def using(self, *, priority: int | None = None, queue_name: str | None = None,
               run_after: datetime | None = None, backend: str | None = None,
               max_attempts: int | None = None, unique_key: str | None = None,
-              concurrency_key: str | None = None) -> PgQueueTask:
+              concurrency_key: str | None = None, backoff: float | None = None) -> PgQueueTask:
         """A copy with other options; ``None`` keeps the current value (as in Django)."""
         changes: dict[str, Any] = {
             "priority": priority, "queue_name": queue_name, "run_after": run_after,
             "backend": backend, "max_attempts": max_attempts, "unique_key": unique_key,
-            "concurrency_key": concurrency_key,
+            "concurrency_key": concurrency_key, "backoff": backoff,
         }
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
 def options[T: _TaskBase](task: T, *, max_attempts: int | None = None,
                           unique_key: str | None = None,
-                          concurrency_key: str | None = None) -> T:
+                          concurrency_key: str | None = None,
+                          backoff: float | None = None) -> T:
     """``task`` with django-pgqueue's delivery options set.
 
     The typed spelling of ``task.using(max_attempts=..., unique_key=...,
@@ -68,7 +72,7 @@ def options[T: _TaskBase](task: T, *, max_attempts: int | None = None,
     ours = task if isinstance(task, PgQueueTask) else PgQueueTask(
         **{f.name: getattr(task, f.name) for f in dataclasses.fields(task)})
     return cast(T, ours.using(max_attempts=max_attempts, unique_key=unique_key,
-                              concurrency_key=concurrency_key))
+                              concurrency_key=concurrency_key, backoff=backoff))
 
 
 def validate_extras(task: Any) -> None:
@@ -77,6 +81,10 @@ def validate_extras(task: Any) -> None:
     if max_attempts is not None and (isinstance(max_attempts, bool)
                                      or not isinstance(max_attempts, int) or max_attempts < 1):
         raise InvalidTask(f"max_attempts {max_attempts!r} must be a whole number of at least 1.")
+    backoff = getattr(task, "backoff", None)
+    if backoff is not None and (isinstance(backoff, bool) or not isinstance(backoff, int | float)
+                                or not 0 <= backoff < float("inf")):
+        raise InvalidTask(f"backoff {backoff!r} must be a number of seconds, 0 or more.")
     for name in ("unique_key", "concurrency_key"):
         key = getattr(task, name, None)
         if key is not None and (not isinstance(key, str) or not key or len(key) > 255):

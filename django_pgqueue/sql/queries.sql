@@ -8,12 +8,12 @@
 WITH inserted AS (
     INSERT INTO pgqueue_job (
         task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
-        last_error, errors, worker_ids, unique_key, concurrency_key
+        last_error, errors, worker_ids, unique_key, concurrency_key, backoff
     )
     VALUES (
         %(task)s::text, %(args)s::jsonb, %(kwargs)s::jsonb, %(queue)s::text, %(priority)s::int, 'queued', 0,
         %(max_attempts)s::int, COALESCE(%(run_at)s::timestamptz, now()),
-        '', '[]', '[]', %(unique_key)s::text, %(concurrency_key)s::text
+        '', '[]', '[]', %(unique_key)s::text, %(concurrency_key)s::text, %(backoff)s::float8
     )
     ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
     DO NOTHING
@@ -28,14 +28,14 @@ FROM inserted AS i;
 WITH inserted AS (
     INSERT INTO pgqueue_job (
         task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
-        last_error, errors, worker_ids, unique_key, concurrency_key
+        last_error, errors, worker_ids, unique_key, concurrency_key, backoff
     )
-    SELECT t, a::jsonb, k::jsonb, q, p, 'queued', 0, m, COALESCE(r, now()), '', '[]', '[]', u, c
+    SELECT t, a::jsonb, k::jsonb, q, p, 'queued', 0, m, COALESCE(r, now()), '', '[]', '[]', u, c, b
     FROM unnest(
         %(tasks)s::text[], %(args)s::text[], %(kwargs)s::text[], %(queues)s::text[],
         %(priorities)s::int[], %(max_attempts)s::int[], %(run_ats)s::timestamptz[],
-        %(unique_keys)s::text[], %(concurrency_keys)s::text[]
-    ) WITH ORDINALITY AS x (t, a, k, q, p, m, r, u, c, n)
+        %(unique_keys)s::text[], %(concurrency_keys)s::text[], %(backoffs)s::float8[]
+    ) WITH ORDINALITY AS x (t, a, k, q, p, m, r, u, c, b, n)
     ORDER BY n
     ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
     DO NOTHING
@@ -97,7 +97,7 @@ FROM chosen
 WHERE j.id = chosen.id
 RETURNING j.id, j.task, j.args, j.kwargs, j.queue, j.priority, j.attempts, j.max_attempts,
           j.run_at, j.created_at, j.started_at, j.attempted_at, j.locked_until,
-          j.concurrency_key, j.unique_key;
+          j.concurrency_key, j.unique_key, j.backoff;
 
 -- name: complete
 -- Record finished runs in one statement. The fence (still running, same attempt,

@@ -36,11 +36,13 @@ def failure(job: ClaimedJob, exc: BaseException, *, final: bool = False,
             trace: str | None = None) -> Failure:
     """A failure outcome for ``job``, with the retry delay from the backoff settings."""
     settings = conf.get()
+    base = settings.BACKOFF_BASE if job.backoff is None else job.backoff
     message = str(exc)
     line = f"{_class_path(exc)}: {message}" if message else _class_path(exc)
     return Failure(
         job_id=job.id, attempt=job.attempt, error=line[:MAX_ERROR_LINE], final=final,
-        delay=retry_delay(job.attempt, settings.BACKOFF_BASE, settings.BACKOFF_MAX,
+        # A job's own backoff may exceed the global cap: its first delay is honoured.
+        delay=retry_delay(job.attempt, base, max(settings.BACKOFF_MAX, base),
                           settings.BACKOFF_JITTER),
         entry={"attempt": job.attempt, "exception": _class_path(exc), "message": message,
                "traceback": trace if trace is not None else "".join(

@@ -171,6 +171,23 @@ def test_results_read_back_carry_the_jobs_options() -> None:
     result = pgq(djtasks.noop_task).using(unique_key="u", concurrency_key="c").enqueue()
     task = pgq(task_backends["default"].get_result(result.id).task)
     assert (task.max_attempts, task.unique_key, task.concurrency_key) == (3, "u", "c")
+    assert task.backoff is None
+
+
+def test_backoff_is_reachable_from_the_tasks_api_and_options() -> None:
+    result = options(djtasks.noop_task, backoff=30).enqueue()
+    assert Job.objects.get(pk=result.id).backoff == 30
+    assert pgq(task_backends["default"].get_result(result.id).task).backoff == 30
+    from django.conf import settings
+
+    with override_settings(TASKS={"default": {**settings.TASKS["default"],
+                                              "OPTIONS": {"BACKOFF": 2.5}}}):
+        plain = task_backends["default"].enqueue(djtasks.noop_task, [], {})
+        chosen = task_backends["default"].enqueue(options(djtasks.noop_task, backoff=0), [], {})
+    assert Job.objects.get(pk=plain.id).backoff == 2.5
+    assert Job.objects.get(pk=chosen.id).backoff == 0  # 0 is a choice, not "unset"
+    with pytest.raises(InvalidTask, match="backoff -1 must be a number of seconds"):
+        options(djtasks.noop_task, backoff=-1).enqueue()
 
 
 @pytest.mark.parametrize("result_id", ["123", "0", "007", "abc", "", "-1",

@@ -101,6 +101,9 @@ def test_options_are_stored() -> None:
     row = Job.objects.get(pk=job.pk)
     assert (row.queue, row.priority, row.max_attempts, row.run_at) == ("q1", 7, 9, at)
     assert (row.unique_key, row.concurrency_key) == ("u1", "c1")
+    assert row.backoff is None  # PGQUEUE["BACKOFF_BASE"] applies
+    assert Job.objects.get(pk=add.using(backoff=dt.timedelta(minutes=2)).enqueue(1, 2).pk
+                           ).backoff == 120
 
 
 def test_delay_sets_run_at_in_the_future() -> None:
@@ -151,6 +154,8 @@ def test_non_json_arguments_are_refused_before_anything_is_written(
     ({"run_at": dt.datetime(2026, 1, 1)}, "must be a timezone-aware datetime"),
     ({"delay": 1, "run_at": timezone.now()}, "give run_at or delay, not both"),
     ({"unique_key": ""}, "unique_key ''"),
+    ({"backoff": -1}, "backoff -1 must be a number of seconds, 0 or more"),
+    ({"backoff": float("inf")}, "backoff inf"),
 ])
 def test_bad_options_raise_a_clear_error(options: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidJob, match=message):

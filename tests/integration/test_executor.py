@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from django.db import connection
 
@@ -9,7 +11,7 @@ from django_pgqueue.models import Job
 from django_pgqueue.queue import Success
 from django_pgqueue.worker.executor import execute
 from tests.conftest import run_counts
-from tests.testapp.tasks import add, async_add, mark, noop
+from tests.testapp.tasks import add, always_fails, async_add, mark, noop
 
 
 def insert_raw(task: str, args: str = "[]", kwargs: str = "{}") -> int:
@@ -86,3 +88,24 @@ def test_results_are_stored_as_json() -> None:
     mark.enqueue("r", sleep=0)
     assert run_one().result == 42
     assert run_one().result == "r"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("backoff", "first", "second"), [
+    (None, 0.05, 0.1),  # tests.settings: BACKOFF_BASE 0.05, BACKOFF_MAX 0.2
+    (0.08, 0.08, 0.16),  # the job's own base, doubling under the cap
+    (4.0, 4.0, 4.0),  # above the global cap: the job's own delay, not doubled past it
+])
+def test_a_failures_delay_follows_the_jobs_backoff(backoff: float | None, first: float,
+                                                    second: float) -> None:
+    from django_pgqueue.worker.executor import failure
+
+    always_fails.using(backoff=backoff, max_attempts=5).enqueue("b")
+    (claimed,) = Job.objects.claim("w")
+    delays = [failure(claimed, ValueError("x")).delay for _ in range(200)]
+    assert first * 0.8 <= min(delays)
+    assert max(delays) <= first * 1.2
+    later = dataclasses.replace(claimed, attempt=2)
+    delays = [failure(later, ValueError("x")).delay for _ in range(200)]
+    assert second * 0.8 <= min(delays)
+    assert max(delays) <= second * 1.2

@@ -161,12 +161,16 @@ def test_a_valid_configuration_passes_the_checks() -> None:
 
 
 def test_check_reports_unknown_and_invalid_options() -> None:
-    backend = backend_with(OPTIONS={"MAX_ATTEMPTS": 0, "RETRIES": 2, "BACKOFF": 1})
+    backend = backend_with(OPTIONS={"MAX_ATTEMPTS": 0, "RETRIES": 2, "BACKOFF": -1,
+                                    "BACKOFF_MAX": 9})
     messages = {str(m.id): m.msg for m in backend.check()}
-    assert set(messages) == {"django_pgqueue.E103", "django_pgqueue.E104"}
+    assert set(messages) == {"django_pgqueue.E103", "django_pgqueue.E104",
+                             "django_pgqueue.E107"}
     assert messages["django_pgqueue.E103"] == (
-        "TASKS['pgq']['OPTIONS'] has unknown key(s) 'BACKOFF', 'RETRIES'.")
+        "TASKS['pgq']['OPTIONS'] has unknown key(s) 'BACKOFF_MAX', 'RETRIES'.")
     assert "MAX_ATTEMPTS'] = 0" in messages["django_pgqueue.E104"]
+    assert messages["django_pgqueue.E107"] == (
+        "TASKS['pgq']['OPTIONS']['BACKOFF'] = -1: expected a number of seconds, 0 or more.")
 
 
 def test_check_reports_queue_names_the_queue_cannot_store() -> None:

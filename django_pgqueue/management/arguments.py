@@ -8,9 +8,11 @@ into a ``CommandError``, which Django prints as a single line.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 import types
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -22,44 +24,31 @@ _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 FINISHED_STATUSES = ("done", "dead")
 
 
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value!r}")
-    return number
+def _number[N: (int, float)](parse: Callable[[str], N], low: N, *, inclusive: bool,
+                              expected: str) -> Callable[[str], N]:
+    """An argparse type: ``parse`` the value and require it above (or at) ``low``."""
+
+    def convert(value: str) -> N:
+        try:
+            number = parse(value)
+        except ValueError:
+            number = None
+        # NaN and infinity are floats too, and no sane count of seconds.
+        if number is None or not math.isfinite(number) or not (
+                number >= low if inclusive else number > low):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}")
+        return number
+
+    convert.__name__ = expected
+    return convert
 
 
-def non_negative_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = -1
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number, 0 or more, got {value!r}")
-    return number
-
-
-def positive_seconds(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if not number > 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {value!r}")
-    return number
-
-
-def non_negative_seconds(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if not number >= 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, 0 or more, got {value!r}")
-    return number
+positive_int = _number(int, 1, inclusive=True, expected="a whole number of at least 1")
+non_negative_int = _number(int, 0, inclusive=True, expected="a whole number, 0 or more")
+positive_seconds = _number(float, 0.0, inclusive=False,
+                           expected="a number of seconds above 0")
+non_negative_seconds = _number(float, 0.0, inclusive=True,
+                               expected="a number of seconds, 0 or more")
 
 
 def duration(value: str) -> float:

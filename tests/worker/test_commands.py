@@ -62,8 +62,14 @@ def test_bad_settings_are_a_one_line_error_too() -> None:
     from django.test import override_settings
 
     with override_settings(PGQUEUE={"LEASE": 3, "HEARTBEAT_INTERVAL": 5}), \
-            pytest.raises(CommandError, match="heartbeat interval 5s must be shorter than"):
+            pytest.raises(CommandError, match=r"PGQUEUE\['HEARTBEAT_INTERVAL'\] = 5: expected "
+                                              r"fewer seconds than LEASE \(3\)"):
         call_command("runworker", "--burst")
+    # A --lease on the command line can undercut a heartbeat the settings allowed.
+    with override_settings(PGQUEUE={"HEARTBEAT_INTERVAL": 5}), \
+            pytest.raises(CommandError, match="heartbeat interval 5s must be shorter than the "
+                                              "lease 3s"):
+        call_command("runworker", "--burst", "--lease", "3")
 
 
 @pytest.mark.django_db(transaction=True)

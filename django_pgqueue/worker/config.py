@@ -44,8 +44,8 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         if self.heartbeat_interval >= self.lease:
             raise ImproperlyConfigured(
-                f"heartbeat interval {self.heartbeat_interval}s must be shorter than the lease "
-                f"{self.lease}s, or leases expire between renewals"
+                f"heartbeat interval {self.heartbeat_interval:g}s must be shorter than the lease "
+                f"{self.lease:g}s, or leases expire between renewals"
             )
 
     @classmethod

@@ -64,7 +64,7 @@ admin: $(STAMP)
 	$(PY) manage.py runserver --noreload 127.0.0.1:8000
 
 docs: $(STAMP)
-	$(VENV)/bin/sphinx-build -q -W --keep-going -b html docs docs/_build/html
+	$(VENV)/bin/sphinx-build -q -E -W --keep-going -b html docs docs/_build/html
 	@echo "docs built: docs/_build/html/index.html"
 
 check-wheel: $(STAMP)

@@ -62,6 +62,9 @@ class Settings:
     LISTEN_NOTIFY: bool = True
     #: The NOTIFY channel.
     CHANNEL: str = "pgqueue_jobs"
+    #: The worker's own statements (claim, complete, fail, heartbeat, reap) commit
+    #: without waiting for the WAL flush. Never applies to enqueues or to jobs.
+    ASYNC_COMMIT: bool = True
     #: Bind parameters server-side and prepare the queue's statements once per
     #: connection. Turn off behind a pooler that cannot keep prepared statements.
     PREPARE: bool = True
@@ -103,7 +106,7 @@ def _check(key: str, value: Any) -> None:
     elif key == "BACKOFF_JITTER":
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
             raise _fail(key, value, "a fraction between 0 and 1")
-    elif key in {"LISTEN_NOTIFY", "PREPARE"}:
+    elif key in {"LISTEN_NOTIFY", "PREPARE", "ASYNC_COMMIT"}:
         if not isinstance(value, bool):
             raise _fail(key, value, "True or False")
     elif key == "QUEUES":

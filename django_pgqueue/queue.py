@@ -416,6 +416,12 @@ class JobManager(_JobManagerBase["Job"]):
             if count < batch_size:
                 return deleted
 
+    def relax_commit(self, relaxed: bool = True, *, using: str | None = None) -> None:
+        """Let this connection's commits skip the WAL flush (worker bookkeeping
+        only), or with ``relaxed=False`` restore the configured behaviour."""
+        with connections[self._alias(using)].cursor() as cursor:
+            cursor.execute(query("relax_commit" if relaxed else "reset_commit"))
+
     def stats(self, *, using: str | None = None) -> list[QueueStats]:
         """Counts by queue and status, the oldest ready job's age, recent deaths."""
         return [

@@ -218,6 +218,16 @@ WHERE id IN (
 SELECT count(*) FROM pgqueue_job
 WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz;
 
+-- name: relax_commit
+-- The worker's own bookkeeping (claim, complete, fail, heartbeat, reap, release)
+-- need not wait for the WAL flush: losing its last moments in a crash can only
+-- run a job again, which at-least-once allows. Set on the worker's own
+-- connections only, never on the connections jobs or enqueues use.
+SET synchronous_commit TO off;
+
+-- name: reset_commit
+RESET synchronous_commit;
+
 -- name: stats
 -- Counts by queue and status, with what monitoring should alert on.
 SELECT queue, status, count(*) AS jobs,

@@ -12,7 +12,12 @@ from django.db import connections
 
 from django_pgqueue.models import Job
 from django_pgqueue.queue import Failure, Success
-from django_pgqueue.worker.dbutil import DB_ERRORS, Backoff, reset_connection
+from django_pgqueue.worker.dbutil import (
+    DB_ERRORS,
+    Backoff,
+    bookkeeping_thread,
+    reset_connection,
+)
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -61,6 +66,7 @@ class Completer(threading.Thread):
         self._halt.set()
 
     def run(self) -> None:
+        bookkeeping_thread(self.alias)
         try:
             self._run()
         finally:

@@ -4,10 +4,40 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from django.db import DatabaseError, connections
+from django.db.backends.signals import connection_created
 
 logger = logging.getLogger("django_pgqueue")
+
+_bookkeeping = threading.local()
+
+
+def bookkeeping_thread(alias: str, on: bool = True) -> None:
+    """Mark (or unmark) this thread as one of the worker's own: with
+    ``ASYNC_COMMIT``, its connections commit without waiting for the WAL flush.
+    Job threads are never marked: a job's writes keep the durability the project
+    configured. A connection the thread already holds is switched too."""
+    from django_pgqueue import conf
+    from django_pgqueue.models import Job
+
+    _bookkeeping.on = on
+    wrapper = connections[alias]
+    if conf.get().ASYNC_COMMIT and wrapper.connection is not None and wrapper.is_usable():
+        Job.objects.relax_commit(on, using=alias)
+
+
+def _relax_new_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
+    if getattr(_bookkeeping, "on", False) and connection.vendor == "postgresql":
+        from django_pgqueue import conf
+        from django_pgqueue.models import Job
+
+        if conf.get().ASYNC_COMMIT:
+            Job.objects.relax_commit(using=connection.alias)
+
+
+connection_created.connect(_relax_new_connection, dispatch_uid="pgqueue-relax-commit")
 
 #: What a lost or restarting database raises through Django (psycopg's errors are wrapped).
 DB_ERRORS = (DatabaseError,)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from django.db import connections
 
 from django_pgqueue.models import Job
-from django_pgqueue.worker.dbutil import DB_ERRORS, reset_connection
+from django_pgqueue.worker.dbutil import DB_ERRORS, bookkeeping_thread, reset_connection
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -42,6 +42,7 @@ class Maintenance(threading.Thread):
         self._halt.set()
 
     def run(self) -> None:
+        bookkeeping_thread(self.alias)
         try:
             self._run()
         finally:

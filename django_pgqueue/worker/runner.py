@@ -19,7 +19,12 @@ from django_pgqueue.models import Job
 from django_pgqueue.queue import ClaimedJob, Success
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
-from django_pgqueue.worker.dbutil import DB_ERRORS, Backoff, reset_connection
+from django_pgqueue.worker.dbutil import (
+    DB_ERRORS,
+    Backoff,
+    bookkeeping_thread,
+    reset_connection,
+)
 from django_pgqueue.worker.executor import failure
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.maintenance import Maintenance, Service, pruner, reaper
@@ -97,10 +102,12 @@ class Worker:
         self.maintenance.start()
         if self.listener:
             self.listener.start()
+        bookkeeping_thread(self.config.database)  # the claim loop runs here
         try:
             self._loop()
         finally:
             self._shutdown()
+            bookkeeping_thread(self.config.database, on=False)
         return 0
 
     # -- the claim loop -----------------------------------------------------------

@@ -33,3 +33,9 @@ def poison(n: int) -> None:
 @task
 def noop() -> None:
     """Does nothing: drains of it measure the queue's own overhead."""
+
+
+@task
+def stamp() -> float:
+    """Returns the wall clock at the moment it starts: pickup latency probes use it."""
+    return time.time()

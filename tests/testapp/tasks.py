@@ -71,3 +71,12 @@ def tracked(label: str, sleep: float = 0.0) -> str:
 async def async_add(a: int, b: int) -> int:
     await asyncio.sleep(0)
     return a + b
+
+
+@task
+def show_synchronous_commit() -> str:
+    """What a job's own connection commits with (the project's setting, never relaxed)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        (value,) = cursor.fetchone()
+    return str(value)

@@ -6,7 +6,7 @@ from django_pgqueue.sql import QUERIES, query
 
 EXPECTED = {"enqueue", "enqueue_many", "live_job_by_unique_key", "claim", "complete", "fail",
             "heartbeat", "release", "reap", "retry", "cancel", "prune", "count_prunable",
-            "stats"}
+            "stats", "relax_commit", "reset_commit"}
 
 
 def test_every_named_query_is_loaded_once() -> None:

@@ -8,7 +8,6 @@ until then the maintenance thread renews the job's lease.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -26,6 +25,7 @@ from django_pgqueue.worker.dbutil import (
     reset_connection,
 )
 from django_pgqueue.worker.executor import failure
+from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.maintenance import Maintenance, Service, pruner, reaper
 from django_pgqueue.worker.pool import JobPool, Outcome
@@ -42,16 +42,6 @@ class JobTimeout(Exception):
     """A job ran past the worker's job timeout."""
 
 
-@dataclasses.dataclass
-class Held:
-    """A job this worker claimed and whose outcome is not recorded yet."""
-
-    job: ClaimedJob
-    started: float
-    running: bool = True
-    abandoned: bool = False  # timed out or given back: its late outcome is dropped
-
-
 class Worker:
     """One worker process's runtime; ``run()`` returns the exit status."""
 
@@ -59,16 +49,13 @@ class Worker:
         self.config = config
         self.stopping = threading.Event()
         self._wake = threading.Event()
-        self._lock = threading.Lock()
-        self._held: dict[int, Held] = {}
-        self._busy = 0  # jobs running on a pool thread, timed-out ones included
+        self.ledger = Ledger()
         # Jobs claimed and not finished may exceed the threads by the prefetch.
         self._capacity = config.concurrency + config.prefetch
         self._min_batch = max(1, self._capacity // 2)
-        self.claimed = self.succeeded = self.buried = 0
-        self._window_start, self._window_done = time.monotonic(), 0
-        self.completer = Completer(config.worker_id, config.database, self._recorded)
-        self.pool = JobPool(config.concurrency, self._job_started, self._job_done)
+        self._window_start = time.monotonic()
+        self.completer = Completer(config.worker_id, config.database, self.ledger.recorded)
+        self.pool = JobPool(config.concurrency, self.ledger.start, self._job_done)
         self.listener = (Listener(config.database, config.channel, config.queues, self._wake)
                          if config.listen else None)
         self.maintenance = Maintenance(config.database, self._services())
@@ -114,15 +101,11 @@ class Worker:
 
     def _free_slots(self) -> tuple[int, int]:
         """(slots free to claim for, jobs running now)."""
-        busy = self._busy
+        busy = self.ledger.busy
         free = self._capacity - busy
         if self.config.max_jobs is not None:
-            free = min(free, self.config.max_jobs - self.claimed)
+            free = min(free, self.config.max_jobs - self.ledger.claimed)
         return free, busy
-
-    def _own_work_left(self) -> bool:
-        with self._lock:
-            return any(not h.abandoned for h in self._held.values())
 
     def _loop(self) -> None:
         c = self.config
@@ -133,8 +116,8 @@ class Worker:
         while not self.stopping.is_set():
             self._wake.clear()
             free, busy = self._free_slots()
-            if c.max_jobs is not None and self.claimed >= c.max_jobs:
-                if not self._own_work_left():
+            if c.max_jobs is not None and self.ledger.claimed >= c.max_jobs:
+                if not self.ledger.own_work_left():
                     return
                 self._wake.wait(0.05)
                 continue
@@ -164,7 +147,7 @@ class Worker:
                 idle_wait = FIRST_IDLE_WAIT
                 if len(jobs) == free:
                     continue  # there may be more ready right now
-            elif c.burst and not self._own_work_left() and not self.completer.pending:
+            elif c.burst and not self.ledger.own_work_left() and not self.completer.pending:
                 logger.info("burst: nothing ready and nothing running, exiting")
                 return
             # Nothing (more) ready: sleep until NOTIFY, a finished job, or the poll.
@@ -172,12 +155,7 @@ class Worker:
             idle_wait = min(c.poll_interval, idle_wait * 2)
 
     def _start(self, jobs: list[ClaimedJob]) -> None:
-        now = time.monotonic()
-        with self._lock:
-            for job in jobs:
-                self._held[job.id] = Held(job, now)
-            self.claimed += len(jobs)
-            self._busy += len(jobs)
+        self.ledger.add(jobs)
         for job in jobs:
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("job %s %s attempt %s claimed", job.id, job.task, job.attempt)
@@ -185,25 +163,8 @@ class Worker:
 
     # -- callbacks from other threads ----------------------------------------------
 
-    def _job_started(self, job: ClaimedJob) -> bool:
-        """A pool thread is about to run ``job``; False if it was given back meanwhile."""
-        with self._lock:
-            held = self._held.get(job.id)
-            if held is None or held.abandoned:
-                return False
-            held.started = time.monotonic()  # the job timeout counts from here
-            return True
-
     def _job_done(self, job: ClaimedJob, outcome: Outcome) -> None:
-        with self._lock:
-            self._busy -= 1
-            held = self._held.get(job.id)
-            if held is not None:
-                held.running = False
-            abandoned = held is None or held.abandoned
-            if abandoned and held is not None:
-                del self._held[job.id]
-        if abandoned:
+        if not self.ledger.finish(job):
             logger.warning("job %s finished after it was given up (timeout or shutdown); "
                            "its outcome is dropped", job.id)
         else:
@@ -214,63 +175,43 @@ class Worker:
         # Wake the claim loop only when a claim is worth making: enough slots
         # free for a batch, or nothing left running. Waking it for every job
         # costs a thread switch (and a GIL hand-off) per job.
-        free = self._capacity - self._busy
-        if free >= self._min_batch or not self._busy or self.stopping.is_set():
+        busy = self.ledger.busy
+        if self._capacity - busy >= self._min_batch or not busy or self.stopping.is_set():
             self._wake.set()
-
-    def _recorded(self, job_ids: list[int], succeeded: int, buried: int) -> None:
-        with self._lock:
-            for job_id in job_ids:
-                held = self._held.get(job_id)
-                # A timed-out job's thread still holds its slot until it returns.
-                if held is not None and not held.running:
-                    del self._held[job_id]
-            self.succeeded += succeeded
-            self.buried += buried
-            self._window_done += len(job_ids)
 
     # -- maintenance services ---------------------------------------------------------
 
     def _heartbeat(self) -> None:
-        with self._lock:
-            ids = [i for i, h in self._held.items() if not h.abandoned]
+        ids = self.ledger.lease_ids()
         if not ids:
             return
         kept = Job.objects.heartbeat(self.config.worker_id, ids, lease=self.config.lease,
                                      using=self.config.database)
-        lost = set(ids) - kept
-        with self._lock:
-            lost = {i for i in lost if i in self._held}  # recorded meanwhile is not lost
+        lost = self.ledger.still_held(set(ids) - kept)  # recorded meanwhile is not lost
         if lost:
             logger.warning("lost the lease on jobs %s: they may run again elsewhere",
                            sorted(lost))
 
     def _expire_overdue(self) -> None:
         assert self.config.job_timeout is not None
-        deadline = time.monotonic() - self.config.job_timeout
-        with self._lock:
-            overdue = [h for h in self._held.values()
-                       if h.running and not h.abandoned and h.started < deadline]
-            for held in overdue:
-                held.abandoned = True
-        for held in overdue:
+        overdue = self.ledger.abandon_running(
+            started_before=time.monotonic() - self.config.job_timeout)
+        for job in overdue:
             # Python cannot stop the thread: the job is recorded as failed and its
             # lease released now; the thread keeps its slot until it returns.
             logger.warning("job %s exceeded the job timeout of %gs; recorded as failed",
-                           held.job.id, self.config.job_timeout)
-            self.completer.put(failure(held.job, JobTimeout(
+                           job.id, self.config.job_timeout)
+            self.completer.put(failure(job, JobTimeout(
                 f"job exceeded the worker's job timeout of {self.config.job_timeout:g}s"),
                 trace=""))
 
     def _log_throughput(self) -> None:
         now = time.monotonic()
-        with self._lock:
-            done, self._window_done = self._window_done, 0
-            running = sum(1 for h in self._held.values() if h.running)
+        done, running = self.ledger.take_window()
         elapsed, self._window_start = now - self._window_start, now
         logger.info("throughput: %d jobs in %.0fs (%.1f/s), %d running; totals: claimed %d, "
                     "succeeded %d, buried %d", done, elapsed, done / elapsed if elapsed else 0,
-                    running, self.claimed, self.succeeded, self.buried)
+                    running, self.ledger.claimed, self.ledger.succeeded, self.ledger.buried)
 
     # -- shutdown ------------------------------------------------------------------
 
@@ -280,25 +221,16 @@ class Worker:
             self.listener.stop()
         waiting = self.pool.take_waiting()
         if waiting:
-            with self._lock:
-                for job in waiting:
-                    self._held.pop(job.id, None)
-                self._busy -= len(waiting)
+            self.ledger.forget(waiting)
             self._release([(job.id, job.attempt) for job in waiting])
         deadline = time.monotonic() + c.shutdown_timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                if not any(h.running and not h.abandoned for h in self._held.values()):
-                    break
+        while time.monotonic() < deadline and self.ledger.running_own():
             self._wake.wait(0.05)
             self._wake.clear()
-        with self._lock:
-            leftover = [h for h in self._held.values() if h.running and not h.abandoned]
-            for held in leftover:
-                held.abandoned = True
+        leftover = self.ledger.abandon_running()
         self.completer.flush(timeout=max(5.0, c.lease / 2))
         if leftover:
-            self._release([(h.job.id, h.job.attempt) for h in leftover])
+            self._release([(job.id, job.attempt) for job in leftover])
         self.maintenance.stop()
         self.completer.stop()
         if self.listener:
@@ -309,7 +241,7 @@ class Worker:
         # daemon and does not hold the process up.
         self.pool.stop(timeout=0.0 if leftover else 1.0)
         logger.info("stopped %s: claimed %d, succeeded %d, buried %d", c.worker_id,
-                    self.claimed, self.succeeded, self.buried)
+                    self.ledger.claimed, self.ledger.succeeded, self.ledger.buried)
 
     def _release(self, held: list[tuple[int, int]]) -> None:
         backoff = Backoff()

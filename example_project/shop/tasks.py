@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import time
 
-from django.tasks import TaskContext, task
 from django.utils import timezone
+
+try:
+    from django.tasks import TaskContext, task
+except ImportError:  # Django 5.2: the django-tasks backport provides the same API
+    from django_tasks import TaskContext, task  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 from example_project.shop.models import Order
 

@@ -8,6 +8,7 @@ from typing import Any
 from django_pgqueue.exceptions import InvalidJobArguments
 
 _encode = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False).encode
+_decode = json.JSONDecoder().decode
 
 
 def _find_bad(value: Any, path: str) -> tuple[str, Any] | None:
@@ -41,9 +42,18 @@ def dumps(value: Any, what: str) -> str:
     tuples and dicts with string keys. Anything else would come back different,
     or not at all, so it is refused before anything is written.
     """
+    try:
+        encoded = _encode(value)
+    except (TypeError, ValueError):
+        encoded = None
+    # Fast path, all in C: if the JSON reads back equal, nothing was lost. Only
+    # when it does not (or cannot be encoded) walk the value to name the culprit;
+    # tuples read back as lists, which the walk accepts.
+    if encoded is not None and _decode(encoded) == value:
+        return encoded
     found = _find_bad(value, what)
     if found is None:
-        return _encode(value)
+        return encoded if encoded is not None else _encode(value)
     path, bad = found
     shown = repr(bad)
     if len(shown) > 80:

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from django_pgqueue.models import Job
 
 ONE_RUNNING_PER_KEY = "pgqueue_job_one_running_per_key"
+#: Batches at least this large (and without unique keys) are written with COPY.
+COPY_THRESHOLD = 500
 FINISHED = ("done", "dead")
 
 
@@ -155,13 +157,18 @@ class JobManager(_JobManagerBase["Job"]):
         return job
 
     def enqueue_many(self, jobs: Iterable[JobSpec], *, using: str | None = None) -> list[int]:
-        """Insert many jobs in one statement; returns the new ids (duplicates are skipped).
+        """Insert many jobs at once; returns the new ids, in order (duplicates are skipped).
 
-        Build each item with :meth:`JobSpec.build`.
+        Build each item with :meth:`JobSpec.build`. Like :meth:`enqueue`, it joins
+        the caller's transaction and wakes workers when it commits. A batch of
+        ``COPY_THRESHOLD`` jobs or more with no ``unique_key`` is written with
+        COPY; any other batch is one ``INSERT ... ON CONFLICT`` statement.
         """
         specs = list(jobs)
         if not specs:
             return []
+        if len(specs) >= COPY_THRESHOLD and all(s.unique_key is None for s in specs):
+            return self._copy_many(specs, self._alias(using))
         columns = {
             "tasks": [s.task for s in specs], "args": [s.args for s in specs],
             "kwargs": [s.kwargs for s in specs], "queues": [s.queue for s in specs],
@@ -173,6 +180,25 @@ class JobManager(_JobManagerBase["Job"]):
         }
         rows = self._fetch("enqueue_many", {**columns, **self._notify_params()}, using)
         return list(rows[0][0])
+
+    def _copy_many(self, specs: list[JobSpec], alias: str) -> list[int]:
+        # Three statements (ids, COPY, NOTIFY) that must stand or fall together:
+        # a transaction of their own, or a savepoint in the caller's.
+        with transaction.atomic(using=alias):
+            ((ids, now),) = self._fetch("reserve_ids", {"count": len(specs)}, alias)
+            wrapper = connections[alias]
+            with wrapper.wrap_database_errors, psycopg.Cursor(wrapper.connection) as cursor, \
+                    cursor.copy(query("copy_jobs")) as copy:
+                for job_id, s in zip(ids, specs, strict=True):
+                    copy.write_row((job_id, s.task, s.args, s.kwargs, s.queue, s.priority,
+                                    "queued", 0, s.max_attempts, s.run_at or now, "", "[]",
+                                    "[]", s.concurrency_key, s.backoff))
+            if wrapper.queries_logged:
+                wrapper.queries_log.append({"sql": f"/* pgqueue: copy_jobs */ {len(ids)} rows",
+                                            "time": "0.000"})
+            self._fetch("notify_queues", {"queues": sorted({s.queue for s in specs}),
+                                          **self._notify_params()}, alias)
+        return list(ids)
 
     # -- the worker's operations ----------------------------------------------------
 

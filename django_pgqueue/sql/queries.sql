@@ -48,6 +48,25 @@ woken AS (
 )
 SELECT COALESCE((SELECT array_agg(id ORDER BY id) FROM inserted), '{}'), (SELECT n FROM woken);
 
+-- name: reserve_ids
+-- Ids for a COPY of many jobs, and the transaction's now() for their run_at:
+-- the same value a plain INSERT's default would have given them.
+SELECT array_agg(nextval(pg_get_serial_sequence('pgqueue_job', 'id'))), now()
+FROM generate_series(1, %(count)s::int);
+
+-- name: copy_jobs
+-- Many jobs at COPY speed (no ON CONFLICT: used only when no job has a unique_key).
+COPY pgqueue_job (
+    id, task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
+    last_error, errors, worker_ids, concurrency_key, backoff
+) FROM STDIN;
+
+-- name: notify_queues
+-- Wake workers of these queues when the transaction commits.
+SELECT count(pg_notify(%(channel)s::text, queue))
+FROM unnest(%(queues)s::text[]) AS queue
+WHERE %(notify)s::bool;
+
 -- name: live_job_by_unique_key
 SELECT id, created_at, run_at, status
 FROM pgqueue_job

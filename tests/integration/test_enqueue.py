@@ -14,7 +14,7 @@ from django.utils import timezone
 from django_pgqueue import enqueue
 from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments
 from django_pgqueue.models import Job
-from django_pgqueue.queue import JobSpec
+from django_pgqueue.queue import COPY_THRESHOLD, JobSpec
 from tests.testapp.tasks import add
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -170,13 +170,52 @@ def test_task_must_be_a_dotted_path() -> None:
         enqueue(add, "12")
 
 
-def test_enqueue_many_inserts_ten_thousand_jobs_in_one_statement() -> None:
-    specs = [JobSpec.build(add, [i, i]) for i in range(10_000)]
+def test_enqueue_many_below_the_copy_threshold_is_one_statement() -> None:
+    specs = [JobSpec.build(add, [i, i]) for i in range(COPY_THRESHOLD - 1)]
     with CaptureQueriesContext(connection) as queries:
         ids = Job.objects.enqueue_many(specs)
     assert len(queries) == 1
+    assert len(ids) == COPY_THRESHOLD - 1 == Job.objects.queued().count()
+    assert ids == sorted(ids)
+    assert Job.objects.get(pk=ids[123]).args == [123, 123]
+
+
+def test_enqueue_many_copies_ten_thousand_jobs_in_a_constant_number_of_statements(
+        db_url: str) -> None:
+    specs = [JobSpec.build(add, [i, i], queue="bulk" if i % 2 else "default",
+                           concurrency_key="k" if i == 7 else None, backoff=2 if i == 8 else None)
+             for i in range(10_000)]
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN pgqueue_jobs")
+        with CaptureQueriesContext(connection) as queries, transaction.atomic():
+            before = timezone.now()
+            ids = Job.objects.enqueue_many(specs)
+            assert list(listener.notifies(timeout=0.2, stop_after=1)) == []  # not before commit
+        heard = sorted(n.payload for n in listener.notifies(timeout=2, stop_after=2))
+    ours = [q["sql"].split("*/")[0] for q in queries.captured_queries
+            if q["sql"].startswith("/* pgqueue:")]
+    # Three statements, not one per job: reserve the ids, COPY, notify.
+    assert ours == ["/* pgqueue: reserve_ids ", "/* pgqueue: copy_jobs ",
+                    "/* pgqueue: notify_queues "]
+    assert heard == ["bulk", "default"]
     assert len(ids) == 10_000 == Job.objects.queued().count()
-    assert Job.objects.get(pk=ids[1234]).args == [1234, 1234]
+    assert ids == sorted(ids)
+    rows = {job.pk: job for job in Job.objects.filter(pk__in=[ids[0], ids[7], ids[8], ids[9]])}
+    assert (rows[ids[9]].args, rows[ids[9]].queue, rows[ids[9]].status) == ([9, 9], "bulk",
+                                                                             "queued")
+    assert rows[ids[7]].concurrency_key == "k"
+    assert rows[ids[8]].backoff == 2
+    assert rows[ids[0]].run_at >= before - dt.timedelta(seconds=1)
+    assert rows[ids[0]].run_at <= timezone.now()
+    assert Job.objects.claim("w", limit=3) != []  # ready to claim
+
+
+def test_a_rolled_back_bulk_copy_leaves_nothing() -> None:
+    specs = [JobSpec.build(add, [i, i]) for i in range(COPY_THRESHOLD)]
+    with pytest.raises(Boom), transaction.atomic():
+        Job.objects.enqueue_many(specs)
+        raise Boom
+    assert Job.objects.count() == 0
 
 
 def test_enqueue_many_skips_live_duplicates_and_notifies_once_per_queue(db_url: str) -> None:

@@ -15,6 +15,7 @@ help:
 	@echo "make admin  serve the example project's admin (admin/admin)"
 	@echo "make lab    the design article's lab through the Python API"
 	@echo "make docs   build the Sphinx docs (warnings are errors)"
+	@echo "make bench  run the benchmarks (benchmarks/results/latest.md)"
 
 $(PY):
 	@py=""; \
@@ -34,7 +35,7 @@ venv: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy django_pgqueue tests devtools example_project
+	$(VENV)/bin/mypy django_pgqueue tests devtools example_project benchmarks
 
 # The admin's browser test drives Debian's Chromium (apt, never a browser download).
 # As root it is installed when missing; elsewhere the test skips unless CI is set.
@@ -62,6 +63,15 @@ lab: $(STAMP)
 admin: $(STAMP)
 	@echo "admin: http://127.0.0.1:8000/admin/ (admin / admin, local use only); Ctrl-C stops"
 	$(PY) manage.py runserver --noreload 127.0.0.1:8000
+
+BENCH_STAMP := $(VENV)/.installed-bench
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,docs,bench]'
+	@touch $(BENCH_STAMP)
+
+# Benchmarks, not tests: prints a markdown table, writes benchmarks/results/latest.md.
+bench: $(BENCH_STAMP)
+	$(PY) -m benchmarks $(BENCH_ARGS)
 
 docs: $(STAMP)
 	$(VENV)/bin/sphinx-build -q -E -W --keep-going -b html docs docs/_build/html

@@ -1,0 +1,1 @@
+"""Tasks the benchmarks enqueue (no models: results travel in the job rows)."""

@@ -1,0 +1,51 @@
+"""Settings for ``python -m benchmarks``: DATABASE_URL, else an embedded PostgreSQL 18.6.
+
+The embedded server is started *durable* (fsync and synchronous_commit on, as on a
+real server), so every commit in every row of the table waits for its WAL flush.
+``BENCH_FSYNC=off`` starts it without flushes instead, for exploring; the table
+says which was used. The benchmarks run in their own database (``pgqueue_bench``,
+created by the runner), never in the database DATABASE_URL names, because they
+truncate the job table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import environ
+
+from devtools.embedded_pg import database_url
+
+env = environ.Env()
+
+BENCH_DB_NAME = os.environ.get("BENCH_DB_NAME", "pgqueue_bench")
+DURABLE = os.environ.get("BENCH_FSYNC", "on") != "off"
+
+SECRET_KEY = "benchmarks-only-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS: list[str] = []
+
+DATABASES = {"default": {**env.db_url_config(database_url(durable=DURABLE)), "NAME": BENCH_DB_NAME,
+                         # Persistent connections, as production settings have them: with
+                         # Django's default (0), db_worker reconnects for every job.
+                         "CONN_MAX_AGE": 600}}
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django_pgqueue",
+    "benchmarks.benchapp",
+]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# The defaults; BENCH_PGQUEUE (JSON) overrides keys, for the "best settings" runs.
+PGQUEUE: dict[str, object] = json.loads(os.environ.get("BENCH_PGQUEUE", "{}"))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_pgqueue": {"handlers": ["console"], "level": "WARNING"}},
+}

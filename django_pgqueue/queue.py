@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from django_pgqueue.models import Job
 
 ONE_RUNNING_PER_KEY = "pgqueue_job_one_running_per_key"
+SPEC_FIELDS = tuple(field.name for field in dataclasses.fields(JobSpec))
 #: Batches at least this large (and without unique keys) are written with COPY.
 COPY_THRESHOLD = 500
 FINISHED = ("done", "dead")
@@ -127,26 +128,31 @@ class JobManager(_JobManagerBase["Job"]):
         Workers are notified when (and only if) the transaction commits.
         """
         spec = JobSpec.build(task, args, kwargs, **options)
-        params = {**dataclasses.asdict(spec), **self._notify_params()}
+        # Not dataclasses.asdict: it deep-copies, and this is every enqueue's path.
+        params = {field: getattr(spec, field) for field in SPEC_FIELDS}
+        params.update(self._notify_params())
         for _ in range(3):
             rows = self._fetch("enqueue", params, using)
             if rows:
                 job_id, created_at, run_at, _notified = rows[0]
-                return self._job(spec, job_id, created_at, run_at, duplicate=False)
+                return self._job(spec, list(args), kwargs or {}, job_id, created_at, run_at,
+                                 duplicate=False)
             # A live job holds the unique_key. If it finished between the two
             # statements, the insert is worth another try.
             existing = self._fetch("live_job_by_unique_key", {"unique_key": spec.unique_key}, using)
             if existing:
                 job_id, created_at, run_at, status = existing[0]
-                job = self._job(spec, job_id, created_at, run_at, duplicate=True)
+                job = self._job(spec, list(args), kwargs or {}, job_id, created_at, run_at,
+                                duplicate=True)
                 job.status = status
                 return job
         raise IntegrityError(f"could not enqueue or find a live job for {spec.unique_key!r}")
 
-    def _job(self, spec: JobSpec, job_id: int, created_at: dt.datetime, run_at: dt.datetime,
-             duplicate: bool) -> Job:
+    def _job(self, spec: JobSpec, args: list[Any], kwargs: dict[str, Any], job_id: int,
+             created_at: dt.datetime, run_at: dt.datetime, duplicate: bool) -> Job:
+        # The caller's own (already validated) arguments: no need to decode the JSON.
         job = self.model(
-            id=job_id, task=spec.task, args=json.loads(spec.args), kwargs=json.loads(spec.kwargs),
+            id=job_id, task=spec.task, args=args, kwargs=kwargs,
             queue=spec.queue, priority=spec.priority, max_attempts=spec.max_attempts,
             run_at=run_at, created_at=created_at, unique_key=spec.unique_key,
             concurrency_key=spec.concurrency_key, backoff=spec.backoff, status="queued",
@@ -232,10 +238,8 @@ class JobManager(_JobManagerBase["Job"]):
             return []
         return [
             ClaimedJob(id=r[0], task=r[1], args=_parse_json(r[2]), kwargs=_parse_json(r[3]),
-                       queue=r[4], priority=r[5], attempt=r[6], max_attempts=r[7], run_at=r[8],
-                       created_at=r[9], started_at=r[10], attempted_at=r[11],
-                       locked_until=r[12], concurrency_key=r[13], unique_key=r[14],
-                       backoff=r[15])
+                       queue=r[4], priority=r[5], attempt=r[6], max_attempts=r[7],
+                       concurrency_key=r[8], unique_key=r[9], backoff=r[10])
             for r in rows
         ]
 

@@ -101,11 +101,6 @@ class ClaimedJob:
     priority: int
     attempt: int
     max_attempts: int
-    run_at: dt.datetime
-    created_at: dt.datetime
-    started_at: dt.datetime
-    attempted_at: dt.datetime
-    locked_until: dt.datetime
     concurrency_key: str | None
     unique_key: str | None
     backoff: float | None = None

@@ -79,6 +79,9 @@ def resolve(path: str) -> Runnable:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UnknownTask(f"{path!r}: module {module_name!r} cannot be imported ({exc})") from None
+    except Exception as exc:  # the module's own code failed while importing
+        raise UnknownTask(f"{path!r}: importing {module_name!r} failed: "
+                          f"{type(exc).__name__}: {exc}") from None
     found = _registry.get(path)  # importing the module may have registered it
     if found is not None:
         return found

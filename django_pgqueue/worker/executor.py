@@ -32,12 +32,20 @@ def _class_path(exc: BaseException) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def _safe(render: Any, exc: BaseException) -> str:
+    """``render(exc)``, or a placeholder when the exception cannot describe itself."""
+    try:
+        return str(render(exc))
+    except Exception:
+        return f"<{_class_path(exc)} whose message could not be rendered>"
+
+
 def failure(job: ClaimedJob, exc: BaseException, *, final: bool = False,
             trace: str | None = None) -> Failure:
     """A failure outcome for ``job``, with the retry delay from the backoff settings."""
     settings = conf.get()
     base = settings.BACKOFF_BASE if job.backoff is None else job.backoff
-    message = str(exc)
+    message = _safe(str, exc)
     line = f"{_class_path(exc)}: {message}" if message else _class_path(exc)
     return Failure(
         job_id=job.id, attempt=job.attempt, error=line[:MAX_ERROR_LINE], final=final,
@@ -45,8 +53,8 @@ def failure(job: ClaimedJob, exc: BaseException, *, final: bool = False,
         delay=retry_delay(job.attempt, base, max(settings.BACKOFF_MAX, base),
                           settings.BACKOFF_JITTER),
         entry={"attempt": job.attempt, "exception": _class_path(exc), "message": message,
-               "traceback": trace if trace is not None else "".join(
-                   traceback.format_exception(exc))},
+               "traceback": trace if trace is not None else _safe(
+                   lambda e: "".join(traceback.format_exception(e)), exc)},
     )
 
 
@@ -93,7 +101,9 @@ def execute(job: ClaimedJob) -> Success | Failure:
         return failure(job, exc, final=True, trace="")
     try:
         result = runnable(job)
-    except (Exception, SystemExit) as exc:  # a task's sys.exit() fails the job, not the thread
+    except BaseException as exc:
+        # Whatever a task raises (sys.exit(), KeyboardInterrupt raised by hand:
+        # real signals only reach the main thread) fails the job, not the thread.
         logger.info("job %s (%s) failed on attempt %s: %s", job.id, job.task, job.attempt,
                     _class_path(exc))
         return failure(job, exc)

@@ -9,6 +9,7 @@ is safe.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -16,9 +17,11 @@ from collections.abc import Callable
 from django.db import connections
 
 from django_pgqueue.queue import ClaimedJob, Failure, Success
-from django_pgqueue.worker.executor import execute
+from django_pgqueue.worker.executor import execute, failure
 
 Outcome = Success | Failure
+
+logger = logging.getLogger("django_pgqueue")
 
 
 class JobPool:
@@ -63,6 +66,12 @@ class JobPool:
                 continue  # given back while it waited
             try:
                 outcome = execute(job)
+            except BaseException as exc:
+                # execute() turns everything a job does into an outcome; this is
+                # the backstop for a bug of ours, so that a thread never dies
+                # holding a job whose lease the heartbeat would renew forever.
+                logger.exception("job %s: unexpected error running it; burying it", job.id)
+                outcome = failure(job, exc, final=True)
             finally:
                 tidy_connections()
             self._on_done(job, outcome)

@@ -11,7 +11,15 @@ from django_pgqueue.models import Job
 from django_pgqueue.queue import Success
 from django_pgqueue.worker.executor import execute
 from tests.conftest import run_counts
-from tests.testapp.tasks import add, always_fails, async_add, mark, noop
+from tests.testapp.tasks import (
+    add,
+    always_fails,
+    async_add,
+    mark,
+    noop,
+    raises_interrupt,
+    raises_unprintable,
+)
 
 
 def insert_raw(task: str, args: str = "[]", kwargs: str = "{}") -> int:
@@ -43,6 +51,9 @@ def run_one() -> Job:
     ("tests.testapp.tasks.add", '{"a": 1}', "{}", "TypeError: malformed arguments"),
     ("tests.testapp.tasks.add", "[1]", '{"c": 2}',
      "TypeError: arguments do not match the task's signature"),
+    ("tests.testapp.broken_tasks.send", "[]", "{}",
+     "UnknownTask: 'tests.testapp.broken_tasks.send': importing "
+     "'tests.testapp.broken_tasks' failed: RuntimeError: settings for the mail provider"),
 ])
 def test_poison_rows_are_buried_at_once_with_a_reason(task: str, args: str, kwargs: str,
                                                       error: str) -> None:
@@ -109,3 +120,19 @@ def test_a_failures_delay_follows_the_jobs_backoff(backoff: float | None, first:
     delays = [failure(later, ValueError("x")).delay for _ in range(200)]
     assert second * 0.8 <= min(delays)
     assert max(delays) <= second * 1.2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_raising_keyboardinterrupt_fails_its_job_not_the_thread() -> None:
+    raises_interrupt.enqueue()
+    job = run_one()
+    assert (job.status, job.last_error) == ("queued", "KeyboardInterrupt: by hand")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_exception_that_cannot_render_its_message_still_fails_the_job() -> None:
+    raises_unprintable.enqueue()
+    job = run_one()
+    assert job.status == "queued"
+    assert job.last_error == ("tests.testapp.tasks.Unprintable: <tests.testapp.tasks.Unprintable "
+                              "whose message could not be rendered>")

@@ -80,3 +80,18 @@ def show_synchronous_commit() -> str:
         cursor.execute("SHOW synchronous_commit")
         (value,) = cursor.fetchone()
     return str(value)
+
+
+@task
+def raises_interrupt() -> None:
+    raise KeyboardInterrupt("by hand")
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("no message for you")
+
+
+@task
+def raises_unprintable() -> None:
+    raise Unprintable

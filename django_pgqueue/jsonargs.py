@@ -11,8 +11,21 @@ _encode = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=
 _decode = json.JSONDecoder().decode
 
 
+def _storable(text: str) -> bool:
+    """PostgreSQL stores neither NUL characters nor lone surrogates."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _find_bad(value: Any, path: str) -> tuple[str, Any] | None:
-    if value is None or isinstance(value, bool | int | str):
+    if isinstance(value, str):
+        return None if _storable(value) else (path, value)
+    if value is None or isinstance(value, bool | int):
         return None
     if isinstance(value, float):
         return None if value == value and value not in (float("inf"), float("-inf")) else (
@@ -25,13 +38,18 @@ def _find_bad(value: Any, path: str) -> tuple[str, Any] | None:
         return None
     if isinstance(value, dict):
         for key, item in value.items():
-            if not isinstance(key, str):
+            if not isinstance(key, str) or not _storable(key):
                 return f"{path} key {key!r}", key
             found = _find_bad(item, f"{path}[{key!r}]")
             if found:
                 return found
         return None
     return path, value
+
+
+def _storable_json(encoded: str) -> bool:
+    # json writes NUL as the escape \u0000, which jsonb refuses too.
+    return "\\u0000" not in encoded and _storable(encoded)
 
 
 def dumps(value: Any, what: str) -> str:
@@ -49,7 +67,7 @@ def dumps(value: Any, what: str) -> str:
     # Fast path, all in C: if the JSON reads back equal, nothing was lost. Only
     # when it does not (or cannot be encoded) walk the value to name the culprit;
     # tuples read back as lists, which the walk accepts.
-    if encoded is not None and _decode(encoded) == value:
+    if encoded is not None and _decode(encoded) == value and _storable_json(encoded):
         return encoded
     found = _find_bad(value, what)
     if found is None:
@@ -58,6 +76,10 @@ def dumps(value: Any, what: str) -> str:
     shown = repr(bad)
     if len(shown) > 80:
         shown = shown[:77] + "..."
+    if isinstance(bad, str):
+        raise InvalidJobArguments(
+            f"{path} is the string {shown}, which PostgreSQL cannot store: it holds a NUL "
+            "character or a lone surrogate")
     raise InvalidJobArguments(
         f"{path} is {type(bad).__module__}.{type(bad).__qualname__} {shown}, which is not JSON; "
         "pass only str, int, float, bool, None, lists and dicts with string keys "

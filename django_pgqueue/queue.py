@@ -6,6 +6,7 @@ Django connection so that it joins whatever transaction the caller has open.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -304,8 +305,25 @@ class JobManager(_JobManagerBase["Job"]):
                 return ReapResult(returned=returned, buried=buried)
 
     def retry(self, job_ids: Sequence[int], *, using: str | None = None) -> list[int]:
-        """Dead jobs (or queued ones waiting for run_at) become ready now; returns their ids."""
-        rows = self._fetch("retry", {"ids": list(job_ids), **self._notify_params()}, using)
+        """Dead jobs (or queued ones waiting for run_at) become ready now; returns their ids.
+
+        A job whose ``unique_key`` another live job holds is left as it is.
+        """
+        alias = self._alias(using)
+        try:
+            return self._retry(list(job_ids), alias)
+        except IntegrityError:
+            # A job with one of these keys went live meanwhile: one by one,
+            # skipping the ones that clash.
+            retried: list[int] = []
+            for job_id in job_ids:
+                with contextlib.suppress(IntegrityError):
+                    retried += self._retry([job_id], alias)
+            return sorted(retried)
+
+    def _retry(self, job_ids: list[int], alias: str) -> list[int]:
+        with transaction.atomic(using=alias):  # a savepoint if the caller has a transaction
+            rows = self._fetch("retry", {"ids": job_ids, **self._notify_params()}, alias)
         return list(rows[0][0])
 
     def cancel(self, job_ids: Sequence[int], *, reason: str = "cancelled",

@@ -201,10 +201,15 @@ WITH retried AS (
         locked_until = NULL, locked_by = NULL
     WHERE j.id = ANY(%(ids)s::bigint[])
       AND (j.status = 'dead' OR (j.status = 'queued' AND j.run_at > now()))
-      AND (j.unique_key IS NULL OR NOT EXISTS (
+      AND (j.unique_key IS NULL OR (NOT EXISTS (
             SELECT 1 FROM pgqueue_job AS o
             WHERE o.unique_key = j.unique_key AND o.id <> j.id
-              AND o.status IN ('queued', 'running')))
+              AND o.status IN ('queued', 'running'))
+        -- Of several asked for with one key, only the newest can be live again.
+        AND NOT EXISTS (
+            SELECT 1 FROM pgqueue_job AS n
+            WHERE n.id = ANY(%(ids)s::bigint[]) AND n.id > j.id
+              AND n.unique_key = j.unique_key)))
     RETURNING j.id, j.queue
 ),
 woken AS (
@@ -226,13 +231,16 @@ RETURNING id;
 
 -- name: prune
 -- One batch of finished jobs older than the bound, oldest first.
+-- The outer conditions are checked again on the row being deleted: a job
+-- retried while the batch ran is queued again and must survive it.
 DELETE FROM pgqueue_job
 WHERE id IN (
     SELECT id FROM pgqueue_job
     WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz
     ORDER BY done_at
     LIMIT %(limit)s::int
-);
+)
+  AND status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz;
 
 -- name: count_prunable
 SELECT count(*) FROM pgqueue_job

@@ -32,10 +32,16 @@ def _class_path(exc: BaseException) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def clean_text(text: str) -> str:
+    """``text`` as PostgreSQL can store it: no NUL characters, no lone surrogates."""
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _safe(render: Any, exc: BaseException) -> str:
-    """``render(exc)``, or a placeholder when the exception cannot describe itself."""
+    """``render(exc)`` made storable, or a placeholder when the exception cannot
+    describe itself."""
     try:
-        return str(render(exc))
+        return clean_text(str(render(exc)))
     except Exception:
         return f"<{_class_path(exc)} whose message could not be rendered>"
 
@@ -47,6 +53,7 @@ def failure(job: ClaimedJob, exc: BaseException, *, final: bool = False,
     base = settings.BACKOFF_BASE if job.backoff is None else job.backoff
     message = _safe(str, exc)
     line = f"{_class_path(exc)}: {message}" if message else _class_path(exc)
+    trace = clean_text(trace) if trace is not None else None
     return Failure(
         job_id=job.id, attempt=job.attempt, error=line[:MAX_ERROR_LINE], final=final,
         # A job's own backoff may exceed the global cap: its first delay is honoured.

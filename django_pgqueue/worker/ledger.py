@@ -9,7 +9,10 @@ in one place:
 - it is *busy* (occupies a slot) from its claim until its thread returns, even
   after it was abandoned, so the worker never runs more threads than its slots;
 - an *abandoned* job (timed out, or given back at shutdown) is no longer the
-  worker's: its late outcome is dropped.
+  worker's: its late outcome is dropped;
+- entries are per attempt: a job reclaimed by this same worker (after a lost
+  lease or a timeout) is a new entry, which the old attempt's thread, outcome
+  or timeout must not touch.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from django_pgqueue.records import ClaimedJob
 class Held:
     job: ClaimedJob
     started: float
-    running: bool = True
+    running: bool = False  # a prefetched job waits for a thread first
     abandoned: bool = False
 
 
@@ -48,18 +51,19 @@ class Ledger:
     def start(self, job: ClaimedJob) -> bool:
         """A thread is about to run ``job``; False if it was given back meanwhile."""
         with self._lock:
-            held = self._held.get(job.id)
+            held = self._current(job)
             if held is None or held.abandoned:
                 return False
             held.started = time.monotonic()  # the job timeout counts from here
+            held.running = True
             return True
 
     def finish(self, job: ClaimedJob) -> bool:
         """``job``'s thread returned; True if its outcome is still ours to record."""
         with self._lock:
             self.busy -= 1
-            held = self._held.get(job.id)
-            if held is None:
+            held = self._current(job)
+            if held is None:  # forgotten, or an older attempt of a reclaimed job
                 return False
             held.running = False
             if held.abandoned:
@@ -67,22 +71,28 @@ class Ledger:
                 return False
             return True
 
-    def recorded(self, job_ids: list[int], succeeded: int, buried: int) -> None:
+    def _current(self, job: ClaimedJob) -> Held | None:
+        held = self._held.get(job.id)
+        return held if held is not None and held.job.attempt == job.attempt else None
+
+    def recorded(self, settled: list[tuple[int, int]], succeeded: int, buried: int) -> None:
+        """Outcomes settled for these (job id, attempt) pairs."""
         with self._lock:
-            for job_id in job_ids:
+            for job_id, attempt in settled:
                 held = self._held.get(job_id)
                 # A timed-out job's thread keeps its slot until it returns.
-                if held is not None and not held.running:
+                if held is not None and held.job.attempt == attempt and not held.running:
                     del self._held[job_id]
             self.succeeded += succeeded
             self.buried += buried
-            self._window_done += len(job_ids)
+            self._window_done += len(settled)
 
     def forget(self, jobs: list[ClaimedJob]) -> None:
         """Drop jobs no thread started (prefetched ones given back at shutdown)."""
         with self._lock:
             for job in jobs:
-                self._held.pop(job.id, None)
+                if self._current(job) is not None:
+                    del self._held[job.id]
             self.busy -= len(jobs)
 
     def own_work_left(self) -> bool:
@@ -103,7 +113,8 @@ class Ledger:
             return {i for i in job_ids if i in self._held}
 
     def abandon_running(self, started_before: float | None = None) -> list[ClaimedJob]:
-        """Give up running jobs (all, or those started before a time); returns them."""
+        """Give up jobs a thread is running (all, or those started before a time);
+        jobs still waiting for a thread are not touched. Returns them."""
         with self._lock:
             given_up = [h for h in self._held.values() if h.running and not h.abandoned
                         and (started_before is None or h.started < started_before)]

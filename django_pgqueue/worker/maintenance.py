@@ -32,8 +32,9 @@ class Service:
 class Maintenance(threading.Thread):
     """Runs each service when it is due; a failing service is logged and retried next time."""
 
-    def __init__(self, alias: str, services: list[Service]) -> None:
-        super().__init__(name="pgqueue-maintenance", daemon=True)
+    def __init__(self, alias: str, services: list[Service],
+                 name: str = "pgqueue-maintenance") -> None:
+        super().__init__(name=name, daemon=True)
         self.alias = alias
         self.services = services
         self._halt = threading.Event()

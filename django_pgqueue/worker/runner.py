@@ -59,11 +59,15 @@ class Worker:
         self.listener = (Listener(config.database, config.channel, config.queues, self._wake)
                          if config.listen else None)
         self.maintenance = Maintenance(config.database, self._services())
+        # The heartbeat on a thread of its own: a long prune or reap must never
+        # delay the renewals that keep running jobs from being taken back.
+        self.heartbeat = Maintenance(config.database, [
+            Service("heartbeat", config.heartbeat_interval, self._heartbeat)],
+            name="pgqueue-heartbeat")
 
     def _services(self) -> list[Service]:
         c = self.config
-        services = [Service("heartbeat", c.heartbeat_interval, self._heartbeat),
-                    Service("reaper", c.reap_interval, reaper(c.database)),
+        services = [Service("reaper", c.reap_interval, reaper(c.database)),
                     Service("throughput", c.stats_interval, self._log_throughput,
                             due=time.monotonic() + c.stats_interval)]
         if c.job_timeout:
@@ -87,6 +91,7 @@ class Worker:
         self.completer.start()
         self.pool.start()
         self.maintenance.start()
+        self.heartbeat.start()
         if self.listener:
             self.listener.start()
         bookkeeping_thread(self.config.database)  # the claim loop runs here
@@ -232,10 +237,12 @@ class Worker:
         if leftover:
             self._release([(job.id, job.attempt) for job in leftover])
         self.maintenance.stop()
+        self.heartbeat.stop()
         self.completer.stop()
         if self.listener:
             self.listener.join(2.0)
         self.maintenance.join(5.0)
+        self.heartbeat.join(5.0)
         self.completer.join(5.0)
         # Idle job threads exit now; one still inside an overrunning job is a
         # daemon and does not hold the process up.

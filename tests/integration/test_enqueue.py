@@ -135,6 +135,8 @@ def test_duplicate_unique_key_of_live_job_is_not_inserted_and_caller_can_tell() 
     ([], {"n": float("nan")}, "kwargs['n'] is builtins.float nan"),
     ([{1: "a"}], None, "args[0] key 1 is builtins.int"),
     ([b"bytes"], None, "args[0] is builtins.bytes"),
+    (["a\x00b"], None, "args[0] is the string"),
+    ([], {"name": "caf\udcff"}, "kwargs['name'] is the string"),
 ])
 def test_non_json_arguments_are_refused_before_anything_is_written(
         args: list[object], kwargs: dict[str, object] | None, message: str) -> None:
@@ -150,11 +152,15 @@ def test_non_json_arguments_are_refused_before_anything_is_written(
     ({"queue": ""}, "queue '' is not a valid queue name"),
     ({"queue": "has space"}, "queue 'has space'"),
     ({"max_attempts": 0}, "max_attempts 0"),
+    ({"max_attempts": 2**31}, "max_attempts 2147483648 must be a whole number from 1 to"),
+    ({"delay": float("inf")}, "delay inf must be a number of seconds from 0 to"),
+    ({"delay": 1e12}, "delay 1000000000000.0"),
     ({"delay": -1}, "delay -1"),
     ({"run_at": dt.datetime(2026, 1, 1)}, "must be a timezone-aware datetime"),
     ({"delay": 1, "run_at": timezone.now()}, "give run_at or delay, not both"),
     ({"unique_key": ""}, "unique_key ''"),
-    ({"backoff": -1}, "backoff -1 must be a number of seconds, 0 or more"),
+    ({"backoff": -1}, "backoff -1 must be a number of seconds from 0 to"),
+    ({"backoff": 1e13}, "backoff 10000000000000.0 must be a number of seconds from 0 to"),
     ({"backoff": float("inf")}, "backoff inf"),
 ])
 def test_bad_options_raise_a_clear_error(options: dict[str, Any], message: str) -> None:
@@ -166,6 +172,8 @@ def test_bad_options_raise_a_clear_error(options: dict[str, Any], message: str) 
 def test_task_must_be_a_dotted_path() -> None:
     with pytest.raises(InvalidJob, match="dotted path"):
         enqueue("nodots")
+    with pytest.raises(InvalidJob, match="at most 255 chars"):
+        enqueue("a." + "b" * 300)
     with pytest.raises(InvalidJob, match="args must be a list"):
         enqueue(add, "12")
 

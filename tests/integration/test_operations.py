@@ -43,6 +43,16 @@ def test_retry_skips_a_dead_job_whose_unique_key_is_live_again() -> None:
     assert Job.objects.get(pk=job.pk).status == "dead"
 
 
+def test_retry_of_two_dead_jobs_sharing_a_key_requeues_only_the_newest() -> None:
+    older = add.using(unique_key="same").enqueue(1, 1)
+    bury(older)
+    newer = add.using(unique_key="same").enqueue(2, 2)
+    bury(newer)
+    assert Job.objects.retry([older.pk, newer.pk]) == [newer.pk]
+    assert Job.objects.get(pk=older.pk).status == "dead"
+    assert Job.objects.get(pk=newer.pk).status == "queued"
+
+
 def test_cancel_takes_queued_jobs_out_with_the_reason() -> None:
     running = add.enqueue(2, 2)
     queued = add.enqueue(1, 1)

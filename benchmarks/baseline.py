@@ -123,12 +123,8 @@ def drain(url: str, *, job_ms: float = 0.0, skip_locked: bool = True, flaky: str
                 with lock:
                     run.early_quits += 1
 
-    threads = [threading.Thread(target=work) for _ in range(workers)]
     start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_threads(work, workers)
     if flaky is not None:
         # Retried jobs are ready again after their delay: drain once more, as the article does.
         time.sleep(0.08)
@@ -138,6 +134,15 @@ def drain(url: str, *, job_ms: float = 0.0, skip_locked: bool = True, flaky: str
                 conn.execute(DONE, [job[0]])
     run.elapsed = time.perf_counter() - start
     return run
+
+
+def run_threads(work: Callable[[], None], count: int) -> None:
+    """Run ``work`` on ``count`` threads at once and wait for them all."""
+    threads = [threading.Thread(target=work) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def hold_style(url: str, *, jobs: int, job_ms: float, skip_locked: bool,
@@ -167,12 +172,8 @@ def hold_style(url: str, *, jobs: int, job_ms: float, skip_locked: bool,
                 with guard:
                     run.done += 1
 
-    threads = [threading.Thread(target=work) for _ in range(workers)]
     start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_threads(work, workers)
     run.elapsed = time.perf_counter() - start
     return run
 

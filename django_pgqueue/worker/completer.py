@@ -8,15 +8,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.db import InterfaceError, OperationalError, connections, transaction
+from django.db import InterfaceError, OperationalError, transaction
 
 from django_pgqueue.models import Job
 from django_pgqueue.queue import Failure, Success
-from django_pgqueue.worker.dbutil import (
-    Backoff,
-    bookkeeping_thread,
-    reset_connection,
-)
+from django_pgqueue.worker.dbutil import Backoff, BookkeepingThread, reset_connection
 from django_pgqueue.worker.executor import MAX_ERROR_LINE, clean_text
 
 logger = logging.getLogger("django_pgqueue")
@@ -27,7 +23,7 @@ TRANSIENT_ERRORS = (OperationalError, InterfaceError)
 LINGER = 0.001
 
 
-class Completer(threading.Thread):
+class Completer(BookkeepingThread):
     """Takes outcomes from job threads and writes them, batching whatever is waiting.
 
     An outcome is kept until it is written: when the database is away, the
@@ -37,14 +33,12 @@ class Completer(threading.Thread):
 
     def __init__(self, worker_id: str, alias: str,
                  on_recorded: Callable[[list[tuple[int, int]], int, int], None]) -> None:
-        super().__init__(name="pgqueue-completer", daemon=True)
+        super().__init__(alias, name="pgqueue-completer")
         self.worker_id = worker_id
-        self.alias = alias
         self._on_recorded = on_recorded
         self._outcomes: queue.SimpleQueue[Success | Failure] = queue.SimpleQueue()
         self._pending = 0
         self._lock = threading.Lock()
-        self._halt = threading.Event()
 
     @property
     def pending(self) -> int:
@@ -63,16 +57,6 @@ class Completer(threading.Thread):
         while self.pending and time.monotonic() < deadline:
             time.sleep(0.005)
         return not self.pending
-
-    def stop(self) -> None:
-        self._halt.set()
-
-    def run(self) -> None:
-        bookkeeping_thread(self.alias)
-        try:
-            self._run()
-        finally:
-            connections.close_all()  # this thread's connections; nobody else can close them
 
     def _run(self) -> None:
         backoff = Backoff()

@@ -64,3 +64,27 @@ class Backoff:
     def sleep(self, stop: threading.Event) -> None:
         stop.wait(self.delay)
         self.delay = min(self.cap, self.delay * 2)
+
+
+class BookkeepingThread(threading.Thread):
+    """A worker thread of its own (completer, heartbeat, maintenance): marked for
+    ``ASYNC_COMMIT``, stopped by :meth:`stop`, and closing its own connections on
+    exit, which no other thread can close. Subclasses implement ``_run``."""
+
+    def __init__(self, alias: str, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.alias = alias
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        bookkeeping_thread(self.alias)
+        try:
+            self._run()
+        finally:
+            connections.close_all()
+
+    def _run(self) -> None:
+        raise NotImplementedError

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Callable
 
-from django.db import connections
-
 from django_pgqueue.models import Job
-from django_pgqueue.worker.dbutil import DB_ERRORS, bookkeeping_thread, reset_connection
+from django_pgqueue.worker.dbutil import DB_ERRORS, BookkeepingThread, reset_connection
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -29,25 +26,13 @@ class Service:
     due: float = 0.0  # monotonic time of the next run; 0 runs it at start
 
 
-class Maintenance(threading.Thread):
+class Maintenance(BookkeepingThread):
     """Runs each service when it is due; a failing service is logged and retried next time."""
 
     def __init__(self, alias: str, services: list[Service],
                  name: str = "pgqueue-maintenance") -> None:
-        super().__init__(name=name, daemon=True)
-        self.alias = alias
+        super().__init__(alias, name=name)
         self.services = services
-        self._halt = threading.Event()
-
-    def stop(self) -> None:
-        self._halt.set()
-
-    def run(self) -> None:
-        bookkeeping_thread(self.alias)
-        try:
-            self._run()
-        finally:
-            connections.close_all()  # this thread's connections
 
     def _run(self) -> None:
         while not self._halt.is_set():

@@ -26,6 +26,7 @@ def test_sigkilled_worker_jobs_come_back_after_the_lease_and_run_at_most_twice(
                              for i in range(12))
     victim = start_worker("--concurrency", "4", "--lease", "2", "--worker-id", "victim")
     wait_for(lambda: running_count() == 4, 20, "the victim to hold 4 jobs")
+    wait_for(lambda: sum(run_counts("kill-").values()) == 4, 20, "the 4 jobs to start")
     time.sleep(0.2)  # mid-job
     victim.kill()
     held = set(Job.objects.running().values_list("id", flat=True))
@@ -50,7 +51,8 @@ def test_sigterm_lets_running_jobs_finish_and_exits_zero(start_worker: Start) ->
     Job.objects.enqueue_many(JobSpec.build(tracked, [f"term-{i}"], {"sleep": 1.0})
                              for i in range(3))
     worker = start_worker("--concurrency", "3", "--shutdown-timeout", "10")
-    wait_for(lambda: running_count() == 3, 20, "three running jobs")
+    # Started, not just claimed: a claimed job no thread has taken yet is given back.
+    wait_for(lambda: len(run_counts("term-")) == 3, 20, "three running jobs")
     signalled = time.monotonic()
     worker.signal(signal.SIGTERM)
     assert worker.wait(15) == 0
@@ -65,7 +67,7 @@ def test_sigterm_puts_jobs_past_the_shutdown_timeout_back_in_the_queue(
     Job.objects.enqueue_many(JobSpec.build(tracked, [f"long-{i}"], {"sleep": 30})
                              for i in range(2))
     worker = start_worker("--concurrency", "2", "--shutdown-timeout", "0.5")
-    wait_for(lambda: running_count() == 2, 20, "two running jobs")
+    wait_for(lambda: len(run_counts("long-")) == 2, 20, "two running jobs")
     signalled = time.monotonic()
     worker.signal(signal.SIGTERM)
     assert worker.wait(15) == 0
@@ -79,7 +81,7 @@ def test_sigterm_puts_jobs_past_the_shutdown_timeout_back_in_the_queue(
 def test_second_signal_exits_at_once(start_worker: Start) -> None:
     tracked.enqueue("twice", sleep=30)
     worker = start_worker("--shutdown-timeout", "60")
-    wait_for(lambda: running_count() == 1, 20, "a running job")
+    wait_for(lambda: run_counts("twice") != {}, 20, "a running job")
     worker.signal(signal.SIGTERM)
     time.sleep(0.3)
     worker.signal(signal.SIGTERM)

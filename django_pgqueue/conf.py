@@ -8,7 +8,6 @@ worker.
 from __future__ import annotations
 
 import dataclasses
-import re
 from functools import cache
 from typing import Any
 
@@ -16,7 +15,7 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+from django_pgqueue import validation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,21 +85,43 @@ def _fail(key: str, value: Any, expected: str) -> ImproperlyConfigured:
     return ImproperlyConfigured(f"PGQUEUE[{key!r}] = {value!r}: expected {expected}")
 
 
+def _seconds(value: Any, *, zero: bool) -> bool:
+    # Bounded above too: PostgreSQL's interval arithmetic overflows on absurd values.
+    return (not isinstance(value, bool) and isinstance(value, int | float)
+            and (value >= 0 if zero else value > 0) and value <= validation.MAX_DELAY)
+
+
+#: Keys whose values are job options: checked by the job option's own rule.
+_OPTION_RULES: dict[str, validation.Rule[Any]] = {
+    "MAX_ATTEMPTS": validation.ATTEMPTS,
+    "DEFAULT_QUEUE": validation.QUEUE,
+    "BACKOFF_BASE": validation.BACKOFF,
+    "CHANNEL": validation.CHANNEL,
+}
+
+
 def _check(key: str, value: Any) -> None:
-    positive = {"LEASE", "POLL_INTERVAL", "REAP_INTERVAL", "PRUNE_INTERVAL", "BACKOFF_MAX"}
+    positive = {"LEASE", "POLL_INTERVAL", "REAP_INTERVAL", "PRUNE_INTERVAL"}
     optional_positive = {"HEARTBEAT_INTERVAL", "JOB_TIMEOUT", "PRUNE_AFTER"}
-    if key in positive | optional_positive:
+    rule = _OPTION_RULES.get(key)
+    if rule is not None:
+        if not rule.is_valid(value):
+            raise _fail(key, value, rule.expected)
+    elif key in positive | optional_positive:
         if value is None and key in optional_positive:
             return
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise _fail(key, value, "a number of seconds greater than 0")
-    elif key in {"SHUTDOWN_TIMEOUT", "BACKOFF_BASE"}:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise _fail(key, value, "a number of seconds, 0 or more")
+        if not _seconds(value, zero=False):
+            raise _fail(key, value, "a number of seconds greater than 0 (at most ten years)")
+    elif key == "BACKOFF_MAX":
+        if not _seconds(value, zero=False) or not validation.BACKOFF.is_valid(value):
+            raise _fail(key, value, "a number of seconds above 0 and at most a year")
+    elif key == "SHUTDOWN_TIMEOUT":
+        if not _seconds(value, zero=True):
+            raise _fail(key, value, "a number of seconds, 0 or more (at most ten years)")
     elif key == "PREFETCH":
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise _fail(key, value, "a whole number, 0 or more")
-    elif key in {"MAX_ATTEMPTS", "CONCURRENCY"}:
+    elif key == "CONCURRENCY":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise _fail(key, value, "a whole number of at least 1")
     elif key == "BACKOFF_JITTER":
@@ -110,15 +131,11 @@ def _check(key: str, value: Any) -> None:
         if not isinstance(value, bool):
             raise _fail(key, value, "True or False")
     elif key == "QUEUES":
-        if value is not None and (
-            not isinstance(value, tuple) or not value
-            or any(not isinstance(q, str) or not QUEUE_NAME_RE.match(q) for q in value)
-        ):
-            raise _fail(key, value, "None or a non-empty list of queue names")
-    elif key == "DEFAULT_QUEUE":
-        if not isinstance(value, str) or not QUEUE_NAME_RE.match(value):
-            raise _fail(key, value, "a queue name (1-64 letters, digits, _ . : -)")
-    elif key in {"DATABASE", "CHANNEL"} and (not isinstance(value, str) or not value):
+        if value is not None and (not isinstance(value, tuple) or not value
+                                  or not all(validation.QUEUE.is_valid(q) for q in value)):
+            raise _fail(key, value, "None or a non-empty list of queue names "
+                        f"({validation.QUEUE.expected})")
+    elif key == "DATABASE" and (not isinstance(value, str) or not value):
         raise _fail(key, value, "a non-empty string")
 
 

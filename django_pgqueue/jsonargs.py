@@ -6,33 +6,34 @@ import json
 from typing import Any
 
 from django_pgqueue.exceptions import InvalidJobArguments
+from django_pgqueue.validation import storable as _storable
 
 _encode = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False).encode
 _decode = json.JSONDecoder().decode
+#: Deeper values are refused: Python's own JSON decoder (in the worker) gives up
+#: near the recursion limit, so a value nested deeper could be stored but never run.
+MAX_DEPTH = 200
 
 
-def _storable(text: str) -> bool:
-    """PostgreSQL stores neither NUL characters nor lone surrogates."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _find_bad(value: Any, path: str) -> tuple[str, Any] | None:
+def _find_bad(value: Any, path: str, depth: int = 0) -> tuple[str, Any] | None:
+    if depth > MAX_DEPTH:
+        return path, _TooDeep()
     if isinstance(value, str):
         return None if _storable(value) else (path, value)
-    if value is None or isinstance(value, bool | int):
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        try:
+            str(value)  # past sys.get_int_max_str_digits() it cannot be written, nor read
+        except ValueError:
+            return path, _TooLong()
         return None
     if isinstance(value, float):
         return None if value == value and value not in (float("inf"), float("-inf")) else (
             path, value)
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            found = _find_bad(item, f"{path}[{index}]")
+            found = _find_bad(item, f"{path}[{index}]", depth + 1)
             if found:
                 return found
         return None
@@ -40,11 +41,22 @@ def _find_bad(value: Any, path: str) -> tuple[str, Any] | None:
         for key, item in value.items():
             if not isinstance(key, str) or not _storable(key):
                 return f"{path} key {key!r}", key
-            found = _find_bad(item, f"{path}[{key!r}]")
+            found = _find_bad(item, f"{path}[{key!r}]", depth + 1)
             if found:
                 return found
         return None
     return path, value
+
+
+class _TooDeep:
+    """Marks the place where a value is nested deeper than MAX_DEPTH."""
+
+
+class _TooLong:
+    """Marks an integer with more digits than Python converts to or from text."""
+
+    def __repr__(self) -> str:
+        return "an integer with too many digits"
 
 
 def _storable_json(encoded: str) -> bool:
@@ -62,17 +74,26 @@ def dumps(value: Any, what: str) -> str:
     """
     try:
         encoded = _encode(value)
-    except (TypeError, ValueError):
+        # Fast path, all in C: if the JSON reads back equal, nothing was lost.
+        if _decode(encoded) == value and _storable_json(encoded):
+            return encoded
+    except (TypeError, ValueError, RecursionError):
         encoded = None
-    # Fast path, all in C: if the JSON reads back equal, nothing was lost. Only
-    # when it does not (or cannot be encoded) walk the value to name the culprit;
-    # tuples read back as lists, which the walk accepts.
-    if encoded is not None and _decode(encoded) == value and _storable_json(encoded):
-        return encoded
+    # Only when it does not read back (or cannot be encoded) walk the value to
+    # name the culprit; tuples read back as lists, which the walk accepts.
     found = _find_bad(value, what)
-    if found is None:
-        return encoded if encoded is not None else _encode(value)
+    if found is None and encoded is not None:
+        return encoded
+    if found is None:  # the walk accepts nothing the encoder refuses; kept as a backstop
+        raise InvalidJobArguments(f"{what} cannot be encoded as JSON")
     path, bad = found
+    if isinstance(bad, _TooDeep):
+        raise InvalidJobArguments(
+            f"{what} is nested more than {MAX_DEPTH} levels deep (at {path[:80]}...), which "
+            "the worker could not decode; pass a flatter value")
+    if isinstance(bad, _TooLong):
+        raise InvalidJobArguments(f"{path} is {bad!r}, which JSON cannot carry; pass it as a "
+                                  "string")
     shown = repr(bad)
     if len(shown) > 80:
         shown = shown[:77] + "..."

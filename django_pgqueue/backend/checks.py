@@ -5,23 +5,28 @@ Django runs them through its own ``tasks`` check for every configured alias.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from django.apps import apps
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-from django_pgqueue import conf
+from django_pgqueue import conf, validation
 from django_pgqueue.backend.compat import TASKS_APP
 
-if TYPE_CHECKING:
-    from django_pgqueue.backend.core import PgQueueBackend
+#: The OPTIONS keys a PgQueueBackend reads, and the job option's rule for each.
+OPTION_RULES: dict[str, tuple[validation.Rule[Any], str]] = {
+    "MAX_ATTEMPTS": (validation.ATTEMPTS, "django_pgqueue.E104"),
+    "BACKOFF": (validation.BACKOFF, "django_pgqueue.E107"),
+}
 
 
-def check_backend(backend: PgQueueBackend) -> list[checks.CheckMessage]:
-    """Everything that would make the backend fail at its first enqueue."""
-    name = f"TASKS[{backend.alias!r}]"
+def check_backend(alias: str, options: Mapping[str, Any],
+                  queues: Collection[Any]) -> list[checks.CheckMessage]:
+    """Everything that would make backend ``alias`` fail at its first enqueue."""
+    name = f"TASKS[{alias!r}]"
     errors: list[checks.CheckMessage] = []
     if not apps.is_installed("django_pgqueue"):
         errors.append(checks.Error(
@@ -29,29 +34,22 @@ def check_backend(backend: PgQueueBackend) -> list[checks.CheckMessage]:
             hint="Add 'django_pgqueue' to INSTALLED_APPS and run migrate.",
             id="django_pgqueue.E101"))
     errors += _check_database(name)
-    unknown = sorted(set(backend.options) - backend.known_options)
+    unknown = sorted(set(options) - set(OPTION_RULES))
     if unknown:
         errors.append(checks.Error(
             f"{name}['OPTIONS'] has unknown key(s) {', '.join(map(repr, unknown))}.",
-            hint=f"PgQueueBackend reads: {', '.join(sorted(backend.known_options))}.",
+            hint=f"PgQueueBackend reads: {', '.join(sorted(OPTION_RULES))}.",
             id="django_pgqueue.E103"))
-    max_attempts = backend.options.get("MAX_ATTEMPTS")
-    if max_attempts is not None and (isinstance(max_attempts, bool)
-                                     or not isinstance(max_attempts, int) or max_attempts < 1):
-        errors.append(checks.Error(
-            f"{name}['OPTIONS']['MAX_ATTEMPTS'] = {max_attempts!r}: expected a whole number "
-            "of at least 1.", id="django_pgqueue.E104"))
-    backoff = backend.options.get("BACKOFF")
-    if backoff is not None and (isinstance(backoff, bool) or not isinstance(backoff, int | float)
-                                or not 0 <= backoff < float("inf")):
-        errors.append(checks.Error(
-            f"{name}['OPTIONS']['BACKOFF'] = {backoff!r}: expected a number of seconds, "
-            "0 or more.", id="django_pgqueue.E107"))
-    bad_queues = sorted(q for q in backend.queues
-                        if not isinstance(q, str) or not conf.QUEUE_NAME_RE.match(q))
+    for key, (rule, check_id) in OPTION_RULES.items():
+        value = options.get(key)
+        if value is not None and not rule.is_valid(value):
+            errors.append(checks.Error(
+                f"{name}['OPTIONS'][{key!r}] = {value!r}: expected {rule.expected}.",
+                id=check_id))
+    bad_queues = sorted(map(repr, (q for q in queues if not validation.QUEUE.is_valid(q))))
     if bad_queues:
         errors.append(checks.Error(
-            f"{name}['QUEUES'] has invalid queue name(s) {', '.join(map(repr, bad_queues))}.",
+            f"{name}['QUEUES'] has invalid queue name(s) {', '.join(bad_queues)}.",
             hint="A queue name is 1-64 letters, digits, _ . : -.",
             id="django_pgqueue.E105"))
     if TASKS_APP is not None and not apps.is_installed(TASKS_APP):

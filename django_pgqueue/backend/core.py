@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_pgqueue import conf
+from django_pgqueue import conf, validation
+from django_pgqueue.backend.checks import OPTION_RULES, check_backend
 from django_pgqueue.backend.compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -16,6 +17,7 @@ from django_pgqueue.backend.compat import (
 )
 from django_pgqueue.backend.results import job_result, load_job
 from django_pgqueue.backend.task import PgQueueTask, validate_extras
+from django_pgqueue.exceptions import InvalidJob
 
 
 class PgQueueBackend(BaseTaskBackend):
@@ -33,7 +35,7 @@ class PgQueueBackend(BaseTaskBackend):
     supports_async_task = True
 
     #: The OPTIONS keys this backend reads; check() reports any other (E103).
-    known_options = frozenset({"MAX_ATTEMPTS", "BACKOFF"})
+    known_options = frozenset(OPTION_RULES)
 
     # No __init__ of our own: Django builds a backend at import time of every module
     # that declares a task (and once per thread), possibly before the app registry is
@@ -47,9 +49,9 @@ class PgQueueBackend(BaseTaskBackend):
     def validate_task(self, task: Task[Any, Any]) -> None:
         """Django's checks, then the queue's own: a valid queue name and valid options."""
         super().validate_task(task)
-        if not conf.QUEUE_NAME_RE.match(task.queue_name):
-            raise InvalidTask(f"Queue name {task.queue_name!r} is not valid for django-pgqueue "
-                              "(1-64 letters, digits, _ . : -).")
+        if not validation.QUEUE.is_valid(task.queue_name):
+            raise InvalidTask(f"Queue name {task.queue_name!r} is not valid for django-pgqueue: "
+                              f"expected {validation.QUEUE.expected}.")
         validate_extras(task)
 
     def enqueue[**P, R](self, task: Task[P, R], args: list[Any],
@@ -66,14 +68,22 @@ class PgQueueBackend(BaseTaskBackend):
         # framework's TypeError("Unsupported type ...") before anything is written.
         plain_args: Any = normalize_json(args)
         plain_kwargs: Any = normalize_json(kwargs)
-        job = Job.objects.enqueue(
-            task.module_path, plain_args, plain_kwargs, using=self.database,
-            queue=task.queue_name, priority=task.priority, run_at=task.run_after,
-            max_attempts=getattr(task, "max_attempts", None) or self.options.get("MAX_ATTEMPTS"),
-            unique_key=getattr(task, "unique_key", None),
-            concurrency_key=getattr(task, "concurrency_key", None),
-            backoff=_first_set(getattr(task, "backoff", None), self.options.get("BACKOFF")),
-        )
+        try:
+            job = Job.objects.enqueue(
+                task.module_path, plain_args, plain_kwargs, using=self.database,
+                queue=task.queue_name, priority=task.priority, run_at=task.run_after,
+                max_attempts=_first_set(getattr(task, "max_attempts", None),
+                                        self.options.get("MAX_ATTEMPTS")),
+                unique_key=getattr(task, "unique_key", None),
+                concurrency_key=getattr(task, "concurrency_key", None),
+                backoff=_first_set(getattr(task, "backoff", None), self.options.get("BACKOFF")),
+            )
+        except InvalidJob as exc:
+            if isinstance(exc, TypeError):  # arguments that are not JSON stay a TypeError
+                raise
+            # An option the queue refuses (a bad OPTIONS value, say): the
+            # framework's exception, with the queue's message.
+            raise InvalidTask(f"{exc} (TASKS[{self.alias!r}])") from exc
         if job.duplicate:
             live = load_job(job.id, self.database)
             return job_result(live, self.alias, task if live.task == task.module_path else None)
@@ -91,10 +101,8 @@ class PgQueueBackend(BaseTaskBackend):
         return job_result(load_job(result_id, self.database), self.alias)
 
     def check(self, **kwargs: Any) -> list[Any]:
-        """Django's checks, then ours (E101-E106, see ``django_pgqueue.backend.checks``)."""
-        from django_pgqueue.backend.checks import check_backend
-
-        return [*super().check(**kwargs), *check_backend(self)]
+        """Django's checks, then ours (E101-E107, see ``django_pgqueue.backend.checks``)."""
+        return [*super().check(**kwargs), *check_backend(self.alias, self.options, self.queues)]
 
 
 def _first_set(*values: Any) -> Any:

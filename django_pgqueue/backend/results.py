@@ -16,16 +16,17 @@ from django_pgqueue.backend.compat import (
 )
 from django_pgqueue.backend.task import PgQueueTask
 from django_pgqueue.exceptions import UnknownTask
+from django_pgqueue.records import JobStatus
 
 if TYPE_CHECKING:
     from django_pgqueue.models import Job
 
 #: A pending retry is queued, which Django calls READY ("ready to be executed again").
-STATUSES = {
-    "queued": TaskResultStatus.READY,
-    "running": TaskResultStatus.RUNNING,
-    "done": TaskResultStatus.SUCCESSFUL,
-    "dead": TaskResultStatus.FAILED,
+STATUSES: dict[str, TaskResultStatus] = {
+    JobStatus.QUEUED: TaskResultStatus.READY,
+    JobStatus.RUNNING: TaskResultStatus.RUNNING,
+    JobStatus.DONE: TaskResultStatus.SUCCESSFUL,
+    JobStatus.DEAD: TaskResultStatus.FAILED,
 }
 MAX_JOB_ID = 2**63 - 1  # bigint
 
@@ -111,7 +112,7 @@ def job_result(job: Job, alias: str, task: Task[Any, Any] | None = None) -> Task
         errors=[task_error(entry) for entry in job.errors or []],
         worker_ids=[str(worker) for worker in job.worker_ids or []],
     )
-    if job.status == "done":
+    if job.status == JobStatus.DONE:
         # A frozen dataclass field with init=False: set it the way Django's own
         # backends do.
         object.__setattr__(result, "_return_value", job.result)

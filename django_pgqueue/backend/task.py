@@ -12,6 +12,7 @@ import dataclasses
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
+from django_pgqueue import validation
 from django_pgqueue.backend.compat import InvalidTask, Task, TaskContext
 
 if TYPE_CHECKING:
@@ -77,19 +78,12 @@ def options[T: _TaskBase](task: T, *, max_attempts: int | None = None,
 
 def validate_extras(task: Any) -> None:
     """Raise InvalidTask if ``task`` carries a delivery option the queue would refuse."""
-    max_attempts = getattr(task, "max_attempts", None)
-    if max_attempts is not None and (isinstance(max_attempts, bool)
-                                     or not isinstance(max_attempts, int) or max_attempts < 1):
-        raise InvalidTask(f"max_attempts {max_attempts!r} must be a whole number of at least 1.")
-    backoff = getattr(task, "backoff", None)
-    if backoff is not None and (isinstance(backoff, bool) or not isinstance(backoff, int | float)
-                                or not 0 <= backoff < float("inf")):
-        raise InvalidTask(f"backoff {backoff!r} must be a number of seconds, 0 or more.")
-    for name in ("unique_key", "concurrency_key"):
-        key = getattr(task, name, None)
-        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
-            raise InvalidTask(f"{name} {key!r} must be a non-empty string of at most 255 "
-                              "characters.")
+    rules = (("max_attempts", validation.ATTEMPTS), ("backoff", validation.BACKOFF),
+             ("unique_key", validation.KEY), ("concurrency_key", validation.KEY))
+    for name, rule in rules:
+        value = getattr(task, name, None)
+        if value is not None and not rule.is_valid(value):
+            raise InvalidTask(rule.message(value, name) + ".")
 
 
 # django-stubs declares TaskContext without frozen=True; Django's is frozen.

@@ -17,11 +17,12 @@ from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_pgqueue.conf import QUEUE_NAME_RE
+from django_pgqueue import validation
+from django_pgqueue.records import FINISHED
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-FINISHED_STATUSES = ("done", "dead")
+FINISHED_STATUSES = FINISHED
 
 
 def _number[N: (int, float)](parse: Callable[[str], N], low: N, *, inclusive: bool,
@@ -53,7 +54,7 @@ non_negative_seconds = _number(float, 0.0, inclusive=True,
 
 def duration(value: str) -> float:
     """``90``, ``30s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds."""
-    match = _DURATION.match(value.strip().lower())
+    match = _DURATION.fullmatch(value.strip().lower())
     if not match or float(match[1]) <= 0:
         raise argparse.ArgumentTypeError(
             f"expected a duration such as 30s, 15m, 12h, 7d or 2w, got {value!r}")
@@ -62,10 +63,10 @@ def duration(value: str) -> float:
 
 def queue_list(value: str) -> tuple[str, ...]:
     queues = tuple(q.strip() for q in value.split(",") if q.strip())
-    bad = [q for q in queues if not QUEUE_NAME_RE.match(q)]
-    if not queues or bad:
+    if not queues or not all(validation.QUEUE.is_valid(q) for q in queues):
         raise argparse.ArgumentTypeError(
-            f"expected comma-separated queue names (letters, digits, _ . : -), got {value!r}")
+            f"expected comma-separated queue names, each {validation.QUEUE.expected}; "
+            f"got {value!r}")
     return queues
 
 

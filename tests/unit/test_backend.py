@@ -80,7 +80,7 @@ def test_options_turns_a_task_of_any_backend_into_ours() -> None:
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"max_attempts": 0}, "max_attempts 0 must be a whole number of at least 1"),
+    ({"max_attempts": 0}, "max_attempts 0 must be a whole number from 1 to 1,000,000"),
     ({"max_attempts": True}, "max_attempts True must be"),
     ({"unique_key": ""}, "unique_key '' must be a non-empty string"),
     ({"concurrency_key": "x" * 256}, "concurrency_key 'xxx"),
@@ -170,7 +170,16 @@ def test_check_reports_unknown_and_invalid_options() -> None:
         "TASKS['pgq']['OPTIONS'] has unknown key(s) 'BACKOFF_MAX', 'RETRIES'.")
     assert "MAX_ATTEMPTS'] = 0" in messages["django_pgqueue.E104"]
     assert messages["django_pgqueue.E107"] == (
-        "TASKS['pgq']['OPTIONS']['BACKOFF'] = -1: expected a number of seconds, 0 or more.")
+        "TASKS['pgq']['OPTIONS']['BACKOFF'] = -1: expected a number of seconds from 0 to "
+        "31,536,000 (a year).")
+
+
+def test_check_and_enqueue_agree_on_an_option_the_queue_refuses() -> None:
+    """One rule per option: what check() passes, enqueue accepts, and the other way round."""
+    backend = backend_with(OPTIONS={"BACKOFF": 1e8})
+    assert error_ids(backend) == ["django_pgqueue.E107"]
+    with pytest.raises(InvalidTask, match=r"backoff 100000000.0 must be a number of seconds"):
+        backend.enqueue(djtasks.noop_task, [], {})
 
 
 def test_check_reports_queue_names_the_queue_cannot_store() -> None:

@@ -1,0 +1,131 @@
+"""One rule per job option, shared by every way in.
+
+The direct API, the Tasks backend, the system checks, the settings and the
+management commands all check an option with the same :class:`Rule`, so a value
+is accepted or refused the same way everywhere and the message is worded once.
+Each caller frames the message for its context (``queue 'x y' must be ...`` at
+enqueue, ``PGQUEUE['DEFAULT_QUEUE'] = 'x y': expected ...`` in settings) and
+raises its own exception class; the rule itself raises :class:`InvalidJob`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from django.utils import timezone
+
+from django_pgqueue.exceptions import InvalidJob
+
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+#: Longest task path, unique_key and concurrency_key (the columns' width).
+MAX_KEY = 255
+MAX_ATTEMPTS = 1_000_000
+MAX_DELAY = 10 * 365 * 86400.0
+MAX_BACKOFF = 365 * 86400.0
+#: PostgreSQL truncates identifiers (a NOTIFY channel is one) to 63 bytes.
+MAX_CHANNEL_BYTES = 63
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+def storable(text: str) -> bool:
+    """PostgreSQL stores neither NUL characters nor lone surrogates."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _whole(value: Any, low: int, high: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
+
+
+def _seconds(value: Any, limit: float) -> float | None:
+    """``value`` (a number or a timedelta) in seconds if it is in 0..limit, else None."""
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or not 0 <= value <= limit):
+        return None
+    return float(value)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rule[T]:
+    """How one option is checked: ``convert`` returns the value to use, or None to refuse."""
+
+    name: str
+    expected: str
+    convert: Callable[[Any], T | None]
+    #: How a refused value is described; {name}, {value} and {expected} are filled in.
+    refusal: str = "{name} {value!r} must be {expected}"
+
+    def __call__(self, value: Any, name: str | None = None) -> T:
+        """The checked value, or :class:`InvalidJob` naming it."""
+        converted = self.convert(value)
+        if converted is None:
+            raise InvalidJob(self.message(value, name))
+        return converted
+
+    def message(self, value: Any, name: str | None = None) -> str:
+        return self.refusal.format(name=name or self.name, value=value, expected=self.expected)
+
+    def is_valid(self, value: Any) -> bool:
+        return self.convert(value) is not None
+
+
+def _task_path(value: Any) -> str | None:
+    if (isinstance(value, str) and "." in value.strip(".") and len(value) <= MAX_KEY
+            and storable(value)):
+        return value
+    return None
+
+
+def _queue(value: Any) -> str | None:
+    return value if isinstance(value, str) and QUEUE_NAME.fullmatch(value) else None
+
+
+def _key(value: Any) -> str | None:
+    if isinstance(value, str) and value and len(value) <= MAX_KEY and storable(value):
+        return value
+    return None
+
+
+def _run_at(value: Any) -> dt.datetime | None:
+    if isinstance(value, dt.datetime) and not timezone.is_naive(value):
+        return value
+    return None
+
+
+def _channel(value: Any) -> str | None:
+    if (isinstance(value, str) and value and storable(value)
+            and len(value.encode("utf-8")) <= MAX_CHANNEL_BYTES):
+        return value
+    return None
+
+
+TASK_PATH: Rule[str] = Rule("task", f"a dotted path (at most {MAX_KEY} chars) or a registered task",
+                      _task_path)
+QUEUE: Rule[str] = Rule("queue", "a queue name (1-64 letters, digits, _ . : -)", _queue,
+                        "{name} {value!r} is not a valid queue name (1-64 letters, digits, "
+                        "_ . : -)")
+PRIORITY: Rule[int] = Rule("priority", f"a whole number from {MIN_PRIORITY} to {MAX_PRIORITY}",
+                     lambda v: v if _whole(v, MIN_PRIORITY, MAX_PRIORITY) else None)
+ATTEMPTS: Rule[int] = Rule("max_attempts", f"a whole number from 1 to {MAX_ATTEMPTS:,}",
+                     lambda v: v if _whole(v, 1, MAX_ATTEMPTS) else None)
+BACKOFF: Rule[float] = Rule("backoff", f"a number of seconds from 0 to {MAX_BACKOFF:,.0f} (a year)",
+                      lambda v: _seconds(v, MAX_BACKOFF))
+DELAY: Rule[float] = Rule("delay", f"a number of seconds from 0 to {MAX_DELAY:,.0f} (ten years)",
+                    lambda v: _seconds(v, MAX_DELAY))
+RUN_AT: Rule[dt.datetime] = Rule("run_at", "a timezone-aware datetime", _run_at)
+KEY: Rule[str] = Rule("key", f"a non-empty string of at most {MAX_KEY} chars, without NUL "
+                "characters or lone surrogates", _key)
+CHANNEL: Rule[str] = Rule("channel", f"a non-empty name of at most {MAX_CHANNEL_BYTES} bytes "
+                    "(PostgreSQL cuts longer identifiers)", _channel)

@@ -20,7 +20,7 @@ def drain(worker: str, *, lease: float = 5.0, batch: int = 1, idle_exit: bool = 
           on_claim: Callable[[int], None] | None = None) -> int:
     """Claim, run and record jobs until none is queued or running; returns how many ran."""
     from django_pgqueue.models import Job
-    from django_pgqueue.queue import Success
+    from django_pgqueue.records import Success
     from django_pgqueue.worker.executor import execute
 
     ran = 0
@@ -68,7 +68,7 @@ def main() -> None:
     close_old_connections()
 
     from django_pgqueue.models import Job
-    from django_pgqueue.queue import JobSpec
+    from django_pgqueue.records import JobSpec
     from example_project.lab.tasks import flaky, poison, work
 
     Job.objects.all().delete()

@@ -20,7 +20,7 @@ from django.apps import apps
 from django_pgqueue.exceptions import UnknownTask
 
 if TYPE_CHECKING:
-    from django_pgqueue.queue import ClaimedJob
+    from django_pgqueue.records import ClaimedJob
 
 #: Runs one claimed job with the registered object; returns the job's result.
 Invoke = Callable[[Any, "ClaimedJob"], Any]

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from asgiref.sync import async_to_sync
 
 from django_pgqueue import registry
+from django_pgqueue.jobdb import raise_if_transaction_left_open
 
 if TYPE_CHECKING:
     from django_pgqueue.models import Job
-    from django_pgqueue.queue import ClaimedJob
+    from django_pgqueue.records import ClaimedJob
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -50,8 +51,11 @@ class TaskFunction[**P, R]:
 def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
     if inspect.iscoroutinefunction(target.func):
         # The worker's threads have no event loop: run the coroutine to completion.
-        return async_to_sync(target.func)(*job.args, **job.kwargs)
-    return target.func(*job.args, **job.kwargs)
+        result = async_to_sync(target.func)(*job.args, **job.kwargs)
+    else:
+        result = target.func(*job.args, **job.kwargs)
+    raise_if_transaction_left_open()
+    return result
 
 
 @overload

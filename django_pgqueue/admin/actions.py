@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from django_pgqueue.models import Job
-from django_pgqueue.queue import FINISHED
+from django_pgqueue.records import FINISHED
 
 #: Skipped ids named in a message; a longer list only adds "and N more".
 NAMED_SKIPS = 10

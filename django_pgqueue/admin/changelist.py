@@ -29,7 +29,7 @@ from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 
 from django_pgqueue.models import Job
-from django_pgqueue.queue import QueueStats
+from django_pgqueue.records import QueueStats
 
 if TYPE_CHECKING:
     from django.db.models import Model

@@ -29,7 +29,7 @@ from django_pgqueue.admin.changelist import (
 )
 from django_pgqueue.admin.summary import summarise
 from django_pgqueue.models import Job
-from django_pgqueue.queue import FINISHED
+from django_pgqueue.records import FINISHED
 
 #: A search term that names one job: ``123`` or ``#123`` (bigint range, ASCII digits).
 JOB_ID = re.compile(r"#?([0-9]{1,18})")

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from django_pgqueue.admin.display import duration
 from django_pgqueue.models import JobStatus
-from django_pgqueue.queue import QueueStats
+from django_pgqueue.records import QueueStats
 
 STATUSES = tuple(JobStatus.values)
 

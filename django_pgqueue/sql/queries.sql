@@ -1,10 +1,17 @@
 -- Every statement django-pgqueue runs against pgqueue_job, one block per name.
--- Loaded once by django_pgqueue.sql; only django_pgqueue.queue executes them.
--- Parameters use psycopg's %(name)s style, so a literal percent sign is written %%.
+-- Loaded once by django_pgqueue.sql; only django_pgqueue.queue runs them, through
+-- django_pgqueue.sql.runner. Parameters use psycopg's %(name)s style, so a
+-- literal percent sign is written %%.
+--
+-- An error-history entry is built by pgqueue_error_entry() and appended by
+-- pgqueue_push_error(), which keeps the newest entries only; last_error is
+-- pgqueue_error_line(). The three functions are created by migration 0006.
 
 -- name: enqueue
 -- One job, one round trip. The NOTIFY is part of the statement, so it travels
--- with the caller's transaction and is delivered only if that transaction commits.
+-- with the caller's transaction and is delivered only if that transaction
+-- commits. "notified" is a throw-away column: it exists so that pg_notify() is
+-- evaluated at all (removing it as unused would remove the NOTIFY).
 WITH inserted AS (
     INSERT INTO pgqueue_job (
         task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
@@ -25,6 +32,7 @@ FROM inserted AS i;
 
 -- name: enqueue_many
 -- N jobs in one statement: the columns arrive as arrays and are unnested in order.
+-- "woken" is read only so that its pg_notify() calls are evaluated.
 WITH inserted AS (
     INSERT INTO pgqueue_job (
         task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
@@ -46,12 +54,13 @@ woken AS (
     FROM (SELECT DISTINCT queue FROM inserted) AS q
     WHERE %(notify)s::bool
 )
-SELECT COALESCE((SELECT array_agg(id ORDER BY id) FROM inserted), '{}'), (SELECT n FROM woken);
+SELECT COALESCE((SELECT array_agg(id ORDER BY id) FROM inserted), '{}') AS ids,
+       (SELECT n FROM woken) AS woken;
 
 -- name: reserve_ids
 -- Ids for a COPY of many jobs, and the transaction's now() for their run_at:
 -- the same value a plain INSERT's default would have given them.
-SELECT array_agg(nextval(pg_get_serial_sequence('pgqueue_job', 'id'))), now()
+SELECT array_agg(nextval(pg_get_serial_sequence('pgqueue_job', 'id'))) AS ids, now() AS now
 FROM generate_series(1, %(count)s::int);
 
 -- name: copy_jobs
@@ -63,7 +72,7 @@ COPY pgqueue_job (
 
 -- name: notify_queues
 -- Wake workers of these queues when the transaction commits.
-SELECT count(pg_notify(%(channel)s::text, queue))
+SELECT count(pg_notify(%(channel)s::text, queue)) AS woken
 FROM unnest(%(queues)s::text[]) AS queue
 WHERE %(notify)s::bool;
 
@@ -82,6 +91,9 @@ WHERE unique_key = %(unique_key)s::text AND status IN ('queued', 'running');
 -- * concurrency_key: skip keys already running and keep one job per key in the
 --   batch. Two claims racing for the same key are settled by the unique index
 --   pgqueue_job_one_running_per_key (the loser gets a unique violation and retries).
+-- * runs only grows: it is the fence token of this run. attempts is capped at
+--   max_attempts (a row written by hand with no attempt left gets a last one)
+--   so that no row can make this statement fail for the others.
 WITH candidates AS MATERIALIZED (
     SELECT j.id, j.concurrency_key, j.priority, j.run_at
     FROM pgqueue_job AS j
@@ -106,27 +118,33 @@ chosen AS MATERIALIZED (
 )
 UPDATE pgqueue_job AS j
 SET status = 'running',
-    attempts = j.attempts + 1,
+    attempts = least(j.attempts + 1, j.max_attempts),
+    runs = least(j.runs + 1, 4611686018427387903),  -- the runs_range constraint's bound
     locked_until = now() + make_interval(secs => %(lease)s::float8),
     locked_by = %(worker)s::text,
     started_at = COALESCE(j.started_at, now()),
     attempted_at = now(),
-    worker_ids = j.worker_ids || to_jsonb(%(worker)s::text)
+    -- The newest 100 claimers only: a job retried for ever must not grow without bound.
+    worker_ids = (CASE WHEN jsonb_array_length(j.worker_ids) < 100 THEN j.worker_ids
+                       ELSE j.worker_ids - 0 END) || to_jsonb(%(worker)s::text)
 FROM chosen
 WHERE j.id = chosen.id
 -- Only what running the job needs: every timestamp returned would be parsed
 -- into a datetime in Python for each job, a quarter of a busy worker's CPU.
-RETURNING j.id, j.task, j.args, j.kwargs, j.queue, j.priority, j.attempts, j.max_attempts,
-          j.concurrency_key, j.unique_key, j.backoff;
+-- args and kwargs come as text, decoded row by row, so that one undecodable row
+-- is buried on its own instead of failing the whole batch.
+RETURNING j.id, j.runs AS run, j.task, j.args::text AS args, j.kwargs::text AS kwargs,
+          j.queue, j.priority, j.attempts AS attempt, j.max_attempts, j.concurrency_key,
+          j.unique_key, j.backoff;
 
 -- name: complete
--- Record finished runs in one statement. The fence (still running, same attempt,
--- same worker) stops a worker whose lease expired from overwriting a newer run.
+-- Record finished runs in one statement. The fence (still running, the same run,
+-- the same worker) stops a run whose lease expired from overwriting a newer run.
 UPDATE pgqueue_job AS j
 SET status = 'done', done_at = now(), locked_until = NULL, result = c.result::jsonb
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[])
-     AS c (id, attempt, result)
-WHERE j.id = c.id AND j.status = 'running' AND j.attempts = c.attempt
+FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[], %(results)s::text[])
+     AS c (id, run, result)
+WHERE j.id = c.id AND j.status = 'running' AND j.runs = c.run
   AND j.locked_by = %(worker)s::text
 RETURNING j.id;
 
@@ -139,37 +157,44 @@ SET status = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN 'dead' ELSE 
                   ELSE now() + make_interval(secs => f.delay) END,
     done_at = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN now() END,
     locked_until = NULL,
-    last_error = f.error,
-    errors = j.errors || jsonb_build_array(f.entry::jsonb || jsonb_build_object('at', now()))
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(delays)s::float8[], %(errors)s::text[],
-            %(entries)s::text[], %(finals)s::bool[])
-     AS f (id, attempt, delay, error, entry, final)
-WHERE j.id = f.id AND j.status = 'running' AND j.attempts = f.attempt
+    last_error = pgqueue_error_line(f.exception, f.message),
+    errors = pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, f.exception,
+                                                              f.message, f.traceback)),
+    error_count = least(j.error_count + 1, 1000000000)
+FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[], %(delays)s::float8[],
+            %(exceptions)s::text[], %(messages)s::text[], %(tracebacks)s::text[],
+            %(finals)s::bool[])
+     AS f (id, run, delay, exception, message, traceback, final)
+WHERE j.id = f.id AND j.status = 'running' AND j.runs = f.run
   AND j.locked_by = %(worker)s::text
 RETURNING j.id, j.status;
 
 -- name: heartbeat
--- Extend the leases this worker still holds; returns the ids it still holds.
-UPDATE pgqueue_job
+-- Extend the leases this worker still holds on these runs; returns the runs still held.
+UPDATE pgqueue_job AS j
 SET locked_until = now() + make_interval(secs => %(lease)s::float8)
-WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running' AND locked_by = %(worker)s::text
-RETURNING id;
+FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS h (id, run)
+WHERE j.id = h.id AND j.runs = h.run AND j.status = 'running'
+  AND j.locked_by = %(worker)s::text
+RETURNING j.id, j.runs AS run;
 
 -- name: release
--- Give running jobs back without spending their attempt (graceful shutdown).
+-- Give runs back without spending their attempt (a stopping worker).
 UPDATE pgqueue_job AS j
 SET status = 'queued', locked_until = NULL, attempts = greatest(j.attempts - 1, 0),
-    errors = j.errors || jsonb_build_array(jsonb_build_object(
-        'attempt', j.attempts, 'at', now(), 'exception', 'WorkerShutdown',
-        'message', %(reason)s::text, 'traceback', ''))
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS r (id, attempt)
-WHERE j.id = r.id AND j.status = 'running' AND j.attempts = r.attempt
+    errors = pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, 'WorkerShutdown',
+                                                              %(reason)s::text, '')),
+    error_count = least(j.error_count + 1, 1000000000)
+FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS r (id, run)
+WHERE j.id = r.id AND j.status = 'running' AND j.runs = r.run
   AND j.locked_by = %(worker)s::text
 RETURNING j.id;
 
 -- name: reap
 -- Expired leases: back to queued, or dead when no attempt is left. Idempotent:
 -- a job is touched only while its lease is expired, and each pass takes a batch.
+-- The worker may have finished the run and failed to record it (it died, hung,
+-- or lost the database), which the entry says.
 WITH expired AS MATERIALIZED (
     SELECT id FROM pgqueue_job
     WHERE status = 'running' AND locked_until < now()
@@ -181,35 +206,51 @@ UPDATE pgqueue_job AS j
 SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
     done_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
     locked_until = NULL,
-    last_error = format('LeaseExpired: worker %%s stopped renewing its lease on attempt %%s',
-                        COALESCE(j.locked_by, '?'), j.attempts),
-    errors = j.errors || jsonb_build_array(jsonb_build_object(
-        'attempt', j.attempts, 'at', now(), 'exception', 'LeaseExpired',
-        'message', format('worker %%s stopped renewing its lease', COALESCE(j.locked_by, '?')),
-        'traceback', ''))
+    last_error = pgqueue_error_line('LeaseExpired', format(
+        'worker %%s stopped renewing its lease on attempt %%s', COALESCE(j.locked_by, '?'),
+        j.attempts)),
+    errors = pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, 'LeaseExpired', format(
+        'worker %%s stopped renewing its lease before recording an outcome: it died, hung '
+        'or lost the database, and the run may have finished', COALESCE(j.locked_by, '?')),
+        '')),
+    error_count = least(j.error_count + 1, 1000000000)
 FROM expired
 WHERE j.id = expired.id AND j.status = 'running' AND j.locked_until < now()
 RETURNING j.status;
 
 -- name: retry
 -- Dead jobs, or queued ones waiting for a later run_at, become ready now with
--- fresh attempts; the error history is kept. A job whose unique_key is held by
--- another live job is left alone.
-WITH retried AS (
+-- fresh attempts; the error history is kept, and runs keeps growing (the fence
+-- must never repeat). A job whose unique_key is held by another live job is
+-- left alone; of several asked for with one key, only the newest is retried.
+-- Linear in the ids asked for: one lock pass, a DISTINCT ON and index probes.
+WITH asked AS MATERIALIZED (
+    SELECT j.id, j.unique_key
+    FROM pgqueue_job AS j
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND (j.status = 'dead' OR (j.status = 'queued' AND j.run_at > now()))
+    FOR UPDATE
+),
+newest AS (
+    SELECT DISTINCT ON (unique_key) id
+    FROM asked
+    WHERE unique_key IS NOT NULL
+    ORDER BY unique_key, id DESC
+),
+eligible AS (
+    SELECT a.id FROM asked AS a
+    WHERE a.unique_key IS NULL
+       OR (a.id IN (SELECT id FROM newest) AND NOT EXISTS (
+            SELECT 1 FROM pgqueue_job AS o
+            WHERE o.unique_key = a.unique_key AND o.id <> a.id
+              AND o.status IN ('queued', 'running')))
+),
+retried AS (
     UPDATE pgqueue_job AS j
     SET status = 'queued', attempts = 0, run_at = now(), done_at = NULL,
         locked_until = NULL, locked_by = NULL
-    WHERE j.id = ANY(%(ids)s::bigint[])
-      AND (j.status = 'dead' OR (j.status = 'queued' AND j.run_at > now()))
-      AND (j.unique_key IS NULL OR (NOT EXISTS (
-            SELECT 1 FROM pgqueue_job AS o
-            WHERE o.unique_key = j.unique_key AND o.id <> j.id
-              AND o.status IN ('queued', 'running'))
-        -- Of several asked for with one key, only the newest can be live again.
-        AND NOT EXISTS (
-            SELECT 1 FROM pgqueue_job AS n
-            WHERE n.id = ANY(%(ids)s::bigint[]) AND n.id > j.id
-              AND n.unique_key = j.unique_key)))
+    FROM eligible
+    WHERE j.id = eligible.id
     RETURNING j.id, j.queue
 ),
 woken AS (
@@ -217,33 +258,38 @@ woken AS (
     FROM (SELECT DISTINCT queue FROM retried) AS q
     WHERE %(notify)s::bool
 )
-SELECT COALESCE((SELECT array_agg(id ORDER BY id) FROM retried), '{}'), (SELECT n FROM woken);
+SELECT COALESCE((SELECT array_agg(id ORDER BY id) FROM retried), '{}') AS ids,
+       (SELECT n FROM woken) AS woken;
 
 -- name: cancel
 -- Queued jobs leave the queue as dead, with the reason in last_error.
 UPDATE pgqueue_job
 SET status = 'dead', done_at = now(), last_error = 'Cancelled: ' || %(reason)s::text,
-    errors = errors || jsonb_build_array(jsonb_build_object(
-        'attempt', attempts, 'at', now(), 'exception', 'Cancelled',
-        'message', %(reason)s::text, 'traceback', ''))
+    errors = pgqueue_push_error(errors, pgqueue_error_entry(attempts, 'Cancelled',
+                                                            %(reason)s::text, '')),
+    error_count = least(error_count + 1, 1000000000)
 WHERE id = ANY(%(ids)s::bigint[]) AND status = 'queued'
 RETURNING id;
 
 -- name: prune
--- One batch of finished jobs older than the bound, oldest first.
+-- One batch of finished jobs older than the bound, oldest first; the count.
 -- The outer conditions are checked again on the row being deleted: a job
 -- retried while the batch ran is queued again and must survive it.
-DELETE FROM pgqueue_job
-WHERE id IN (
-    SELECT id FROM pgqueue_job
-    WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz
-    ORDER BY done_at
-    LIMIT %(limit)s::int
+WITH deleted AS (
+    DELETE FROM pgqueue_job
+    WHERE id IN (
+        SELECT id FROM pgqueue_job
+        WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz
+        ORDER BY done_at
+        LIMIT %(limit)s::int
+    )
+      AND status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz
+    RETURNING 1
 )
-  AND status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz;
+SELECT count(*) AS deleted FROM deleted;
 
 -- name: count_prunable
-SELECT count(*) FROM pgqueue_job
+SELECT count(*) AS jobs FROM pgqueue_job
 WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz;
 
 -- name: relax_commit

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django_pgqueue.admin.changelist import COUNT_CAP
 from django_pgqueue.admin.display import duration, excerpt, run_at_note
 from django_pgqueue.models import Job
-from django_pgqueue.queue import Success
+from django_pgqueue.records import Success
 from django_pgqueue.worker.executor import execute
 from tests.conftest import status_counts
 from tests.testapp.tasks import add, always_fails, noop

@@ -11,7 +11,7 @@ from django.db import connection, connections
 from django.test import override_settings
 
 from django_pgqueue.models import Job
-from django_pgqueue.worker.dbutil import bookkeeping_thread
+from django_pgqueue.worker.services import bookkeeping_thread
 from tests.testapp.tasks import show_synchronous_commit
 
 pytestmark = pytest.mark.django_db(transaction=True)

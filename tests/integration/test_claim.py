@@ -11,22 +11,20 @@ from django.db import connection
 from django.utils import timezone
 
 from django_pgqueue.models import Job
-from django_pgqueue.queue import Failure, JobSpec, Success
+from django_pgqueue.records import Failure, JobSpec, Success
 from tests.conftest import status_counts
 from tests.testapp.tasks import add
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def ok(job_id: int, attempt: int, result: str = "null") -> Success:
-    return Success(job_id=job_id, attempt=attempt, result=result)
+def ok(job_id: int, run: int, result: str = "null") -> Success:
+    return Success(job_id=job_id, run=run, result=result)
 
 
-def boom(job_id: int, attempt: int, delay: float = 0.0, final: bool = False) -> Failure:
-    return Failure(job_id=job_id, attempt=attempt, error="ValueError: boom",
-                   entry={"attempt": attempt, "exception": "builtins.ValueError",
-                          "message": "boom", "traceback": "Traceback..."},
-                   delay=delay, final=final)
+def boom(job_id: int, run: int, delay: float = 0.0, final: bool = False) -> Failure:
+    return Failure(job_id=job_id, run=run, exception="ValueError", message="boom",
+                   traceback="Traceback...", delay=delay, final=final)
 
 
 def test_claim_leases_the_job_to_the_worker() -> None:
@@ -82,7 +80,7 @@ def test_queue_filtering() -> None:
 def test_complete_stores_the_result() -> None:
     job = add.enqueue(2, 3)
     (claimed,) = Job.objects.claim("w")
-    assert Job.objects.complete("w", [ok(claimed.id, claimed.attempt, "5")]) == {job.pk}
+    assert Job.objects.complete("w", [ok(claimed.id, claimed.run, "5")]) == {job.pk}
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.result, row.locked_until) == ("done", 5, None)
     assert row.done_at is not None
@@ -91,7 +89,7 @@ def test_complete_stores_the_result() -> None:
 def test_fail_retries_with_delay_then_buries_with_last_error() -> None:
     job = add.using(max_attempts=2).enqueue(1, 1)
     (first,) = Job.objects.claim("w")
-    assert Job.objects.fail("w", [boom(first.id, first.attempt, delay=0.3)]) == {job.pk: "queued"}
+    assert Job.objects.fail("w", [boom(first.id, first.run, delay=0.3)]) == {job.pk: "queued"}
     row = Job.objects.get(pk=job.pk)
     assert row.status == "queued"
     assert row.run_at > timezone.now() + dt.timedelta(seconds=0.1)
@@ -99,7 +97,7 @@ def test_fail_retries_with_delay_then_buries_with_last_error() -> None:
     time.sleep(0.35)
     (second,) = Job.objects.claim("w")
     assert second.attempt == 2
-    assert Job.objects.fail("w", [boom(second.id, second.attempt)]) == {job.pk: "dead"}
+    assert Job.objects.fail("w", [boom(second.id, second.run)]) == {job.pk: "dead"}
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts, row.last_error) == ("dead", 2, "ValueError: boom")
     assert [e["attempt"] for e in row.errors] == [1, 2]
@@ -109,7 +107,7 @@ def test_fail_retries_with_delay_then_buries_with_last_error() -> None:
 def test_final_failure_buries_at_once() -> None:
     job = add.using(max_attempts=5).enqueue(1, 1)
     (claimed,) = Job.objects.claim("w")
-    assert Job.objects.fail("w", [boom(claimed.id, 1, final=True)]) == {job.pk: "dead"}
+    assert Job.objects.fail("w", [boom(claimed.id, claimed.run, final=True)]) == {job.pk: "dead"}
 
 
 def test_reap_before_expiry_returns_nothing_after_expiry_returns_the_job() -> None:
@@ -145,21 +143,21 @@ def test_stale_worker_is_fenced_out_of_the_newer_run() -> None:
     Job.objects.reap()
     (fresh,) = Job.objects.claim("fast", lease=30)
     # The slow worker finishes late: neither its success nor its failure may land.
-    assert Job.objects.complete("slow", [ok(stale.id, stale.attempt, '"stale"')]) == set()
-    assert Job.objects.fail("slow", [boom(stale.id, stale.attempt)]) == {}
-    assert Job.objects.heartbeat("slow", [stale.id]) == set()
+    assert Job.objects.complete("slow", [ok(stale.id, stale.run, '"stale"')]) == set()
+    assert Job.objects.fail("slow", [boom(stale.id, stale.run)]) == {}
+    assert Job.objects.heartbeat("slow", [stale.key]) == set()
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.locked_by, row.attempts) == ("running", "fast", 2)
-    assert Job.objects.complete("fast", [ok(fresh.id, fresh.attempt, '"fresh"')]) == {job.pk}
+    assert Job.objects.complete("fast", [ok(fresh.id, fresh.run, '"fresh"')]) == {job.pk}
     assert Job.objects.get(pk=job.pk).result == "fresh"
 
 
 def test_heartbeat_extends_the_lease() -> None:
     job = add.enqueue(1, 1)
-    Job.objects.claim("w", lease=0.3)
+    (claimed,) = Job.objects.claim("w", lease=0.3)
     for _ in range(4):
         time.sleep(0.15)
-        assert Job.objects.heartbeat("w", [job.pk], lease=0.3) == {job.pk}
+        assert Job.objects.heartbeat("w", [claimed.key], lease=0.3) == {claimed.key}
         assert Job.objects.reap().returned == 0
     assert Job.objects.get(pk=job.pk).status == "running"
 
@@ -167,7 +165,7 @@ def test_heartbeat_extends_the_lease() -> None:
 def test_release_puts_the_job_back_without_spending_the_attempt() -> None:
     job = add.enqueue(1, 1)
     (claimed,) = Job.objects.claim("w")
-    assert Job.objects.release("w", [(claimed.id, claimed.attempt)]) == {job.pk}
+    assert Job.objects.release("w", [claimed.key]) == {job.pk}
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts, row.errors[0]["exception"]) == ("queued", 0,
                                                                         "WorkerShutdown")

@@ -6,8 +6,9 @@ import pytest
 from django.db import connections
 
 from django_pgqueue.models import Job
-from django_pgqueue.queue import Failure, Success
+from django_pgqueue.records import Failure, Success
 from django_pgqueue.worker.completer import Completer
+from django_pgqueue.worker.services import ConnectionEpoch, Supervision
 from tests.testapp.tasks import add
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -17,12 +18,13 @@ def test_an_unstorable_outcome_is_buried_with_the_reason_and_the_rest_recorded()
     good, bad = add.enqueue(1, 1), add.enqueue(2, 2)
     claimed = {j.id: j for j in Job.objects.claim("w", limit=2)}
     settled: list[tuple[int, int]] = []
-    completer = Completer("w", "default", lambda pairs, done, buried: settled.extend(pairs))
-    outcomes: list[Success | Failure] = [Success(good.pk, claimed[good.pk].attempt, "2"),
+    completer = Completer("w", "default", lambda pairs, done, buried: settled.extend(pairs),
+                          Supervision(fatal=pytest.fail, epoch=ConnectionEpoch()))
+    outcomes: list[Success | Failure] = [Success(good.pk, claimed[good.pk].run, "2"),
                 # jsonb refuses the NUL escape: a DataError, not a lost connection
-                Success(bad.pk, claimed[bad.pk].attempt, '"a\\u0000b"')]
+                Success(bad.pk, claimed[bad.pk].run, '"a\\u0000b"')]
     try:
-        assert completer._write(outcomes) is True  # settled, not retried forever
+        completer._write(outcomes)  # settled, not retried forever
     finally:
         connections.close_all()
     assert sorted(settled) == sorted([(good.pk, 1), (bad.pk, 1)])

@@ -11,7 +11,7 @@ from django.db import connection, connections
 
 from devtools.lab import run_claimers
 from django_pgqueue.models import Job
-from django_pgqueue.queue import JobSpec
+from django_pgqueue.records import JobSpec
 from tests.conftest import status_counts
 from tests.testapp.tasks import mark
 

@@ -14,7 +14,8 @@ from django.utils import timezone
 from django_pgqueue import enqueue
 from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments
 from django_pgqueue.models import Job
-from django_pgqueue.queue import COPY_THRESHOLD, JobSpec
+from django_pgqueue.queue.enqueue import COPY_THRESHOLD
+from django_pgqueue.records import JobSpec
 from tests.testapp.tasks import add
 
 pytestmark = pytest.mark.django_db(transaction=True)

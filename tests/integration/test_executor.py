@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from django_pgqueue.models import Job
-from django_pgqueue.queue import Success
+from django_pgqueue.records import Success
 from django_pgqueue.worker.executor import execute
 from tests.conftest import run_counts
 from tests.testapp.tasks import (

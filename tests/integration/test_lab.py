@@ -6,7 +6,7 @@ import pytest
 
 from devtools.lab import run_claimers
 from django_pgqueue.models import Job
-from django_pgqueue.queue import JobSpec
+from django_pgqueue.records import JobSpec
 from tests.conftest import run_counts, status_counts
 from tests.testapp.tasks import always_fails, flaky, mark
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.models import Job
-from django_pgqueue.queue import Failure, JobSpec
+from django_pgqueue.records import Failure, JobSpec
 from tests.conftest import status_counts
 from tests.testapp.tasks import add
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def bury(job: Job) -> None:
     (claimed,) = Job.objects.claim("w", limit=1)
     assert claimed.id == job.pk
-    Job.objects.fail("w", [Failure(job.pk, claimed.attempt, "E: x", {"attempt": 1}, 0, True)])
+    Job.objects.fail("w", [Failure(job.pk, claimed.run, "E", "x", "", 0, True)])
 
 
 def test_retry_requeues_dead_jobs_now_with_fresh_attempts_and_history_kept() -> None:

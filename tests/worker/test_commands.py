@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from django_pgqueue.models import Job
-from django_pgqueue.queue import JobSpec
+from django_pgqueue.records import JobSpec
 from tests.conftest import status_counts
 from tests.testapp.tasks import add
 from tests.worker.conftest import ROOT

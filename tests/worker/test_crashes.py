@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from django_pgqueue.models import Job
-from django_pgqueue.queue import JobSpec
+from django_pgqueue.records import JobSpec
 from tests.conftest import run_counts, status_counts
 from tests.testapp.tasks import tracked
 from tests.worker.conftest import WorkerProcess, restart_database, running_count, wait_for
@@ -78,15 +78,22 @@ def test_sigterm_puts_jobs_past_the_shutdown_timeout_back_in_the_queue(
         assert job.errors[-1]["exception"] == "WorkerShutdown"
 
 
-def test_second_signal_exits_at_once(start_worker: Start) -> None:
+def test_second_signal_gives_the_running_job_back_and_exits_at_once(
+        start_worker: Start) -> None:
     tracked.enqueue("twice", sleep=30)
     worker = start_worker("--shutdown-timeout", "60")
     wait_for(lambda: run_counts("twice") != {}, 20, "a running job")
     worker.signal(signal.SIGTERM)
     time.sleep(0.3)
+    second = time.monotonic()
     worker.signal(signal.SIGTERM)
     assert worker.wait(5) == 128 + signal.SIGTERM
-    assert status_counts() == {"running": 1}  # its lease will expire; the reaper recovers it
+    assert time.monotonic() - second < 2.5  # a bounded best effort, then out
+    # Given back, not left running until its lease expires; the attempt is not spent.
+    assert status_counts() == {"queued": 1}
+    assert Job.objects.get().attempts == 0
+    assert "send SIGTERM again to exit now" in worker.output
+    assert "put 1 job back in the queue" in worker.output
 
 
 def test_worker_survives_a_database_restart(start_worker: Start) -> None:

@@ -1,0 +1,108 @@
+"""The worker's side: claim jobs under a lease, renew it, record outcomes, give runs back.
+
+Every write is fenced on (id, run, worker): a run whose lease expired (and whose
+job may have been claimed again, by anyone) can no longer change the row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import IntegrityError, connections, transaction
+
+from django_pgqueue.records import ClaimedJob, Failure, JobStatus, Success
+from django_pgqueue.sql import runner
+
+ONE_RUNNING_PER_KEY = "pgqueue_job_one_running_per_key"
+_decode = json.JSONDecoder().decode
+
+
+def _decoded(row: dict[str, Any]) -> ClaimedJob:
+    """The claimed row as a job; a row whose JSON Python cannot read (a number
+    with more digits than it converts, nesting past the recursion limit) carries
+    the reason in ``problem`` instead of failing the batch it came with."""
+    problem = None
+    try:
+        args, kwargs = _decode(row["args"]), _decode(row["kwargs"])
+    except (ValueError, RecursionError) as exc:
+        args, kwargs = [], {}
+        problem = f"the stored arguments cannot be decoded: {type(exc).__name__}: {exc}"
+    return ClaimedJob(id=row["id"], run=row["run"], task=row["task"], args=args, kwargs=kwargs,
+                      queue=row["queue"], priority=row["priority"], attempt=row["attempt"],
+                      max_attempts=row["max_attempts"], concurrency_key=row["concurrency_key"],
+                      unique_key=row["unique_key"], backoff=row["backoff"], problem=problem)
+
+
+def claim(worker: str, limit: int, queues: Sequence[str] | None, lease: float,
+          alias: str) -> list[ClaimedJob]:
+    """Lease up to ``limit`` ready jobs to ``worker`` in one statement, committed at once."""
+    params = {"worker": worker, "limit": limit, "queues": list(queues) if queues else None,
+              "lease": lease}
+    for _ in range(5):
+        try:
+            if connections[alias].in_atomic_block:
+                # Inside the caller's transaction a failed statement would
+                # doom it: a savepoint keeps the retry below possible.
+                with transaction.atomic(using=alias):
+                    rows = runner.fetch("claim", params, alias)
+            else:
+                rows = runner.fetch("claim", params, alias)  # autocommit: one round trip
+            break
+        except IntegrityError as exc:
+            # Another claim took a job of the same concurrency_key between our
+            # snapshot and our update: the unique index refused ours. Try again
+            # with a fresh snapshot, which sees that job running.
+            if ONE_RUNNING_PER_KEY not in str(exc):
+                raise
+    else:
+        return []
+    return [_decoded(row) for row in rows]
+
+
+def complete(worker: str, successes: Sequence[Success], alias: str) -> set[int]:
+    """Mark runs done with their results; the ids recorded (the rest were fenced out)."""
+    if not successes:
+        return set()
+    rows = runner.fetch("complete", {
+        "worker": worker, "ids": [s.job_id for s in successes],
+        "runs": [s.run for s in successes], "results": [s.result for s in successes],
+    }, alias)
+    return {row["id"] for row in rows}
+
+
+def fail(worker: str, failures: Sequence[Failure], alias: str) -> dict[int, str]:
+    """Record failed runs (retry later, or dead); {id: new status} of those recorded."""
+    if not failures:
+        return {}
+    rows = runner.fetch("fail", {
+        "worker": worker, "ids": [f.job_id for f in failures], "runs": [f.run for f in failures],
+        "delays": [f.delay for f in failures], "exceptions": [f.exception for f in failures],
+        "messages": [f.message for f in failures], "tracebacks": [f.traceback for f in failures],
+        "finals": [f.final for f in failures],
+    }, alias)
+    return {row["id"]: row["status"] for row in rows}
+
+
+def heartbeat(worker: str, runs: Sequence[tuple[int, int]], lease: float,
+              alias: str) -> set[tuple[int, int]]:
+    """Extend the leases ``worker`` holds on these (id, run) pairs; those still held."""
+    if not runs:
+        return set()
+    rows = runner.fetch("heartbeat", {"worker": worker, "ids": [r[0] for r in runs],
+                                      "runs": [r[1] for r in runs], "lease": lease}, alias)
+    return {(row["id"], row["run"]) for row in rows}
+
+
+def release(worker: str, runs: Sequence[tuple[int, int]], reason: str, alias: str) -> set[int]:
+    """Put running jobs (id, run) back in the queue without spending the attempt."""
+    if not runs:
+        return set()
+    rows = runner.fetch("release", {"worker": worker, "ids": [r[0] for r in runs],
+                                    "runs": [r[1] for r in runs], "reason": reason}, alias)
+    return {row["id"] for row in rows}
+
+
+__all__ = ["ONE_RUNNING_PER_KEY", "JobStatus", "claim", "complete", "fail", "heartbeat",
+           "release"]

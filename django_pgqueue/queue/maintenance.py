@@ -1,0 +1,106 @@
+"""Maintenance and operators: reap expired leases, retry, cancel, prune, stats."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Sequence
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from django_pgqueue.queue.enqueue import notify_params
+from django_pgqueue.records import FINISHED, JobStatus, QueueStats, ReapResult
+from django_pgqueue.sql import runner
+
+#: Ids per retry statement: each statement's work (and the locks it holds) stays bounded.
+RETRY_BATCH = 1000
+
+
+def reap(batch_size: int, alias: str) -> ReapResult:
+    """Return jobs whose lease expired to the queue (or bury them), batch by batch."""
+    returned = buried = 0
+    while True:
+        rows = runner.fetch("reap", {"limit": batch_size}, alias)
+        returned += sum(1 for row in rows if row["status"] == JobStatus.QUEUED)
+        buried += sum(1 for row in rows if row["status"] == JobStatus.DEAD)
+        if len(rows) < batch_size:
+            return ReapResult(returned=returned, buried=buried)
+
+
+def retry(job_ids: Sequence[int], alias: str) -> list[int]:
+    """Dead jobs (or queued ones waiting for run_at) become ready now; the ids retried.
+
+    Newest ids first, in batches: of several jobs sharing a unique_key the newest
+    is retried, and a later batch's older job then finds the key live and stays.
+    """
+    ordered = sorted(set(job_ids), reverse=True)
+    retried: list[int] = []
+    with transaction.atomic(using=alias):
+        for start in range(0, len(ordered), RETRY_BATCH):
+            retried += _retry_batch(ordered[start:start + RETRY_BATCH], alias)
+    return sorted(retried)
+
+
+def _retry_batch(job_ids: list[int], alias: str) -> list[int]:
+    try:
+        return _retry_statement(job_ids, alias)
+    except IntegrityError:
+        # A job with one of these keys went live meanwhile (an enqueue raced
+        # us): one by one, skipping the ones that clash.
+        retried: list[int] = []
+        for job_id in job_ids:
+            with contextlib.suppress(IntegrityError):
+                retried += _retry_statement([job_id], alias)
+        return retried
+
+
+def _retry_statement(job_ids: list[int], alias: str) -> list[int]:
+    with transaction.atomic(using=alias):  # a savepoint: a clash must not doom the caller
+        row = runner.fetch_one("retry", {"ids": job_ids, **notify_params()}, alias)
+    return list(row["ids"])
+
+
+def cancel(job_ids: Sequence[int], reason: str, alias: str) -> list[int]:
+    """Take queued jobs out of the queue (they become dead with the reason)."""
+    rows = runner.fetch("cancel", {"ids": list(job_ids), "reason": reason}, alias)
+    return sorted(row["id"] for row in rows)
+
+
+def prune(before: dt.datetime, statuses: Sequence[str], batch_size: int, dry_run: bool,
+          alias: str) -> int:
+    """Delete finished jobs whose done_at is before ``before``, in batches; the count."""
+    params = {"statuses": list(statuses), "limit": batch_size, "before": before}
+    if dry_run:
+        return int(runner.fetch_one("count_prunable", params, alias)["jobs"])
+    deleted = 0
+    while True:
+        count = int(runner.fetch_one("prune", params, alias)["deleted"])
+        deleted += count
+        if count < batch_size:
+            return deleted
+
+
+def prune_bound(older_than: dt.timedelta | float) -> dt.datetime:
+    seconds = older_than.total_seconds() if isinstance(older_than, dt.timedelta) else older_than
+    return timezone.now() - dt.timedelta(seconds=seconds)
+
+
+def relax_commit(relaxed: bool, alias: str) -> None:
+    """This connection's commits skip the WAL flush (worker bookkeeping only), or not."""
+    runner.fetch("relax_commit" if relaxed else "reset_commit", {}, alias, prepare=False)
+
+
+def stats(alias: str) -> list[QueueStats]:
+    """Counts by queue and status, the oldest ready job's age, recent deaths."""
+    return [
+        QueueStats(queue=row["queue"], status=row["status"], jobs=row["jobs"],
+                   oldest_ready_age=(None if row["oldest_ready_age"] is None
+                                     else float(row["oldest_ready_age"])),
+                   dead_last_24h=row["dead_last_24h"], lease_expired=row["lease_expired"])
+        for row in runner.fetch("stats", {}, alias)
+    ]
+
+
+__all__ = ["FINISHED", "RETRY_BATCH", "cancel", "prune", "reap", "relax_commit", "retry",
+           "stats"]

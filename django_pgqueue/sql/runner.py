@@ -1,0 +1,77 @@
+"""Runs the named statements of ``queries.sql`` on a Django connection.
+
+The one way the queue executes SQL. Each statement runs on psycopg's own cursor
+over the Django connection of ``alias``, so it joins whatever transaction the
+caller has open and its errors arrive as ``django.db`` exceptions. Rows come
+back as dicts keyed by column name: a reordered ``RETURNING`` cannot shift a
+field. With ``PGQUEUE["PREPARE"]`` every statement (all are fully typed) is
+bound server-side and prepared once per connection; without it, none is
+prepared, as a transaction pooler needs. Statements still count in Django's
+query log, so ``assertNumQueries`` and debug tools see them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import psycopg
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from psycopg.rows import dict_row
+
+from django_pgqueue import conf
+from django_pgqueue.sql import query
+
+Row = dict[str, Any]
+
+
+def _ready(alias: str) -> BaseDatabaseWrapper:
+    wrapper = connections[alias]
+    wrapper.ensure_connection()
+    if wrapper.in_atomic_block:
+        wrapper.validate_no_broken_transaction()
+    return wrapper
+
+
+def _log(wrapper: BaseDatabaseWrapper, name: str, text: str, started: float) -> None:
+    if wrapper.queries_logged:
+        wrapper.queries_log.append({"sql": f"/* pgqueue: {name} */ {text}",
+                                    "time": f"{time.monotonic() - started:.3f}"})
+
+
+def fetch(name: str, params: dict[str, Any], alias: str, *,
+          prepare: bool | None = None) -> list[Row]:
+    """Run statement ``name``; its rows (none for a statement that returns none).
+
+    ``prepare=False`` for the statements PostgreSQL cannot prepare (``SET``)."""
+    wrapper = _ready(alias)
+    text = query(name)
+    started = time.monotonic()
+    with wrapper.wrap_database_errors, psycopg.Cursor(wrapper.connection,
+                                                      row_factory=dict_row) as cursor:
+        cursor.execute(text, params, prepare=conf.get().PREPARE if prepare is None else prepare)
+        rows = cursor.fetchall() if cursor.description else []
+    _log(wrapper, name, text, started)
+    return rows
+
+
+def fetch_one(name: str, params: dict[str, Any], alias: str) -> Row:
+    """Run statement ``name``, which returns exactly one row."""
+    (row,) = fetch(name, params, alias)
+    return row
+
+
+def copy(name: str, rows: Iterable[Sequence[Any]], alias: str) -> int:
+    """Stream ``rows`` through the ``COPY ... FROM STDIN`` statement ``name``; the count."""
+    wrapper = _ready(alias)
+    started = time.monotonic()
+    count = 0
+    with wrapper.wrap_database_errors, psycopg.Cursor(wrapper.connection) as cursor, \
+            cursor.copy(query(name)) as stream:
+        for row in rows:
+            stream.write_row(row)
+            count += 1
+    _log(wrapper, name, f"{count} rows", started)
+    return count

@@ -33,10 +33,11 @@ from django_pgqueue.backend.core import PgQueueBackend
 from django_pgqueue.backend.results import job_result, load_job
 from django_pgqueue.backend.task import PgQueueTaskContext
 from django_pgqueue.exceptions import InvalidJobArguments
+from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.jsonargs import dumps
 
 if TYPE_CHECKING:
-    from django_pgqueue.queue import ClaimedJob
+    from django_pgqueue.records import ClaimedJob
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -70,6 +71,7 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
             value = task.call(context, *job.args, **job.kwargs)
         else:
             value = task.call(*job.args, **job.kwargs)
+        raise_if_transaction_left_open()
     except KeyboardInterrupt:
         raise  # as in Django's ImmediateBackend: an interrupt is not the task failing
     except BaseException as exc:

@@ -2,8 +2,8 @@
 
 The executor never raises for anything a job does: every run ends as a
 :class:`Success` or a :class:`Failure`, and a row that cannot be run at all (an
-unknown task, arguments of the wrong shape) is a *final* failure, buried at once
-with the reason, without calling anything.
+unknown task, undecodable arguments, arguments of the wrong shape) is a *final*
+failure, buried at once with the reason, without calling anything.
 """
 
 from __future__ import annotations
@@ -17,15 +17,19 @@ from typing import Any
 from django_pgqueue import conf, registry
 from django_pgqueue.backoff import retry_delay
 from django_pgqueue.exceptions import InvalidJobArguments, UnknownTask
+from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.jsonargs import dumps
-from django_pgqueue.queue import ClaimedJob, Failure, Success
+from django_pgqueue.records import ClaimedJob, Failure, Success
+from django_pgqueue.validation import storable
 
 logger = logging.getLogger("django_pgqueue")
 
-MAX_ERROR_LINE = 2000
+
+class UndecodableJob(Exception):
+    """The row's arguments cannot be decoded; the job is buried without running."""
 
 
-def _class_path(exc: BaseException) -> str:
+def class_path(exc: BaseException) -> str:
     cls = type(exc)
     if cls.__module__ == "builtins":
         return cls.__qualname__
@@ -34,6 +38,8 @@ def _class_path(exc: BaseException) -> str:
 
 def clean_text(text: str) -> str:
     """``text`` as PostgreSQL can store it: no NUL characters, no lone surrogates."""
+    if storable(text):
+        return text
     return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
@@ -43,7 +49,7 @@ def _safe(render: Any, exc: BaseException) -> str:
     try:
         return clean_text(str(render(exc)))
     except Exception:
-        return f"<{_class_path(exc)} whose message could not be rendered>"
+        return f"<{class_path(exc)} whose message could not be rendered>"
 
 
 def failure(job: ClaimedJob, exc: BaseException, *, final: bool = False,
@@ -51,17 +57,14 @@ def failure(job: ClaimedJob, exc: BaseException, *, final: bool = False,
     """A failure outcome for ``job``, with the retry delay from the backoff settings."""
     settings = conf.get()
     base = settings.BACKOFF_BASE if job.backoff is None else job.backoff
-    message = _safe(str, exc)
-    line = f"{_class_path(exc)}: {message}" if message else _class_path(exc)
-    trace = clean_text(trace) if trace is not None else None
     return Failure(
-        job_id=job.id, attempt=job.attempt, error=line[:MAX_ERROR_LINE], final=final,
+        job_id=job.id, run=job.run, exception=class_path(exc), message=_safe(str, exc),
+        traceback=clean_text(trace) if trace is not None else _safe(
+            lambda e: "".join(traceback.format_exception(e)), exc),
         # A job's own backoff may exceed the global cap: its first delay is honoured.
         delay=retry_delay(job.attempt, base, max(settings.BACKOFF_MAX, base),
                           settings.BACKOFF_JITTER),
-        entry={"attempt": job.attempt, "exception": _class_path(exc), "message": message,
-               "traceback": trace if trace is not None else _safe(
-                   lambda e: "".join(traceback.format_exception(e)), exc)},
+        final=final,
     )
 
 
@@ -73,46 +76,51 @@ def _signature(func: Any) -> inspect.Signature | None:
         return None
 
 
-def check_arguments(job: ClaimedJob, target: Any) -> None:
-    """Raise TypeError if the stored arguments cannot be passed to ``target``'s function.
+def check_arguments(target: Any, args: Any, kwargs: Any) -> None:
+    """Raise TypeError if ``args``/``kwargs`` cannot be passed to ``target``'s function.
 
     ``target`` is a registered object: a plain callable, or one with ``.func``
     (our TaskFunction, a django.tasks Task); one whose ``takes_context`` is true
-    receives a context as its first argument, which the row does not carry.
+    receives a context as its first argument, which the caller does not pass.
     """
     func = getattr(target, "func", target)
-    if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
+    if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
         raise TypeError(f"malformed arguments: args must be a JSON list and kwargs a JSON "
-                        f"object, got {type(job.args).__name__} and {type(job.kwargs).__name__}")
+                        f"object, got {type(args).__name__} and {type(kwargs).__name__}")
     signature = _signature(func)
     if signature is not None:
         try:
             leading = (None,) if getattr(target, "takes_context", False) else ()
-            signature.bind(*leading, *job.args, **job.kwargs)
+            signature.bind(*leading, *args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"arguments do not match the task's signature: {exc}") from None
 
 
-
 def execute(job: ClaimedJob) -> Success | Failure:
     """Run ``job`` in this thread and return its outcome."""
+    if job.problem is not None:
+        logger.warning("job %s refused: %s", job.id, job.problem)
+        return failure(job, UndecodableJob(job.problem), final=True, trace="")
     try:
         runnable = registry.resolve(job.task)
     except UnknownTask as exc:
         logger.warning("job %s refused: %s", job.id, exc)
         return failure(job, exc, final=True, trace="")
     try:
-        check_arguments(job, runnable.target)
+        check_arguments(runnable.target, job.args, job.kwargs)
     except TypeError as exc:
         logger.warning("job %s refused: %s", job.id, exc)
         return failure(job, exc, final=True, trace="")
     try:
         result = runnable(job)
+        # The invokers check this themselves (so the Tasks signals report it);
+        # this is the backstop for any other kind of registered object.
+        raise_if_transaction_left_open()
     except BaseException as exc:
         # Whatever a task raises (sys.exit(), KeyboardInterrupt raised by hand:
         # real signals only reach the main thread) fails the job, not the thread.
         logger.info("job %s (%s) failed on attempt %s: %s", job.id, job.task, job.attempt,
-                    _class_path(exc))
+                    class_path(exc))
         return failure(job, exc)
     return success(job, result)
 
@@ -123,4 +131,4 @@ def success(job: ClaimedJob, result: Any) -> Success | Failure:
         encoded = dumps(result, "the return value")
     except InvalidJobArguments as exc:
         return failure(job, exc, final=True, trace="")
-    return Success(job_id=job.id, attempt=job.attempt, result=encoded)
+    return Success(job_id=job.id, run=job.run, result=encoded)

@@ -1,18 +1,20 @@
-"""What one worker holds: the jobs it claimed and has not recorded, under one lock.
+"""What one worker holds: the runs it claimed and has not settled, under one lock.
 
-The claim loop, the pool threads, the completer and the maintenance services
-all read and change this state; keeping it in one small class keeps the rules
-in one place:
+The claim loop, the job threads, the completer and the heartbeat all read and
+change this state; keeping it in one small class keeps the rules in one place.
+An entry is one run of one job, keyed by (job id, run token), so a job claimed
+again by this same worker is a new entry that the older run cannot touch.
 
-- a job is *held* from its claim until its outcome is recorded (the heartbeat
-  renews exactly these leases);
-- it is *busy* (occupies a slot) from its claim until its thread returns, even
-  after it was abandoned, so the worker never runs more threads than its slots;
-- an *abandoned* job (timed out, or given back at shutdown) is no longer the
-  worker's: its late outcome is dropped;
-- entries are per attempt: a job reclaimed by this same worker (after a lost
-  lease or a timeout) is a new entry, which the old attempt's thread, outcome
-  or timeout must not touch.
+- A run is *held* from its claim until its outcome is settled (recorded, or
+  refused by the fence): the heartbeat renews exactly these leases, so the row
+  stays ``running`` and its concurrency key taken until then.
+- It is *busy* (takes a slot) from its claim until its thread returns, however
+  long that is, so the worker never runs more threads than its slots.
+- An *overdue* run passed the job timeout. Python cannot stop a thread, so it
+  keeps its slot, its lease and its key until the thread returns; then it is
+  recorded as failed.
+- A run *given back* (released at shutdown) is no longer this worker's; a
+  *lost* one had its lease taken away. The outcome of either is dropped.
 """
 
 from __future__ import annotations
@@ -23,107 +25,157 @@ import time
 
 from django_pgqueue.records import ClaimedJob
 
+Key = tuple[int, int]
+
 
 @dataclasses.dataclass
 class Held:
     job: ClaimedJob
-    started: float
-    running: bool = False  # a prefetched job waits for a thread first
-    abandoned: bool = False
+    lease_until: float  # monotonic: when the lease lapses unless renewed
+    started: float | None = None  # monotonic: a thread took it (None: waiting)
+    returned: bool = False
+    overdue: bool = False
+    given_back: bool = False
+    lost: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.started is not None and not self.returned
+
+    @property
+    def ours(self) -> bool:
+        return not (self.given_back or self.lost)
 
 
 class Ledger:
-    def __init__(self) -> None:
+    def __init__(self, lease: float = 60.0) -> None:
         self._lock = threading.Lock()
-        self._held: dict[int, Held] = {}
+        self._held: dict[Key, Held] = {}
+        self._lease = lease
         self.busy = 0
         self.claimed = self.succeeded = self.buried = 0
         self._window_done = 0
 
     def add(self, jobs: list[ClaimedJob]) -> None:
-        now = time.monotonic()
+        lease_until = time.monotonic() + self._lease
         with self._lock:
             for job in jobs:
-                self._held[job.id] = Held(job, now)
+                self._held[job.key] = Held(job, lease_until)
             self.claimed += len(jobs)
             self.busy += len(jobs)
 
     def start(self, job: ClaimedJob) -> bool:
-        """A thread is about to run ``job``; False if it was given back meanwhile."""
+        """A thread is about to run ``job``; False if it is no longer ours to run."""
         with self._lock:
-            held = self._current(job)
-            if held is None or held.abandoned:
+            held = self._held.get(job.key)
+            if held is None or not held.ours:
                 return False
             held.started = time.monotonic()  # the job timeout counts from here
-            held.running = True
             return True
 
-    def finish(self, job: ClaimedJob) -> bool:
-        """``job``'s thread returned; True if its outcome is still ours to record."""
+    def finish(self, job: ClaimedJob) -> Held | None:
+        """``job``'s thread returned: its entry, if the outcome is still ours to record."""
         with self._lock:
             self.busy -= 1
-            held = self._current(job)
-            if held is None:  # forgotten, or an older attempt of a reclaimed job
-                return False
-            held.running = False
-            if held.abandoned:
-                del self._held[job.id]
-                return False
-            return True
+            held = self._held.get(job.key)
+            if held is None:
+                return None
+            held.returned = True
+            if not held.ours:
+                del self._held[job.key]
+                return None
+            return held
 
-    def _current(self, job: ClaimedJob) -> Held | None:
-        held = self._held.get(job.id)
-        return held if held is not None and held.job.attempt == job.attempt else None
-
-    def recorded(self, settled: list[tuple[int, int]], succeeded: int, buried: int) -> None:
-        """Outcomes settled for these (job id, attempt) pairs."""
+    def settled(self, keys: list[Key], succeeded: int, buried: int) -> None:
+        """The outcomes of these runs are recorded (or were fenced out)."""
         with self._lock:
-            for job_id, attempt in settled:
-                held = self._held.get(job_id)
-                # A timed-out job's thread keeps its slot until it returns.
-                if held is not None and held.job.attempt == attempt and not held.running:
-                    del self._held[job_id]
+            for key in keys:
+                held = self._held.get(key)
+                if held is not None and held.returned:
+                    del self._held[key]
             self.succeeded += succeeded
             self.buried += buried
-            self._window_done += len(settled)
+            self._window_done += len(keys)
 
     def forget(self, jobs: list[ClaimedJob]) -> None:
-        """Drop jobs no thread started (prefetched ones given back at shutdown)."""
+        """Drop runs no thread started (prefetched ones given back)."""
         with self._lock:
             for job in jobs:
-                if self._current(job) is not None:
-                    del self._held[job.id]
+                self._held.pop(job.key, None)
             self.busy -= len(jobs)
 
-    def own_work_left(self) -> bool:
+    def give_back(self, keys: list[Key]) -> None:
+        """These runs were released: a late outcome is not ours to record."""
         with self._lock:
-            return any(not h.abandoned for h in self._held.values())
+            for key in keys:
+                held = self._held.get(key)
+                if held is not None:
+                    held.given_back = True
+                    if held.returned:
+                        del self._held[key]
+
+    # -- the heartbeat -------------------------------------------------------------
+
+    def lease_keys(self) -> list[Key]:
+        """Runs whose leases the heartbeat must renew."""
+        with self._lock:
+            return [key for key, held in self._held.items() if held.ours]
+
+    def renewed(self, kept: set[Key], asked: list[Key], lease_until: float) -> list[Key]:
+        """Record a heartbeat; the runs it found lost (those settled meanwhile are not)."""
+        lost = []
+        with self._lock:
+            for key in asked:
+                held = self._held.get(key)
+                if held is None or not held.ours:
+                    continue
+                if key in kept:
+                    held.lease_until = lease_until
+                else:
+                    held.lost = True
+                    lost.append(key)
+                    if held.returned:
+                        del self._held[key]
+        return lost
+
+    def earliest_lease_end(self) -> float | None:
+        with self._lock:
+            ends = [h.lease_until for h in self._held.values() if h.ours]
+        return min(ends) if ends else None
+
+    # -- timeouts, shutdown and stats -------------------------------------------------
+
+    def mark_overdue(self, started_before: float) -> list[ClaimedJob]:
+        """Runs whose thread started before ``started_before`` and is still running,
+        not yet marked: marks and returns them."""
+        with self._lock:
+            late = [h for h in self._held.values() if h.running and h.ours and not h.overdue
+                    and h.started is not None and h.started < started_before]
+            for held in late:
+                held.overdue = True
+        return [h.job for h in late]
+
+    def running(self) -> list[Held]:
+        """Runs whose thread has not returned (copies of the entries)."""
+        with self._lock:
+            return [dataclasses.replace(h) for h in self._held.values() if h.running and h.ours]
+
+    def own_work_left(self) -> bool:
+        """Anything claimed and not yet settled (burst mode waits for it)."""
+        with self._lock:
+            return any(h.ours for h in self._held.values())
 
     def running_own(self) -> bool:
         with self._lock:
-            return any(h.running and not h.abandoned for h in self._held.values())
+            return any(h.running and h.ours for h in self._held.values())
 
-    def lease_ids(self) -> list[int]:
-        """Jobs whose leases the heartbeat must renew."""
+    def unsettled(self) -> list[Key]:
+        """Runs whose thread returned and whose outcome is not recorded yet."""
         with self._lock:
-            return [i for i, h in self._held.items() if not h.abandoned]
+            return [k for k, h in self._held.items() if h.returned and h.ours]
 
-    def still_held(self, job_ids: set[int]) -> set[int]:
-        with self._lock:
-            return {i for i in job_ids if i in self._held}
-
-    def abandon_running(self, started_before: float | None = None) -> list[ClaimedJob]:
-        """Give up jobs a thread is running (all, or those started before a time);
-        jobs still waiting for a thread are not touched. Returns them."""
-        with self._lock:
-            given_up = [h for h in self._held.values() if h.running and not h.abandoned
-                        and (started_before is None or h.started < started_before)]
-            for held in given_up:
-                held.abandoned = True
-        return [h.job for h in given_up]
-
-    def take_window(self) -> tuple[int, int]:
-        """(outcomes recorded since the last call, jobs running now)."""
+    def take_window(self) -> tuple[int, list[Held]]:
+        """(outcomes settled since the last call, the runs running now)."""
         with self._lock:
             done, self._window_done = self._window_done, 0
-            return done, sum(1 for h in self._held.values() if h.running)
+            return done, [dataclasses.replace(h) for h in self._held.values() if h.running]

@@ -2,9 +2,8 @@
 
 Daemon threads rather than a ThreadPoolExecutor: a job that overruns the
 shutdown deadline (or its timeout) cannot be interrupted in Python, and an
-executor's threads would keep the process alive until it returned. The jobs of
-such threads have been given back to the queue by then, so exiting over them
-is safe.
+executor's threads would keep the process alive until it returned. Such a job
+keeps its lease until the worker process ends (docs/guarantees.md).
 """
 
 from __future__ import annotations
@@ -16,8 +15,10 @@ from collections.abc import Callable
 
 from django.db import connections
 
-from django_pgqueue.queue import ClaimedJob, Failure, Success
+from django_pgqueue import jobdb
+from django_pgqueue.records import ClaimedJob, Failure, Success
 from django_pgqueue.worker.executor import execute, failure
+from django_pgqueue.worker.services import ConnectionEpoch
 
 Outcome = Success | Failure
 
@@ -25,13 +26,18 @@ logger = logging.getLogger("django_pgqueue")
 
 
 class JobPool:
-    """``size`` threads; each runs one job at a time and reports its outcome."""
+    """``size`` threads; each runs one job at a time and reports its outcome.
+
+    ``on_start(job)`` says whether the job is still ours to run; ``on_done(job,
+    outcome)`` receives what happened.
+    """
 
     def __init__(self, size: int, on_start: Callable[[ClaimedJob], bool],
-                 on_done: Callable[[ClaimedJob, Outcome], None]) -> None:
+                 on_done: Callable[[ClaimedJob, Outcome], None], epoch: ConnectionEpoch) -> None:
         self._jobs: queue.SimpleQueue[ClaimedJob | None] = queue.SimpleQueue()
         self._on_start = on_start
         self._on_done = on_done
+        self._epoch = epoch
         self._threads = [threading.Thread(target=self._loop, name=f"pgqueue-job-{n}",
                                           daemon=True) for n in range(size)]
 
@@ -61,9 +67,15 @@ class JobPool:
             thread.join(timeout)
 
     def _loop(self) -> None:
+        seen_epoch = self._epoch.value
         while (job := self._jobs.get()) is not None:
             if not self._on_start(job):
                 continue  # given back while it waited
+            if self._epoch.value != seen_epoch:
+                # The worker lost its database since this thread's last job: its
+                # kept connections are likely dead, and not this job's fault.
+                seen_epoch = self._epoch.value
+                jobdb.drop_all()
             try:
                 outcome = execute(job)
             except BaseException as exc:
@@ -73,26 +85,10 @@ class JobPool:
                 logger.exception("job %s: unexpected error running it; burying it", job.id)
                 outcome = failure(job, exc, final=True)
             finally:
-                tidy_connections()
+                try:
+                    jobdb.tidy()
+                except Exception:
+                    logger.exception("job %s: tidying its connections failed", job.id)
+                    jobdb.drop_all()
             self._on_done(job, outcome)
         connections.close_all()
-
-
-def tidy_connections() -> None:
-    """Keep this thread's connections for the next job unless they are unfit.
-
-    A request closes its connection when CONN_MAX_AGE is 0; a worker thread
-    runs thousands of jobs, and reconnecting (a server process fork) for each
-    would cost more than most jobs. So a connection is kept, and closed only if
-    a job left a transaction open, an error made it unusable, or a non-zero
-    CONN_MAX_AGE says it is too old.
-    """
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is None:
-            continue
-        if conn.in_atomic_block or not conn.get_autocommit():
-            conn.close()
-        elif conn.settings_dict.get("CONN_MAX_AGE"):
-            conn.close_if_unusable_or_obsolete()
-        elif conn.errors_occurred and not conn.is_usable():
-            conn.close()

@@ -1,34 +1,42 @@
 """The Worker: claims jobs, runs them on a thread pool, records outcomes, and keeps going.
 
-Start-to-end of one job: the main loop claims up to its free slots in one
-statement (woken by NOTIFY or a poll), a pool thread runs the job outside any
-transaction the queue opened, the completer records the outcome in a batch, and
-until then the maintenance thread renews the job's lease.
+Start-to-end of one job: the claim loop (this module, on the thread that calls
+``run()``) claims up to its free slots in one statement, woken by NOTIFY, a
+finished job or a poll; a pool thread runs the job outside any transaction the
+queue opened; the completer records the outcome in a batch; until then the
+heartbeat thread renews the lease. The maintenance thread reaps expired leases,
+prunes, marks jobs past their timeout and logs throughput.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from django.utils.module_loading import autodiscover_modules
 
+from django_pgqueue.dberrors import first_line, is_transient, schema_problem
+from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
-from django_pgqueue.queue import ClaimedJob, Success
+from django_pgqueue.records import ClaimedJob, Success
+from django_pgqueue.worker import shutdown
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
-from django_pgqueue.worker.dbutil import (
-    DB_ERRORS,
-    Backoff,
-    bookkeeping_thread,
-    reset_connection,
-)
+from django_pgqueue.worker.events import Events
 from django_pgqueue.worker.executor import failure
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
-from django_pgqueue.worker.maintenance import Maintenance, Service, pruner, reaper
 from django_pgqueue.worker.pool import JobPool, Outcome
+from django_pgqueue.worker.services import (
+    Backoff,
+    ConnectionEpoch,
+    Supervision,
+    Timer,
+    Timers,
+    bookkeeping_thread,
+    reset_connection,
+)
+from django_pgqueue.worker.waker import Waker
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -38,69 +46,96 @@ FIRST_IDLE_WAIT = 0.05
 REFILL_WINDOW = 0.005
 
 
-class JobTimeout(Exception):
-    """A job ran past the worker's job timeout."""
-
-
 class Worker:
-    """One worker process's runtime; ``run()`` returns the exit status."""
+    """One worker process's runtime; ``run()`` returns the exit status.
 
-    def __init__(self, config: WorkerConfig) -> None:
+    It can run in any thread (tests run it in one, and wait on ``events``);
+    ``runworker`` runs it on the main thread and installs the signal handlers.
+    """
+
+    def __init__(self, config: WorkerConfig, events: Events | None = None) -> None:
         self.config = config
-        self.stopping = threading.Event()
-        self._wake = threading.Event()
-        self.ledger = Ledger()
+        self.events = events or Events()
+        # Plain attributes, not Events: signal handlers set them (see waker.py).
+        self.stopping = False
+        self.stop_reason = "asked to stop"
+        self.urgent_since: float | None = None
+        self.fatal_reason: str | None = None
+        self.waker = Waker()
+        self.epoch = ConnectionEpoch()
+        self.ledger = Ledger(lease=config.lease)
         # Jobs claimed and not finished may exceed the threads by the prefetch.
         self._capacity = config.concurrency + config.prefetch
         self._min_batch = max(1, self._capacity // 2)
         self._window_start = time.monotonic()
-        self.completer = Completer(config.worker_id, config.database, self.ledger.recorded)
-        self.pool = JobPool(config.concurrency, self.ledger.start, self._job_done)
-        self.listener = (Listener(config.database, config.channel, config.queues, self._wake)
-                         if config.listen else None)
-        self.maintenance = Maintenance(config.database, self._services())
+        supervision = Supervision(fatal=self.fail_fast, epoch=self.epoch)
+        self.completer = Completer(config.worker_id, config.database, self._settled, supervision)
+        self.pool = JobPool(config.concurrency, self._job_starting, self._job_done, self.epoch)
+        self.listener = (Listener(config.database, config.channel, config.queues,
+                                  self.waker.set, lambda: self.events.emit("listening"),
+                                  supervision) if config.listen else None)
+        self.maintenance = Timers(config.database, self._timers(), supervision,
+                                  name="pgqueue-maintenance")
         # The heartbeat on a thread of its own: a long prune or reap must never
         # delay the renewals that keep running jobs from being taken back.
-        self.heartbeat = Maintenance(config.database, [
-            Service("heartbeat", config.heartbeat_interval, self._heartbeat)],
-            name="pgqueue-heartbeat")
+        self.heartbeat = Timers(config.database, [
+            Timer("heartbeat", config.heartbeat_interval, self._heartbeat)], supervision,
+            name="pgqueue-heartbeat", critical=True)
 
-    def _services(self) -> list[Service]:
+    def _timers(self) -> list[Timer]:
         c = self.config
-        services = [Service("reaper", c.reap_interval, reaper(c.database)),
-                    Service("throughput", c.stats_interval, self._log_throughput,
-                            due=time.monotonic() + c.stats_interval)]
+        timers = [Timer("reaper", c.reap_interval, self._reap),
+                  Timer("throughput", c.stats_interval, self._log_throughput,
+                        due=time.monotonic() + c.stats_interval)]
         if c.job_timeout:
-            services.append(Service("job timeout", min(1.0, c.job_timeout / 4),
-                                    self._expire_overdue))
+            timers.append(Timer("job timeout", min(1.0, c.job_timeout / 4), self._mark_overdue))
         if c.prune_after:
-            services.append(Service("pruner", c.prune_interval, pruner(c.database,
-                                                                        c.prune_after)))
-        return services
+            timers.append(Timer("pruner", c.prune_interval, self._prune))
+        return timers
 
     # -- public -----------------------------------------------------------------
 
     def request_stop(self) -> None:
-        """Stop claiming now; running jobs get the shutdown timeout to finish."""
-        self.stopping.set()
-        self._wake.set()
+        """Stop claiming now; running jobs get the shutdown timeout to finish.
+        Safe to call from a signal handler (no lock is taken)."""
+        self.stopping = True
+        self.waker.set()
+
+    def hurry(self) -> None:
+        """Shut down now: give the running jobs back within a second, then stop.
+        Safe to call from a signal handler."""
+        self.urgent_since = time.monotonic()
+        self.request_stop()
+
+    def fail_fast(self, reason: str) -> None:
+        """Stop because the worker cannot keep its promises: give jobs back, exit 1."""
+        if self.fatal_reason is None:
+            self.fatal_reason = reason
+            logger.error("stopping: %s", reason)
+        self.request_stop()
 
     def run(self) -> int:
         autodiscover_modules("tasks")
+        problem = shutdown.schema_problem_at_start(self.config.database)
+        if problem:
+            logger.error("%s", problem)
+            return 1
         logger.info("starting %s", self.config.describe())
-        self.completer.start()
+        for thread in (self.completer, self.maintenance, self.heartbeat, self.listener):
+            if thread is not None:
+                thread.start()
         self.pool.start()
-        self.maintenance.start()
-        self.heartbeat.start()
-        if self.listener:
-            self.listener.start()
         bookkeeping_thread(self.config.database)  # the claim loop runs here
         try:
             self._loop()
+        except BaseException as exc:  # a bug of ours: give the jobs back, exit non-zero
+            logger.exception("the claim loop failed")
+            self.fail_fast(f"the claim loop failed: {type(exc).__name__}: {exc}")
         finally:
-            self._shutdown()
+            status = shutdown.Shutdown(self).run()
             bookkeeping_thread(self.config.database, on=False)
-        return 0
+        self.events.emit("stopped", status=status)
+        return status
 
     # -- the claim loop -----------------------------------------------------------
 
@@ -117,34 +152,33 @@ class Worker:
         idle_wait = FIRST_IDLE_WAIT
         backoff = Backoff()
         refill_from: float | None = None
-        min_batch = self._min_batch
-        while not self.stopping.is_set():
-            self._wake.clear()
+        while not self.stopping:
+            self.waker.clear()
             free, busy = self._free_slots()
             if c.max_jobs is not None and self.ledger.claimed >= c.max_jobs:
                 if not self.ledger.own_work_left():
                     return
-                self._wake.wait(0.05)
+                self.waker.wait(0.05)
                 continue
             if free <= 0:
-                self._wake.wait(c.poll_interval)  # a finishing job sets wake
+                self.waker.wait(c.poll_interval)  # a finishing job wakes us
                 continue
-            if free < min_batch and busy:
+            if free < self._min_batch and busy:
                 # Let a few more slots free up so the claim stays a batch.
                 now = time.monotonic()
                 refill_from = refill_from or now
                 if now - refill_from < REFILL_WINDOW:
-                    self._wake.wait(REFILL_WINDOW - (now - refill_from))
+                    self.waker.wait(REFILL_WINDOW - (now - refill_from))
                     continue
             refill_from = None
             try:
                 jobs = Job.objects.claim(c.worker_id, limit=free, queues=c.queues,
                                          lease=c.lease, using=c.database)
-            except DB_ERRORS as exc:
-                logger.warning("claim failed, retrying in %.1fs: %s", backoff.delay,
-                               str(exc).strip().splitlines()[0] if str(exc).strip() else exc)
-                reset_connection(c.database)
-                backoff.sleep(self.stopping)
+            except Exception as exc:
+                if not self._claim_failed(exc):
+                    return
+                self.waker.wait(backoff.delay)
+                backoff.delay = min(backoff.cap, backoff.delay * 2)
                 continue
             backoff.reset()
             if jobs:
@@ -152,15 +186,32 @@ class Worker:
                 idle_wait = FIRST_IDLE_WAIT
                 if len(jobs) == free:
                     continue  # there may be more ready right now
-            elif c.burst and not self.ledger.own_work_left() and not self.completer.pending:
-                logger.info("burst: nothing ready and nothing running, exiting")
-                return
+            else:
+                self.events.emit("idle")
+                if (c.burst and not self.ledger.own_work_left()
+                        and not self.completer.pending):
+                    logger.info("burst: nothing ready and nothing running, exiting")
+                    return
             # Nothing (more) ready: sleep until NOTIFY, a finished job, or the poll.
-            self._wake.wait(idle_wait)
+            self.waker.wait(idle_wait)
             idle_wait = min(c.poll_interval, idle_wait * 2)
+
+    def _claim_failed(self, exc: Exception) -> bool:
+        """Log a failed claim; False when the worker must stop."""
+        problem = schema_problem(exc)
+        if problem:
+            self.fail_fast(problem)
+            return False
+        reset_connection(self.config.database)
+        if is_transient(exc):
+            self.epoch.bump()
+            logger.warning("claim failed, retrying: %s", first_line(exc))
+            return True
+        raise exc
 
     def _start(self, jobs: list[ClaimedJob]) -> None:
         self.ledger.add(jobs)
+        self.events.emit("claimed", jobs=jobs)
         for job in jobs:
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("job %s %s attempt %s claimed", job.id, job.task, job.attempt)
@@ -168,101 +219,86 @@ class Worker:
 
     # -- callbacks from other threads ----------------------------------------------
 
+    def _job_starting(self, job: ClaimedJob) -> bool:
+        if not self.ledger.start(job):
+            return False
+        self.events.emit("started", job=job)
+        return True
+
     def _job_done(self, job: ClaimedJob, outcome: Outcome) -> None:
-        if not self.ledger.finish(job):
-            logger.warning("job %s finished after it was given up (timeout or shutdown); "
-                           "its outcome is dropped", job.id)
+        held = self.ledger.finish(job)
+        if held is None:
+            logger.warning("job %s finished after it was given back (shutdown) or its lease "
+                           "was lost; its outcome is dropped", job.id)
         else:
-            if logger.isEnabledFor(logging.DEBUG):
+            if held.overdue:
+                ran = time.monotonic() - (held.started or 0.0)
+                outcome = failure(job, JobTimeout(
+                    f"job ran {ran:.1f}s, past the worker's job timeout of "
+                    f"{self.config.job_timeout:g}s; what it returned is discarded"), trace="")
+            elif logger.isEnabledFor(logging.DEBUG):
                 logger.debug("job %s %s %s", job.id, job.task,
                              "succeeded" if isinstance(outcome, Success) else "failed")
             self.completer.put(outcome)
+        self.events.emit("finished", job=job, outcome=outcome)
         # Wake the claim loop only when a claim is worth making: enough slots
         # free for a batch, or nothing left running. Waking it for every job
         # costs a thread switch (and a GIL hand-off) per job.
         busy = self.ledger.busy
-        if self._capacity - busy >= self._min_batch or not busy or self.stopping.is_set():
-            self._wake.set()
+        if self._capacity - busy >= self._min_batch or not busy or self.stopping:
+            self.waker.set()
 
-    # -- maintenance services ---------------------------------------------------------
+    def _settled(self, keys: list[tuple[int, int]], succeeded: int, buried: int) -> None:
+        self.ledger.settled(keys, succeeded, buried)
+        self.events.emit("recorded", settled=keys, succeeded=succeeded, buried=buried)
+
+    # -- timers --------------------------------------------------------------------------
 
     def _heartbeat(self) -> None:
-        ids = self.ledger.lease_ids()
-        if not ids:
+        keys = self.ledger.lease_keys()
+        if not keys:
+            self.events.emit("heartbeat", kept=set(), lost=[])
             return
-        kept = Job.objects.heartbeat(self.config.worker_id, ids, lease=self.config.lease,
+        sent = time.monotonic()
+        kept = Job.objects.heartbeat(self.config.worker_id, keys, lease=self.config.lease,
                                      using=self.config.database)
-        lost = self.ledger.still_held(set(ids) - kept)  # recorded meanwhile is not lost
+        lost = self.ledger.renewed(kept, keys, lease_until=sent + self.config.lease)
         if lost:
             logger.warning("lost the lease on jobs %s: they may run again elsewhere",
-                           sorted(lost))
+                           sorted(job_id for job_id, _ in lost))
+        self.events.emit("heartbeat", kept=kept, lost=lost)
 
-    def _expire_overdue(self) -> None:
+    def _reap(self) -> None:
+        result = Job.objects.reap(using=self.config.database)
+        if result.returned or result.buried:
+            logger.info("reaper: %d jobs with expired leases returned to the queue, %d buried",
+                        result.returned, result.buried)
+        self.events.emit("reaped", result=result)
+
+    def _prune(self) -> None:
+        assert self.config.prune_after is not None
+        deleted = Job.objects.prune(self.config.prune_after, using=self.config.database)
+        if deleted:
+            logger.info("pruner: deleted %d finished jobs older than %gs", deleted,
+                        self.config.prune_after)
+
+    def _mark_overdue(self) -> None:
         assert self.config.job_timeout is not None
-        overdue = self.ledger.abandon_running(
-            started_before=time.monotonic() - self.config.job_timeout)
-        for job in overdue:
-            # Python cannot stop the thread: the job is recorded as failed and its
-            # lease released now; the thread keeps its slot until it returns.
-            logger.warning("job %s exceeded the job timeout of %gs; recorded as failed",
-                           job.id, self.config.job_timeout)
-            self.completer.put(failure(job, JobTimeout(
-                f"job exceeded the worker's job timeout of {self.config.job_timeout:g}s"),
-                trace=""))
+        for job in self.ledger.mark_overdue(time.monotonic() - self.config.job_timeout):
+            logger.warning(
+                "job %s (%s) exceeded the job timeout of %gs: it will be recorded as failed; "
+                "until its thread returns it keeps its slot, its lease and its concurrency key",
+                job.id, job.task, self.config.job_timeout)
 
     def _log_throughput(self) -> None:
         now = time.monotonic()
         done, running = self.ledger.take_window()
         elapsed, self._window_start = now - self._window_start, now
-        logger.info("throughput: %d jobs in %.0fs (%.1f/s), %d running; totals: claimed %d, "
+        overdue = sum(1 for held in running if held.overdue)
+        logger.info("throughput: %d jobs in %.0fs (%.1f/s), %d running%s; totals: claimed %d, "
                     "succeeded %d, buried %d", done, elapsed, done / elapsed if elapsed else 0,
-                    running, self.ledger.claimed, self.ledger.succeeded, self.ledger.buried)
-
-    # -- shutdown ------------------------------------------------------------------
-
-    def _shutdown(self) -> None:
-        c = self.config
-        if self.listener:
-            self.listener.stop()
-        waiting = self.pool.take_waiting()
-        if waiting:
-            self.ledger.forget(waiting)
-            self._release([(job.id, job.attempt) for job in waiting])
-        deadline = time.monotonic() + c.shutdown_timeout
-        while time.monotonic() < deadline and self.ledger.running_own():
-            self._wake.wait(0.05)
-            self._wake.clear()
-        leftover = self.ledger.abandon_running()
-        self.completer.flush(timeout=max(5.0, c.lease / 2))
-        if leftover:
-            self._release([(job.id, job.attempt) for job in leftover])
-        self.maintenance.stop()
-        self.heartbeat.stop()
-        self.completer.stop()
-        if self.listener:
-            self.listener.join(2.0)
-        self.maintenance.join(5.0)
-        self.heartbeat.join(5.0)
-        self.completer.join(5.0)
-        # Idle job threads exit now; one still inside an overrunning job is a
-        # daemon and does not hold the process up.
-        self.pool.stop(timeout=0.0 if leftover else 1.0)
-        logger.info("stopped %s: claimed %d, succeeded %d, buried %d", c.worker_id,
+                    len(running), f" ({overdue} past the job timeout)" if overdue else "",
                     self.ledger.claimed, self.ledger.succeeded, self.ledger.buried)
 
-    def _release(self, held: list[tuple[int, int]]) -> None:
-        backoff = Backoff()
-        for _ in range(5):
-            try:
-                released = Job.objects.release(self.config.worker_id, held,
-                                               using=self.config.database)
-            except DB_ERRORS as exc:
-                logger.warning("could not put jobs back yet: %s", exc)
-                reset_connection(self.config.database)
-                backoff.sleep(threading.Event())
-                continue
-            logger.warning("shutdown: put %d unfinished jobs back in the queue: %s",
-                           len(released), sorted(released))
-            return
-        logger.error("could not put jobs %s back; the reaper will once their leases expire",
-                     [h[0] for h in held])
+
+__all__ = ["JobTimeout", "Worker"]

@@ -1,4 +1,4 @@
-"""The worker's ledger: slots, attempts and timeouts, without a database."""
+"""The worker's ledger: slots, runs, leases and timeouts, without a database."""
 
 from __future__ import annotations
 
@@ -8,37 +8,55 @@ from django_pgqueue.records import ClaimedJob
 from django_pgqueue.worker.ledger import Ledger
 
 
-def job(job_id: int = 1, attempt: int = 1) -> ClaimedJob:
-    return ClaimedJob(id=job_id, task="t.t", args=[], kwargs={}, queue="default", priority=0,
-                      attempt=attempt, max_attempts=3, concurrency_key=None, unique_key=None)
+def job(job_id: int = 1, run: int = 1, attempt: int = 1) -> ClaimedJob:
+    return ClaimedJob(id=job_id, run=run, task="t.t", args=[], kwargs={}, queue="default",
+                      priority=0, attempt=attempt, max_attempts=3, concurrency_key=None,
+                      unique_key=None)
 
 
-def test_a_reclaimed_job_is_a_new_entry_the_old_attempt_cannot_touch() -> None:
+def test_a_reclaimed_job_is_a_new_entry_the_old_run_cannot_touch() -> None:
     ledger = Ledger()
-    first = job(attempt=1)
+    first = job(run=1)
     ledger.add([first])
     assert ledger.start(first)
-    assert ledger.abandon_running(started_before=time.monotonic() + 1) == [first]  # timed out
-    ledger.recorded([(1, 1)], succeeded=0, buried=0)  # its timeout failure is written
-    second = job(attempt=2)  # the same worker claims it again
+    lost = ledger.renewed(kept=set(), asked=[first.key], lease_until=0.0)  # the lease is gone
+    assert lost == [first.key]
+    second = job(run=2)  # the same worker claims it again
     ledger.add([second])
     assert ledger.start(second)
-    assert ledger.finish(first) is False  # the old thread returns at last: dropped
-    ledger.recorded([(1, 1)], succeeded=0, buried=0)  # a stale settle changes nothing
-    assert ledger.lease_ids() == [1]  # attempt 2's lease is still renewed
-    assert ledger.finish(second) is True
-    ledger.recorded([(1, 2)], succeeded=1, buried=0)
-    assert (ledger.lease_ids(), ledger.busy, ledger.succeeded) == ([], 0, 1)
+    assert ledger.finish(first) is None  # the old thread returns at last: dropped
+    ledger.settled([first.key], succeeded=0, buried=0)  # a stale settle changes nothing
+    assert ledger.lease_keys() == [(1, 2)]  # run 2's lease is still renewed
+    assert ledger.finish(second) is not None
+    ledger.settled([second.key], succeeded=1, buried=0)
+    assert (ledger.lease_keys(), ledger.busy, ledger.succeeded) == ([], 0, 1)
+
+
+def test_an_overdue_run_keeps_its_slot_and_its_lease_until_its_thread_returns() -> None:
+    ledger = Ledger()
+    slow = job()
+    ledger.add([slow])
+    assert ledger.start(slow)
+    assert ledger.mark_overdue(started_before=time.monotonic() + 1) == [slow]
+    assert ledger.mark_overdue(started_before=time.monotonic() + 1) == []  # marked once
+    assert (ledger.busy, ledger.lease_keys()) == (1, [slow.key])
+    held = ledger.finish(slow)
+    assert held is not None
+    assert held.overdue
+    assert ledger.busy == 0
+    assert ledger.lease_keys() == [slow.key]  # held until the outcome is written
+    ledger.settled([slow.key], succeeded=0, buried=1)
+    assert ledger.lease_keys() == []
 
 
 def test_a_prefetched_job_is_not_timed_out_before_it_runs() -> None:
     ledger = Ledger()
     waiting = job()
     ledger.add([waiting])
-    assert ledger.abandon_running(started_before=time.monotonic() + 3600) == []
+    assert ledger.mark_overdue(started_before=time.monotonic() + 3600) == []
     assert not ledger.running_own()
     assert ledger.own_work_left()  # burst mode waits for it
-    assert ledger.lease_ids() == [1]  # and its lease is renewed while it waits
+    assert ledger.lease_keys() == [(1, 1)]  # and its lease is renewed while it waits
     assert ledger.start(waiting)
     assert ledger.running_own()
 
@@ -52,5 +70,28 @@ def test_forgotten_jobs_free_their_slots_once() -> None:
     assert ledger.start(b) is False
     assert ledger.busy == 1
     assert ledger.start(a)
-    assert ledger.finish(a)
+    assert ledger.finish(a) is not None
     assert ledger.busy == 0
+
+
+def test_a_run_given_back_drops_its_late_outcome() -> None:
+    ledger = Ledger()
+    a = job()
+    ledger.add([a])
+    assert ledger.start(a)
+    ledger.give_back([a.key])
+    assert ledger.lease_keys() == []
+    assert ledger.finish(a) is None
+    assert (ledger.busy, ledger.own_work_left()) == (0, False)
+
+
+def test_the_earliest_lease_end_follows_renewals() -> None:
+    ledger = Ledger(lease=10)
+    a, b = job(1), job(2)
+    before = time.monotonic()
+    ledger.add([a, b])
+    end = ledger.earliest_lease_end()
+    assert end is not None
+    assert before + 10 <= end <= time.monotonic() + 10
+    ledger.renewed(kept={a.key, b.key}, asked=[a.key], lease_until=end + 5)
+    assert ledger.earliest_lease_end() == end  # b was not renewed

@@ -6,6 +6,8 @@ import logging
 import os
 import signal
 import sys
+import threading
+import time
 from types import FrameType
 from typing import Any
 
@@ -23,6 +25,8 @@ from django_pgqueue.management.arguments import (
 )
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.runner import Worker
+from django_pgqueue.worker.shutdown import MARGIN, URGENT
+from django_pgqueue.worker.waker import Waker
 
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
@@ -66,8 +70,16 @@ class Command(PgQueueCommand):
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
         worker = Worker(config)
-        self._install_signal_handlers(worker)
-        status = worker.run()
+        exits = ExitGuard(worker)
+        exits.install()
+        status = exits.status(worker.run())
+        if worker.ledger.running():
+            # A job thread is still inside an overrunning job, and its job was
+            # given back: end the process now, not after interpreter teardown.
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
         if status:
             sys.exit(status)
 
@@ -79,15 +91,58 @@ class Command(PgQueueCommand):
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             logger.addHandler(handler)
 
-    def _install_signal_handlers(self, worker: Worker) -> None:
-        def handle(signum: int, frame: FrameType | None) -> None:
-            if worker.stopping.is_set():
-                # Second signal: leave now; leases expire and the reaper recovers the jobs.
-                os._exit(128 + signum)
-            logging.getLogger("django_pgqueue").info(
-                "%s: finishing running jobs (up to %gs), then exiting",
-                signal.Signals(signum).name, worker.config.shutdown_timeout)
-            worker.request_stop()
 
-        signal.signal(signal.SIGTERM, handle)
-        signal.signal(signal.SIGINT, handle)
+class ExitGuard:
+    """SIGTERM/SIGINT for a worker process, and a bound on how long its exit takes.
+
+    The first signal asks the worker to stop (running jobs get the shutdown
+    timeout); the second makes it give them back within a second and exit with
+    128 + the signal number. The handlers only set attributes and write to the
+    worker's pipe (no locks, no logging: a handler can interrupt the main
+    thread inside either). A watchdog thread ends the process if the shutdown
+    overruns its bound anyway (a database call that hangs).
+    """
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.signalled: int | None = None
+        self.second: int | None = None
+        self._exit_by: float | None = None
+        self._bell = Waker()
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+        threading.Thread(target=self._watch, name="pgqueue-exit-watchdog", daemon=True).start()
+
+    def status(self, status: int) -> int:
+        return 128 + self.second if self.second is not None else status
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if self.signalled is None:
+            self.signalled = signum
+            name = signal.Signals(signum).name
+            self.worker.stop_reason = (
+                f"{name}: finishing running jobs (up to "
+                f"{self.worker.config.shutdown_timeout:g}s), then exiting; send {name} again "
+                "to exit now (running jobs are given back first)")
+            self._exit_by = now + self.worker.config.shutdown_timeout + MARGIN + 2.0
+            self.worker.request_stop()
+        else:
+            self.second = signum
+            self._exit_by = min(self._exit_by or now, now) + URGENT + 1.0
+            self.worker.hurry()
+        self._bell.set()
+
+    def _watch(self) -> None:
+        while True:
+            exit_by = self._exit_by
+            self._bell.wait(3600.0 if exit_by is None else exit_by - time.monotonic())
+            self._bell.clear()
+            if self._exit_by is not None and time.monotonic() >= self._exit_by:
+                logging.getLogger("django_pgqueue").error(
+                    "shutdown overran its bound: exiting now; the reaper returns what was "
+                    "not given back once its lease expires")
+                logging.shutdown()
+                os._exit(self.status(1))

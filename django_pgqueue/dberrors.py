@@ -1,0 +1,50 @@
+"""What a database error means to the worker: wait and retry, stop, or neither.
+
+The one place that answers "is this error transient". The worker retries only
+errors of the connection (the server went away, restarted, refused us, or a
+statement was cancelled); a schema older than the code (a missing table, column
+or function) ends the worker at once with the fix; anything else is a bug or
+bad data, handled where it happens.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from django.db import InterfaceError, OperationalError, ProgrammingError
+
+#: SQLSTATEs of a schema that is missing or older than the code.
+_SCHEMA_STATES = {
+    "42P01": "table",     # undefined_table
+    "42703": "column",    # undefined_column
+    "42883": "function",  # undefined_function
+}
+
+
+def _psycopg_error(exc: BaseException) -> BaseException:
+    # Django wraps psycopg's errors; the original (with its sqlstate) is the cause.
+    return exc.__cause__ if isinstance(exc.__cause__, psycopg.Error) else exc
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when waiting and retrying can cure ``exc``: the connection, not the statement."""
+    if isinstance(exc, ProgrammingError) or schema_problem(exc):
+        return False
+    return isinstance(exc, OperationalError | InterfaceError | psycopg.OperationalError
+                      | psycopg.InterfaceError)
+
+
+def schema_problem(exc: BaseException) -> str | None:
+    """One line saying the tables are missing or out of date, or None."""
+    cause = _psycopg_error(exc)
+    what = _SCHEMA_STATES.get(getattr(cause, "sqlstate", None) or "")
+    if what is None:
+        return None
+    detail = str(cause).strip().splitlines()[0] if str(cause).strip() else what
+    return (f"the job table is missing or older than this version of django-pgqueue "
+            f"({detail}): run `manage.py migrate`")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of the error's message, for a log line."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

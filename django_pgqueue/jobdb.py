@@ -1,0 +1,84 @@
+"""A job's own database connections: what a worker thread checks and tidies around each run.
+
+A request closes its connection when ``CONN_MAX_AGE`` is 0; a worker thread runs
+thousands of jobs, and reconnecting (a server process fork) for each would cost
+more than most jobs. So a job thread keeps its connections between jobs, and
+this module makes sure the next job finds them in a clean state:
+
+- a job that leaves a transaction open (a ``transaction.atomic()`` block it
+  never left, or autocommit turned off) fails with :class:`TransactionLeftOpen`:
+  its writes were never committed, so calling it a success would lose them;
+  the connection is thrown away, so the next job starts clean;
+- a connection that an error made unusable, or that ``CONN_MAX_AGE`` says is too
+  old, is closed;
+- after the worker lost its database (the server restarted), every kept
+  connection is dropped before the next job, so no job is charged with a
+  connection that broke before it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from django.db import connections
+
+from django_pgqueue.exceptions import PgQueueError
+
+logger = logging.getLogger("django_pgqueue")
+
+
+class TransactionLeftOpen(PgQueueError):
+    """The task returned with a database transaction still open; it was rolled back."""
+
+
+def _discard(alias: str) -> None:
+    """Close ``alias``'s raw connection (the server rolls back) and forget Django's
+    wrapper, whose atomic-block bookkeeping would otherwise outlive it."""
+    wrapper = connections[alias]
+    if wrapper.connection is not None:
+        with contextlib.suppress(Exception):
+            wrapper.connection.close()
+    wrapper.connection = None
+    del connections[alias]
+
+
+def raise_if_transaction_left_open() -> None:
+    """Call right after a task returns: discard any transaction it left open, and
+    raise :class:`TransactionLeftOpen` if there was one."""
+    left = [conn.alias for conn in connections.all(initialized_only=True)
+            if conn.in_atomic_block or (conn.connection is not None and not conn.autocommit)]
+    if not left:
+        return
+    for alias in left:
+        _discard(alias)
+    raise TransactionLeftOpen(
+        f"the task returned inside a transaction on {', '.join(map(repr, left))} (a "
+        "transaction.atomic() block it did not leave, or autocommit turned off): its writes "
+        "were rolled back, so the run cannot count as a success")
+
+
+def tidy() -> None:
+    """After a job: close this thread's connections that are unfit for the next one."""
+    for conn in connections.all(initialized_only=True):
+        if conn.in_atomic_block or (conn.connection is not None and not conn.autocommit):
+            _discard(conn.alias)  # a backstop: the runner's check has failed the job already
+        elif conn.connection is None:
+            continue
+        elif conn.settings_dict.get("CONN_MAX_AGE"):
+            conn.close_if_unusable_or_obsolete()
+        elif conn.errors_occurred and not conn.is_usable():
+            conn.close()
+
+
+def drop_all() -> None:
+    """Close every connection of this thread (they may be dead): the next query reconnects."""
+    for conn in connections.all(initialized_only=True):
+        try:
+            if conn.in_atomic_block:
+                _discard(conn.alias)
+            else:
+                conn.close()
+        except Exception:
+            logger.debug("closing a stale connection failed", exc_info=True)
+            _discard(conn.alias)

@@ -1,0 +1,208 @@
+"""The worker's own threads, and the guard that keeps each one honest.
+
+Every long-lived thread of a worker (completer, heartbeat, maintenance,
+listener) is a :class:`ServiceThread`: one loop guard that retries what a
+database outage causes, ends the worker for a schema older than the code, and
+logs anything else with its traceback. A *critical* thread (the heartbeat and
+the completer, without which leases lapse or outcomes are lost) then stops the
+worker, which gives its jobs back and exits non-zero for its supervisor to
+restart it; any other is restarted after a pause. No thread can die silently
+while the process looks alive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections
+from django.db.backends.signals import connection_created
+
+from django_pgqueue import conf
+from django_pgqueue.dberrors import first_line, is_transient, schema_problem
+
+logger = logging.getLogger("django_pgqueue")
+
+_bookkeeping = threading.local()
+
+
+def bookkeeping_thread(alias: str, on: bool = True) -> None:
+    """Mark (or unmark) this thread as one of the worker's own: with
+    ``ASYNC_COMMIT``, its connections commit without waiting for the WAL flush.
+    Job threads are never marked: a job's writes keep the durability the project
+    configured. A connection the thread already holds is switched too."""
+    from django_pgqueue.models import Job  # models import the app registry's state
+
+    _bookkeeping.on = on
+    wrapper = connections[alias]
+    if conf.get().ASYNC_COMMIT and wrapper.connection is not None and wrapper.is_usable():
+        Job.objects.relax_commit(on, using=alias)
+
+
+def _relax_new_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
+    if getattr(_bookkeeping, "on", False) and connection.vendor == "postgresql":
+        from django_pgqueue.models import Job  # see bookkeeping_thread
+
+        if conf.get().ASYNC_COMMIT:
+            Job.objects.relax_commit(using=connection.alias)
+
+
+connection_created.connect(_relax_new_connection, dispatch_uid="pgqueue-relax-commit")
+
+
+def reset_connection(alias: str) -> None:
+    """Drop this thread's connection after an error, so the next call reconnects."""
+    try:
+        connections[alias].close()
+    except Exception:  # the socket is already gone: nothing to close cleanly
+        logger.debug("closing a broken connection failed", exc_info=True)
+
+
+class ConnectionEpoch:
+    """Counts the worker's lost connections, so job threads know theirs may be stale.
+
+    After the server restarts, every pooled connection is dead, and the first
+    query of each would fail the job that happens to run next. The worker's own
+    threads notice first (they query all the time) and bump the epoch; a job
+    thread that sees a new epoch drops its connections before the job starts.
+    """
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def bump(self) -> None:
+        self.value += 1  # one writer at a time matters little: any change is seen
+
+
+class Backoff:
+    """Doubling sleep for retrying a database call, interruptible by ``stop``."""
+
+    def __init__(self, first: float = 0.2, cap: float = 5.0) -> None:
+        self.first = self.delay = first
+        self.cap = cap
+
+    def reset(self) -> None:
+        self.delay = self.first
+
+    def sleep(self, stop: threading.Event) -> None:
+        stop.wait(self.delay)
+        self.delay = min(self.cap, self.delay * 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Supervision:
+    """What a service thread reports to its worker."""
+
+    fatal: Callable[[str], None]  # stop the worker: the reason
+    epoch: ConnectionEpoch
+
+
+class ServiceThread(threading.Thread):
+    """A supervised worker thread. Subclasses implement :meth:`step`, one unit of
+    work that returns the seconds to wait before the next; :meth:`stop` ends it.
+
+    The thread is marked for ``ASYNC_COMMIT`` and closes its own connections on
+    exit, which no other thread can close.
+    """
+
+    #: A critical thread's unexpected error stops the worker; any other restarts.
+    critical = False
+
+    def __init__(self, alias: str, name: str, supervision: Supervision) -> None:
+        super().__init__(name=name, daemon=True)
+        self.alias = alias
+        self.supervision = supervision
+        self._halt = threading.Event()
+        #: monotonic time of the last step that returned normally (liveness).
+        self.last_ok = time.monotonic()
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._halt.is_set()
+
+    def step(self) -> float:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        backoff = Backoff()
+        try:
+            bookkeeping_thread(self.alias)
+            while not self._halt.is_set():
+                try:
+                    pause = self.step()
+                except Exception as exc:
+                    if not self._survive(exc):
+                        return
+                    backoff.sleep(self._halt)
+                    continue
+                backoff.reset()
+                self.last_ok = time.monotonic()
+                if pause > 0:
+                    self._halt.wait(pause)
+        except BaseException:  # even the guard failed: never die without a word
+            logger.exception("%s: the thread failed outside its loop", self.name)
+            self.supervision.fatal(f"the {self.name} thread failed")
+        finally:
+            connections.close_all()
+
+    def _survive(self, exc: Exception) -> bool:
+        """Log ``exc`` and say whether the loop goes on."""
+        problem = schema_problem(exc)
+        if problem:
+            self.supervision.fatal(problem)
+            return False
+        if is_transient(exc):
+            logger.warning("%s: %s; retrying", self.name, first_line(exc))
+            reset_connection(self.alias)
+            self.supervision.epoch.bump()
+            return True
+        logger.exception("%s: unexpected error", self.name)
+        reset_connection(self.alias)
+        if self.critical:
+            self.supervision.fatal(f"the {self.name} thread failed: {type(exc).__name__}: "
+                                   f"{first_line(exc)}")
+            return False
+        logger.warning("%s: restarting", self.name)
+        return True
+
+
+@dataclasses.dataclass
+class Timer:
+    """One periodic action of a :class:`Timers` thread."""
+
+    name: str
+    interval: float
+    action: Callable[[], None]
+    due: float = 0.0  # monotonic time of the next run; 0 runs it at start
+
+
+class Timers(ServiceThread):
+    """Runs each timer's action when it is due.
+
+    One failing action does not delay the others: its error goes through the
+    thread's guard, and it is tried again after a short pause while the rest
+    keep their schedule.
+    """
+
+    def __init__(self, alias: str, timers: list[Timer], supervision: Supervision, *,
+                 name: str, critical: bool = False) -> None:
+        super().__init__(alias, name, supervision)
+        self.timers = timers
+        self.critical = critical
+
+    def step(self) -> float:
+        now = time.monotonic()
+        for timer in self.timers:
+            if timer.due <= now:
+                # Before the action: a failing one is retried in a second, not at once.
+                timer.due = now + min(timer.interval, 1.0)
+                timer.action()
+                timer.due = now + timer.interval
+        return max(0.01, min(t.due for t in self.timers) - time.monotonic())

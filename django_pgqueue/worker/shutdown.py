@@ -1,0 +1,206 @@
+"""A worker's start-up check and its shutdown, each bounded and each saying what it did.
+
+Shutdown takes at most ``shutdown_timeout + MARGIN`` seconds:
+
+1. prefetched jobs no thread has started go back to the queue at once;
+2. running jobs get the shutdown timeout to finish (less if their leases would
+   lapse first, because the heartbeat is gone), or until a second signal;
+3. the outcomes of the jobs that finished are written;
+4. as the very last statements, runs whose threads are still going are given
+   back (their attempt not spent), and runs past the job timeout are recorded
+   as failed; the process exits right after, which ends those threads;
+5. anything that could not be written (the database is away) is logged by job
+   id: those jobs come back through the reaper once their leases expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Protocol
+
+from django.db import connections
+from django.db.migrations.executor import MigrationExecutor
+
+from django_pgqueue.dberrors import first_line, is_transient
+from django_pgqueue.exceptions import JobTimeout
+from django_pgqueue.models import Job
+from django_pgqueue.records import ClaimedJob
+from django_pgqueue.worker.completer import Completer
+from django_pgqueue.worker.config import WorkerConfig
+from django_pgqueue.worker.events import Events
+from django_pgqueue.worker.executor import failure
+from django_pgqueue.worker.ledger import Ledger
+from django_pgqueue.worker.listener import Listener
+from django_pgqueue.worker.pool import JobPool
+from django_pgqueue.worker.services import Timers, reset_connection
+from django_pgqueue.worker.waker import Waker
+
+logger = logging.getLogger("django_pgqueue")
+
+#: Seconds past the shutdown timeout for writing outcomes and giving jobs back.
+MARGIN = 5.0
+#: After a second signal: how long giving jobs back may take before the exit.
+URGENT = 1.0
+RELEASED = "worker shut down before the job finished"
+
+
+def schema_problem_at_start(alias: str) -> str | None:
+    """One line if django_pgqueue's migrations are not all applied to ``alias``."""
+    try:
+        executor = MigrationExecutor(connections[alias])
+        targets = [node for node in executor.loader.graph.leaf_nodes()
+                   if node[0] == "django_pgqueue"]
+        plan = executor.migration_plan(targets)
+    except Exception as exc:
+        if is_transient(exc):  # the claim loop waits for the database
+            logger.warning("cannot check the migrations yet: %s", first_line(exc))
+            return None
+        raise
+    finally:
+        reset_connection(alias)  # this thread's connection starts fresh for the claim loop
+    if not plan:
+        return None
+    names = ", ".join(migration.name for migration, _ in plan)
+    return (f"django_pgqueue's migrations are not all applied to database {alias!r} "
+            f"({names}): run `manage.py migrate`")
+
+
+def jobs(count: int) -> str:
+    return f"{count} job" if count == 1 else f"{count} jobs"
+
+
+class Stopping(Protocol):
+    """What a shutdown needs of the worker it stops."""
+
+    config: WorkerConfig
+    events: Events
+    ledger: Ledger
+    pool: JobPool
+    completer: Completer
+    heartbeat: Timers
+    maintenance: Timers
+    listener: Listener | None
+    waker: Waker
+    fatal_reason: str | None
+    stop_reason: str
+    urgent_since: float | None
+
+
+class Shutdown:
+    def __init__(self, worker: Stopping) -> None:
+        self.worker = worker
+        self.started = time.monotonic()
+        config = worker.config
+        self.deadline = self.started + config.shutdown_timeout
+        self.hard_deadline = self.deadline + MARGIN
+        self.worker_id = config.worker_id
+        self.alias = config.database
+
+    def _until(self, seconds: float) -> float:
+        """A deadline ``seconds`` from now, never past the hard one (or the urgent one)."""
+        end = self.hard_deadline
+        if self.worker.urgent_since is not None:
+            end = min(end, self.worker.urgent_since + URGENT)
+        return min(end, time.monotonic() + seconds)
+
+    def run(self) -> int:
+        w = self.worker
+        reason = w.fatal_reason or w.stop_reason
+        logger.info("%s", reason)
+        w.events.emit("stopping", reason=reason)
+        if w.listener:
+            w.listener.stop()
+        waiting = w.pool.take_waiting()
+        if waiting:
+            w.ledger.forget(waiting)
+            self._release([job.key for job in waiting], "worker shut down before the job started")
+        self._wait_for_running_jobs()
+        w.completer.flush(until=self._until(max(1.0, MARGIN / 2)))
+        w.maintenance.stop()
+        leftovers = w.ledger.running()
+        w.heartbeat.stop()
+        overdue = [held.job for held in leftovers if held.overdue]
+        unfinished = [held.job.key for held in leftovers if not held.overdue]
+        if unfinished:
+            w.ledger.give_back(unfinished)
+            self._release(unfinished, RELEASED)
+        if overdue:
+            w.ledger.give_back([job.key for job in overdue])
+            self._fail_overdue(overdue)
+        unwritten = w.completer.unwritten()
+        if unwritten:
+            logger.error("could not record the outcomes of jobs %s (the database is "
+                         "unreachable): the reaper returns them once their leases expire",
+                         unwritten)
+        w.completer.stop()
+        for thread in (w.listener, w.maintenance, w.heartbeat, w.completer):
+            if thread is not None:
+                thread.join(max(0.0, min(2.0, self.hard_deadline - time.monotonic())))
+        # Idle job threads exit now; one still inside an overrunning job is a
+        # daemon and ends with the process.
+        w.pool.stop(timeout=0.0 if leftovers else 1.0)
+        status = 1 if w.fatal_reason else 0
+        logger.info("stopped %s: claimed %d, succeeded %d, buried %d%s", self.worker_id,
+                    w.ledger.claimed, w.ledger.succeeded, w.ledger.buried,
+                    f"; exit status {status}" if status else "")
+        return status
+
+    def _wait_for_running_jobs(self) -> None:
+        w = self.worker
+        config = w.config
+        logged = False
+        while w.ledger.running_own() and w.urgent_since is None:
+            limit = self.deadline
+            if not w.heartbeat.is_alive():
+                # Nobody renews the leases: give the jobs back before they lapse,
+                # or another worker would start them while they still run here.
+                lease_end = w.ledger.earliest_lease_end()
+                if lease_end is not None:
+                    limit = min(limit, lease_end - min(1.0, config.lease / 4))
+            now = time.monotonic()
+            if now >= limit:
+                return
+            if not logged:
+                logged = True
+                logger.info("waiting up to %.1fs for %s to finish", limit - now,
+                            jobs(len(w.ledger.running())))
+            w.waker.wait(min(0.05, limit - now))
+            w.waker.clear()
+
+    def _release(self, keys: list[tuple[int, int]], reason: str) -> None:
+        until = self._until(MARGIN)
+        delay = 0.1
+        while True:
+            try:
+                released = Job.objects.release(self.worker_id, keys, reason=reason,
+                                               using=self.alias)
+            except Exception as exc:
+                reset_connection(self.alias)
+                if not is_transient(exc) or time.monotonic() + delay >= until:
+                    logger.error("could not give jobs %s back (%s): the reaper returns them "
+                                 "once their leases expire", sorted(k[0] for k in keys),
+                                 first_line(exc))
+                    return
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
+                continue
+            logger.warning("shutdown: put %s back in the queue: %s", jobs(len(released)),
+                           sorted(released))
+            return
+
+    def _fail_overdue(self, overdue: list[ClaimedJob]) -> None:
+        timeout = self.worker.config.job_timeout
+        outcomes = [failure(job, JobTimeout(
+            f"job ran past the worker's job timeout of {timeout:g}s and had not returned "
+            "when its worker exited"), trace="") for job in overdue]
+        try:
+            Job.objects.fail(self.worker_id, outcomes, using=self.alias)
+        except Exception as exc:
+            reset_connection(self.alias)
+            logger.error("could not record jobs %s as timed out (%s): the reaper returns them "
+                         "once their leases expire", [job.id for job in overdue],
+                         first_line(exc))
+        else:
+            logger.warning("shutdown: recorded %s as timed out: %s", jobs(len(overdue)),
+                           [job.id for job in overdue])

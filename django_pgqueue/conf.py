@@ -67,6 +67,9 @@ class Settings:
     #: Bind parameters server-side and prepare the queue's statements once per
     #: connection. Turn off behind a pooler that cannot keep prepared statements.
     PREPARE: bool = True
+    #: Modules outside the installed apps that workers may import to find tasks
+    #: (each with its submodules), such as a project's own ``mysite.tasks``.
+    TASK_MODULES: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -137,6 +140,11 @@ def _check(key: str, value: Any) -> None:
                         f"({validation.QUEUE.expected})")
     elif key == "DATABASE" and (not isinstance(value, str) or not value):
         raise _fail(key, value, "a non-empty string")
+    elif key == "TASK_MODULES" and (
+            not isinstance(value, tuple)
+            or not all(isinstance(m, str) and m and all(p.isidentifier() for p in m.split("."))
+                       for m in value)):
+        raise _fail(key, value, "a list of dotted module names")
 
 
 def _build(raw: Any) -> Settings:
@@ -152,8 +160,9 @@ def _build(raw: Any) -> Settings:
             f"known keys: {', '.join(sorted(known))}"
         )
     values = dict(raw)
-    if isinstance(values.get("QUEUES"), list | tuple):
-        values["QUEUES"] = tuple(values["QUEUES"])
+    for key in ("QUEUES", "TASK_MODULES"):
+        if isinstance(values.get(key), list | tuple):
+            values[key] = tuple(values[key])
     return Settings(**values)
 
 

@@ -14,17 +14,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 from django.db import models
-from django.db.models import F, Func, Q, Value
 from django.db.models.functions import Now
-from django.db.models.lookups import Exact
 from django.utils import timezone
 
-from django_pgqueue import conf
+from django_pgqueue import conf, schema
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.queue import claims, enqueue, maintenance
 from django_pgqueue.records import (
     FINISHED,
-    LIVE,
     ClaimedJob,
     Failure,
     JobSpec,
@@ -33,13 +30,10 @@ from django_pgqueue.records import (
     ReapResult,
     Success,
 )
-from django_pgqueue.validation import MAX_ATTEMPTS, MAX_KEY, MAX_PRIORITY, MIN_PRIORITY
+from django_pgqueue.validation import MAX_KEY
 
 __all__ = ["Job", "JobManager", "JobQuerySet", "JobStatus"]
 
-#: Upper bounds of the counters (also written in queries.sql, whose least() keeps to them).
-MAX_RUNS = 2**62 - 1
-MAX_ERROR_COUNT = 10**9
 
 #: What retry() and cancel() accept: ids, jobs, or a queryset of jobs.
 Jobs = Iterable["int | Job"] | models.QuerySet["Job"]
@@ -172,7 +166,7 @@ class JobManager(_JobManagerBase["Job"]):
         """
         return maintenance.retry(_ids(jobs), self._alias(using))
 
-    def cancel(self, jobs: Jobs, *, reason: str = "cancelled",
+    def cancel(self, jobs: Jobs, *, reason: str = "no reason given",
                using: str | None = None) -> list[int]:
         """Take queued jobs (ids, Job instances or a queryset) out of the queue: they
         become dead with the reason. Returns the ids cancelled."""
@@ -201,10 +195,6 @@ def _ids(jobs: Jobs) -> list[int]:
     if isinstance(jobs, models.QuerySet):
         return list(jobs.order_by().values_list("pk", flat=True))
     return [job if isinstance(job, int) else job.pk for job in jobs]
-
-
-def _json_type(field: str) -> Func:
-    return Func(F(field), function="jsonb_typeof", output_field=models.CharField())
 
 
 class Job(models.Model):
@@ -263,85 +253,8 @@ class Job(models.Model):
             ("retry_job", "Can retry jobs"),
             ("cancel_job", "Can cancel jobs"),
         )
-        indexes: ClassVar[list[Any]] = [
-            # Serves the claim exactly: only queued rows, in the claim's order.
-            models.Index(
-                models.F("priority").desc(), "run_at", "id",
-                name="pgqueue_job_ready",
-                condition=Q(status=JobStatus.QUEUED),
-            ),
-            # The reaper looks only at running rows, oldest lease first.
-            models.Index(
-                fields=["locked_until"],
-                name="pgqueue_job_leases",
-                condition=Q(status=JobStatus.RUNNING),
-            ),
-            # The admin's "dead" filter, newest first, without reading every row.
-            models.Index(
-                models.F("id").desc(),
-                name="pgqueue_job_dead",
-                condition=Q(status=JobStatus.DEAD),
-            ),
-            # Pruning and the admin's "finished" views read finished rows by age.
-            models.Index(
-                fields=["done_at"],
-                name="pgqueue_job_finished",
-                condition=Q(status__in=[JobStatus.DONE, JobStatus.DEAD]),
-            ),
-        ]
-        constraints: ClassVar[list[Any]] = [
-            models.CheckConstraint(
-                condition=Q(status__in=JobStatus.values), name="pgqueue_job_status_valid",
-            ),
-            models.CheckConstraint(
-                condition=Q(priority__gte=MIN_PRIORITY, priority__lte=MAX_PRIORITY),
-                name="pgqueue_job_priority_range",
-            ),
-            models.CheckConstraint(condition=Q(attempts__gte=0), name="pgqueue_job_attempts_gte_0"),
-            # The claim adds one attempt: no row may hold a count it cannot add to.
-            models.CheckConstraint(condition=Q(attempts__lte=models.F("max_attempts")),
-                                   name="pgqueue_job_attempts_lte_max"),
-            models.CheckConstraint(
-                condition=Q(max_attempts__gte=1), name="pgqueue_job_max_attempts_gte_1",
-            ),
-            models.CheckConstraint(condition=Q(max_attempts__lte=MAX_ATTEMPTS),
-                                   name="pgqueue_job_max_attempts_lte_limit"),
-            # Counters the statements add to, each capped there at its upper bound
-            # (least()), so that no value a row can hold makes them overflow.
-            models.CheckConstraint(condition=Q(runs__gte=0, runs__lte=MAX_RUNS),
-                                   name="pgqueue_job_runs_range"),
-            models.CheckConstraint(
-                condition=Q(error_count__gte=0, error_count__lte=MAX_ERROR_COUNT),
-                name="pgqueue_job_error_count_range"),
-            # The claim and the error history append to these: a row written by
-            # hand with anything but a list would make their statements fail.
-            models.CheckConstraint(condition=Exact(_json_type("errors"), Value("array")),
-                                   name="pgqueue_job_errors_is_list"),
-            models.CheckConstraint(condition=Exact(_json_type("worker_ids"), Value("array")),
-                                   name="pgqueue_job_worker_ids_is_list"),
-            models.CheckConstraint(
-                condition=Q(backoff__isnull=True) | Q(backoff__gte=0),
-                name="pgqueue_job_backoff_gte_0",
-            ),
-            models.CheckConstraint(condition=~Q(queue=""), name="pgqueue_job_queue_not_empty"),
-            models.CheckConstraint(
-                condition=Q(status=JobStatus.RUNNING, locked_until__isnull=False)
-                | ~Q(status=JobStatus.RUNNING),
-                name="pgqueue_job_running_has_lease",
-            ),
-            # One live job per unique_key: a second enqueue of the same key is skipped.
-            models.UniqueConstraint(
-                fields=["unique_key"], condition=Q(status__in=LIVE, unique_key__isnull=False),
-                name="pgqueue_job_unique_live",
-            ),
-            # At most one running job per concurrency_key: the database enforces
-            # what the claim's NOT EXISTS check can miss between two claims.
-            models.UniqueConstraint(
-                fields=["concurrency_key"],
-                condition=Q(status=JobStatus.RUNNING, concurrency_key__isnull=False),
-                name="pgqueue_job_one_running_per_key",
-            ),
-        ]
+        indexes: ClassVar[list[Any]] = schema.INDEXES
+        constraints: ClassVar[list[Any]] = schema.CONSTRAINTS
 
     def __str__(self) -> str:
         return f"#{self.id} {self.task} ({self.status})"

@@ -16,8 +16,8 @@ from typing import Any
 from django.db import models
 from django.utils import timezone
 
-from django_pgqueue import conf, validation
-from django_pgqueue.exceptions import InvalidJob
+from django_pgqueue import conf, registry, validation
+from django_pgqueue.exceptions import InvalidJob, UnknownTask
 from django_pgqueue.jsonargs import dumps
 
 
@@ -67,6 +67,11 @@ class JobSpec:
                backoff: float | dt.timedelta | None = None) -> JobSpec:
         settings = conf.get()
         path = validation.TASK_PATH(task if isinstance(task, str) else getattr(task, "path", task))
+        try:
+            registry.check_importable(path, getattr(getattr(task, "func", None), "__module__",
+                                                    None))
+        except UnknownTask as exc:
+            raise InvalidJob(str(exc)) from None
         queue = settings.DEFAULT_QUEUE if queue is None else validation.QUEUE(queue)
         priority = validation.PRIORITY(priority)
         max_attempts = (settings.MAX_ATTEMPTS if max_attempts is None

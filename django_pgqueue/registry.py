@@ -5,7 +5,12 @@ can write a row. The worker therefore never imports or calls a path because a
 row names it: a path is runnable only if it was registered with
 :func:`django_pgqueue.task` (or is an object a registered *kind* recognises, such
 as a ``django.tasks`` Task; see ``django_pgqueue.backend``), and the only modules
-it will import to find one are modules inside an installed Django app.
+it will import to find one are modules inside an installed Django app, or those
+``PGQUEUE["TASK_MODULES"]`` names (and their submodules).
+
+Enqueue applies the same rule (:func:`check_importable`): a task whose module a
+worker would not import is refused there, with the fix, instead of being
+accepted and buried later.
 """
 
 from __future__ import annotations
@@ -13,17 +18,34 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from functools import cache
+from typing import Any, Protocol
 
 from django.apps import apps
+from django.core.signals import setting_changed
+from django.utils.module_loading import autodiscover_modules
 
+from django_pgqueue import conf
 from django_pgqueue.exceptions import UnknownTask
 
-if TYPE_CHECKING:
-    from django_pgqueue.records import ClaimedJob
+
+class ClaimedRun(Protocol):
+    """What an invoker reads of a claimed job (``records.ClaimedJob`` has it all)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def args(self) -> Any: ...
+    @property
+    def kwargs(self) -> Any: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def max_attempts(self) -> int: ...
+
 
 #: Runs one claimed job with the registered object; returns the job's result.
-Invoke = Callable[[Any, "ClaimedJob"], Any]
+Invoke = Callable[[Any, Any], Any]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -32,7 +54,7 @@ class Runnable:
     target: Any
     invoke: Invoke
 
-    def __call__(self, job: ClaimedJob) -> Any:
+    def __call__(self, job: ClaimedRun) -> Any:
         return self.invoke(self.target, job)
 
 
@@ -57,9 +79,46 @@ def register_kind(recognise: Callable[[Any], bool], invoke: Invoke) -> None:
         _kinds.append(_Kind(recognise, invoke))
 
 
-def _in_installed_app(module: str) -> bool:
-    return any(module == app.name or module.startswith(app.name + ".")
-               for app in apps.get_app_configs())
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+@cache
+def importable(module: str) -> bool:
+    """Whether a worker imports ``module`` to find a task: inside an installed app, or
+    named by ``PGQUEUE["TASK_MODULES"]``."""
+    return (any(_within(module, app.name) for app in apps.get_app_configs())
+            or any(_within(module, allowed) for allowed in conf.get().TASK_MODULES))
+
+
+def _forget_importable(*, setting: str, **kwargs: Any) -> None:
+    if setting in {"INSTALLED_APPS", "PGQUEUE"}:
+        importable.cache_clear()
+
+
+setting_changed.connect(_forget_importable)
+
+
+def check_importable(path: str, module: str | None = None) -> None:
+    """Raise :class:`UnknownTask` unless a worker would find the task ``path``.
+
+    ``module`` is where the task is defined, when the caller knows it (a task
+    with a ``name=`` of its own); otherwise it is the module part of ``path``.
+    """
+    module = module or path.rpartition(".")[0]
+    if not importable(module):
+        raise UnknownTask(
+            f"task {path!r} is defined in {module!r}, which is not in an installed app, so "
+            f"workers would not import it and would refuse the job: move it into an installed "
+            f"app (its tasks.py, say), or add {module!r} to PGQUEUE['TASK_MODULES']")
+
+
+def discover() -> None:
+    """Import what registers tasks: each installed app's ``tasks`` module, and the
+    modules of ``PGQUEUE["TASK_MODULES"]``. A worker calls it once at start."""
+    autodiscover_modules("tasks")
+    for module in conf.get().TASK_MODULES:
+        importlib.import_module(module)
 
 
 def resolve(path: str) -> Runnable:
@@ -70,10 +129,10 @@ def resolve(path: str) -> Runnable:
     module_name, _, attribute = path.rpartition(".")
     if not module_name or not attribute:
         raise UnknownTask(f"{path!r} is not a dotted task path")
-    if not _in_installed_app(module_name):
+    if not importable(module_name):
         raise UnknownTask(
             f"{path!r} is not a registered task, and {module_name!r} is not in an installed "
-            "app, so it was not imported"
+            "app (nor in PGQUEUE['TASK_MODULES']), so it was not imported"
         )
     try:
         module = importlib.import_module(module_name)

@@ -13,6 +13,8 @@ from typing import Any
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from django_pgqueue.records import JobStatus
+
 _UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
 
 
@@ -37,7 +39,7 @@ def run_at_note(status: str, run_at: dt.datetime | None, now: dt.datetime) -> st
     Only queued jobs get a note: for the others run_at is history, and an
     "overdue" on a done job would send an operator chasing nothing.
     """
-    if status != "queued" or run_at is None:
+    if status != JobStatus.QUEUED or run_at is None:
         return ""
     seconds = (run_at - now).total_seconds()
     return f"in {duration(seconds)}" if seconds > 0 else f"overdue {duration(-seconds)}"

@@ -29,7 +29,7 @@ from django_pgqueue.admin.changelist import (
 )
 from django_pgqueue.admin.summary import summarise
 from django_pgqueue.models import Job
-from django_pgqueue.records import FINISHED
+from django_pgqueue.records import FINISHED, JobStatus
 
 #: A search term that names one job: ``123`` or ``#123`` (bigint range, ASCII digits).
 JOB_ID = re.compile(r"#?([0-9]{1,18})")
@@ -150,7 +150,7 @@ class JobAdmin(_ModelAdmin):
     @admin.display(description="lease")
     def lease_left(self, obj: Job) -> str:
         # complete, fail, release and reap clear locked_until; locked_by stays as history.
-        if obj.status != "running" or obj.locked_until is None:
+        if obj.status != JobStatus.RUNNING or obj.locked_until is None:
             return f"none (last held by {obj.locked_by})" if obj.locked_by else "none"
         seconds = (obj.locked_until - timezone.now()).total_seconds()
         if seconds >= 0:

@@ -46,6 +46,7 @@ class Listener(ServiceThread):
     def step(self) -> float:
         """Listen until stopped; a lost connection goes to the thread's guard."""
         with self._connect() as conn:
+            logger.info("listening for new jobs on channel %r", self.channel)
             self.on_listening()
             self.wake()  # anything sent while we were away was missed
             while not self.stopped:

@@ -13,8 +13,7 @@ from __future__ import annotations
 import logging
 import time
 
-from django.utils.module_loading import autodiscover_modules
-
+from django_pgqueue import registry
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
 from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
@@ -115,7 +114,7 @@ class Worker:
         self.request_stop()
 
     def run(self) -> int:
-        autodiscover_modules("tasks")
+        registry.discover()
         problem = shutdown.schema_problem_at_start(self.config.database)
         if problem:
             logger.error("%s", problem)

@@ -117,9 +117,28 @@ class Shutdown:
             self._release([job.key for job in waiting], "worker shut down before the job started")
         self._wait_for_running_jobs()
         w.completer.flush(until=self._until(max(1.0, MARGIN / 2)))
-        w.maintenance.stop()
+        unwritten = w.completer.unwritten()
+        for thread in (w.listener, w.maintenance, w.completer):
+            if thread is not None:
+                thread.stop()
+        for thread in (w.listener, w.maintenance, w.completer):
+            if thread is not None:
+                thread.join(max(0.0, min(2.0, self.hard_deadline - time.monotonic())))
+        if unwritten:
+            logger.error("could not record the outcomes of jobs %s (the database is "
+                         "unreachable): the reaper returns them once their leases expire",
+                         unwritten)
+        # Idle job threads exit now; one still inside an overrunning job is a
+        # daemon and ends with the process.
         leftovers = w.ledger.running()
+        w.pool.stop(timeout=0.0 if leftovers else 1.0)
         w.heartbeat.stop()
+        w.heartbeat.join(max(0.0, min(2.0, self.hard_deadline - time.monotonic())))
+        # The last statements: runs whose threads are still going are given back
+        # (or failed, past their timeout). The process exits right after them,
+        # which ends those threads, so another worker cannot start one of those
+        # jobs (or take its concurrency key) while it still runs here.
+        leftovers = w.ledger.running()
         overdue = [held.job for held in leftovers if held.overdue]
         unfinished = [held.job.key for held in leftovers if not held.overdue]
         if unfinished:
@@ -128,18 +147,6 @@ class Shutdown:
         if overdue:
             w.ledger.give_back([job.key for job in overdue])
             self._fail_overdue(overdue)
-        unwritten = w.completer.unwritten()
-        if unwritten:
-            logger.error("could not record the outcomes of jobs %s (the database is "
-                         "unreachable): the reaper returns them once their leases expire",
-                         unwritten)
-        w.completer.stop()
-        for thread in (w.listener, w.maintenance, w.heartbeat, w.completer):
-            if thread is not None:
-                thread.join(max(0.0, min(2.0, self.hard_deadline - time.monotonic())))
-        # Idle job threads exit now; one still inside an overrunning job is a
-        # daemon and ends with the process.
-        w.pool.stop(timeout=0.0 if leftovers else 1.0)
         status = 1 if w.fatal_reason else 0
         logger.info("stopped %s: claimed %d, succeeded %d, buried %d%s", self.worker_id,
                     w.ledger.claimed, w.ledger.succeeded, w.ledger.buried,

@@ -19,6 +19,7 @@ from tests.testapp.tasks import (
     noop,
     raises_interrupt,
     raises_unprintable,
+    returns_a_set,
 )
 
 
@@ -73,12 +74,6 @@ def test_a_non_json_return_value_fails_the_job_clearly() -> None:
     job = run_one()
     assert job.status == "done"
     assert job.result is None
-
-    from django_pgqueue import task
-
-    @task(name="tests.testapp.tasks.returns_a_set")
-    def returns_a_set() -> set[int]:
-        return {1}
 
     returns_a_set.enqueue()
     job = run_one()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
+
 from django_pgqueue.backend import PgQueueTask, PgQueueTaskContext
 from django_pgqueue.backend.compat import Task, TaskContext, task
 
@@ -87,3 +89,9 @@ def fails_until(context: TaskContext[Any, Any], failures: int) -> dict[str, Any]
             "is_last_attempt": context.is_last_attempt,
             "worker_ids": context.task_result.worker_ids,
             "errors": [e.exception_class_path for e in context.task_result.errors]}
+
+
+@task
+def leaks_transaction() -> None:
+    """Enters a transaction.atomic() block and never leaves it (a bug in a task)."""
+    transaction.atomic().__enter__()

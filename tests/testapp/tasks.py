@@ -4,10 +4,11 @@ count exactly how many times each job ran, even across worker processes."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 from django_pgqueue import task
 
@@ -95,3 +96,25 @@ class Unprintable(Exception):
 @task
 def raises_unprintable() -> None:
     raise Unprintable
+
+
+@task(max_attempts=1)
+def leaks_transaction(label: str) -> str:
+    """Writes inside a transaction.atomic() block it never leaves (a bug in a task)."""
+    transaction.atomic().__enter__()
+    record(label)
+    return label
+
+
+@task
+def whoami(label: str, sleep: float = 0.0) -> int:
+    """Records its run and returns the pid of the process that ran it."""
+    started = time.time()
+    time.sleep(sleep)
+    record(label, started=started)
+    return os.getpid()
+
+
+@task
+def returns_a_set() -> set[int]:
+    return {1}  # not JSON

@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class WorkerProcess:
+    """A ``runworker`` (or other command) subprocess whose output is read as it comes."""
+
     def __init__(self, db_url: str, *args: str, env: dict[str, str] | None = None,
                  command: str = "runworker") -> None:
         self.args = args
@@ -28,21 +31,54 @@ class WorkerProcess:
             cwd=ROOT, env={**os.environ, "DATABASE_URL": db_url, **(env or {})},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
-        self.output = ""
+        self._lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._changed:
+                self._lines.append(line)
+                self._changed.notify_all()
+
+    @property
+    def output(self) -> str:
+        with self._changed:
+            return "".join(self._lines)
+
+    def wait_for_output(self, text: str, timeout: float = 20.0) -> float:
+        """Wait until ``text`` appears in the output; the seconds it took."""
+        start = time.monotonic()
+        with self._changed:
+            while text not in "".join(self._lines):
+                left = timeout - (time.monotonic() - start)
+                if left <= 0 or (self.proc.poll() is not None and not self._reader.is_alive()):
+                    raise AssertionError(f"{text!r} not in the worker's output after "
+                                         f"{time.monotonic() - start:.1f}s:\n{self.output}")
+                self._changed.wait(min(left, 0.2))
+        return time.monotonic() - start
 
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)
 
     def wait(self, timeout: float) -> int:
         try:
-            out, _ = self.proc.communicate(timeout=timeout)
+            self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            out, _ = self.proc.communicate()
-            self.output += out
+            self.proc.wait()
+            self._reader.join(5)
+            self._close()
             raise AssertionError(f"worker did not exit within {timeout}s:\n{self.output}") from None
-        self.output += out
+        self._reader.join(5)
+        self._close()
         return self.proc.returncode
+
+    def _close(self) -> None:
+        if self.proc.stdout is not None and not self._reader.is_alive():
+            self.proc.stdout.close()
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -1,23 +1,24 @@
-"""A running worker: pickup latency, heartbeats, poison rows, job timeouts."""
+"""A running worker, in process: pickup latency, heartbeats, poison rows, job timeouts,
+leaked transactions, concurrency keys. Each test waits on the worker's events."""
 
 from __future__ import annotations
 
-import signal
 import time
-from collections.abc import Callable
 from functools import partial
 
 import pytest
 from django.db import connection
 
+from django_pgqueue.backend import options
 from django_pgqueue.models import Job
+from django_pgqueue.records import JobSpec
 from tests.conftest import run_counts, status_counts
-from tests.testapp.tasks import add, mark, tracked
-from tests.worker.conftest import WorkerProcess, wait_for
+from tests.testapp import djtasks
+from tests.testapp.tasks import add, leaks_transaction, mark, tracked
+from tests.worker.conftest import wait_for
+from tests.worker.inprocess import WorkerThread, worker_thread
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-Start = Callable[..., WorkerProcess]
 
 
 def started_at(label: str) -> float:
@@ -28,15 +29,24 @@ def started_at(label: str) -> float:
     return float(row[0])
 
 
+def intervals(prefix: str) -> dict[str, tuple[float, float]]:
+    """label -> (started, finished) of each recorded run, as epoch seconds."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT label, extract(epoch FROM started), extract(epoch FROM finished) "
+                       "FROM testapp_run WHERE label LIKE %s", [prefix + "%"])
+        return {label: (float(a), float(b)) for label, a, b in cursor.fetchall()}
+
+
 def has_run(label: str) -> bool:
     return run_counts(label) != {}
 
 
-def pickup_delays(count: int) -> list[float]:
+def pickup_delays(worker: WorkerThread, count: int) -> list[float]:
     """Enqueue jobs one at a time into an idle worker; seconds from commit to start."""
     delays = []
     for n in range(count):
-        time.sleep(0.3)  # let the worker go idle
+        idle = worker.recorder.count("idle")
+        worker.wait("idle", idle + 1)  # it looked, found nothing, and went to sleep
         label = f"pickup-{n}"
         mark.enqueue(label)  # autocommit: this returns after the commit
         committed = time.time()
@@ -45,41 +55,34 @@ def pickup_delays(count: int) -> list[float]:
     return delays
 
 
-def test_idle_worker_picks_up_a_job_within_100ms_of_commit(start_worker: Start) -> None:
-    worker = start_worker("--poll-interval", "5")
-    time.sleep(1.5)  # started and idle; polling alone would take up to 5 s
-    delays = pickup_delays(5)
+def test_idle_worker_picks_up_a_job_within_100ms_of_commit() -> None:
+    with worker_thread(poll_interval=5) as worker:
+        worker.wait("listening")  # polling alone would take up to 5 s
+        delays = pickup_delays(worker, 5)
     assert max(delays) < 0.1, delays
-    worker.signal(signal.SIGTERM)
-    assert worker.wait(10) == 0
 
 
-def test_without_notifications_the_poll_picks_up_within_the_interval(
-        start_worker: Start) -> None:
-    worker = start_worker("--no-listen", "--poll-interval", "0.5")
-    time.sleep(1.5)
-    delays = pickup_delays(4)
+def test_without_notifications_the_poll_picks_up_within_the_interval() -> None:
+    with worker_thread(listen=False, poll_interval=0.5) as worker:
+        delays = pickup_delays(worker, 4)
     assert max(delays) < 0.5 + 0.25, delays  # one poll interval, plus claim and start
     assert min(delays) > 0.0
-    worker.signal(signal.SIGTERM)
-    assert worker.wait(10) == 0
 
 
-def test_a_long_job_with_a_short_lease_survives_thanks_to_the_heartbeat(
-        start_worker: Start) -> None:
+def test_a_long_job_with_a_short_lease_survives_thanks_to_the_heartbeat() -> None:
     tracked.enqueue("long-haul", sleep=3.0)
-    worker = start_worker("--lease", "1", "--burst")
     # A reaper every 0.2 s: without renewals the lease would lapse and the job be taken back.
-    reaper = start_worker(command="reapjobs", args=("--loop", "--interval", "0.2"))
-    assert worker.wait(30) == 0
-    reaper.kill()
-    assert "returned 0 jobs to the queue" in reaper.output
+    with worker_thread(lease=1.0, heartbeat_interval=1 / 3, burst=True,
+                       reap_interval=0.2) as worker:
+        assert worker.join(30) == 0
+    assert worker.recorder.count("heartbeat", lambda d: bool(d["kept"])) >= 5
+    assert worker.recorder.count("reaped") >= 10
     job = Job.objects.get()
     assert (job.status, job.attempts, job.errors) == ("done", 1, [])
     assert run_counts("long-haul") == {"long-haul": 1}
 
 
-def test_poison_rows_are_buried_and_the_worker_keeps_going(start_worker: Start) -> None:
+def test_poison_rows_are_buried_and_the_worker_keeps_going() -> None:
     with connection.cursor() as cursor:
         for task, args in [("os.system", '["touch /tmp/pgqueue-pwned"]'),
                            ("tests.testapp.tasks.record", '["not-a-task"]'),
@@ -88,8 +91,8 @@ def test_poison_rows_are_buried_and_the_worker_keeps_going(start_worker: Start) 
             cursor.execute("INSERT INTO pgqueue_job (task, args, kwargs, errors, worker_ids) "
                            "VALUES (%s, %s::jsonb, '{}', '[]', '[]')", [task, args])
     good = add.enqueue(20, 22)
-    worker = start_worker("--burst")
-    assert worker.wait(30) == 0
+    with worker_thread(burst=True) as worker:
+        assert worker.join(30) == 0
     assert status_counts() == {"dead": 4, "done": 1}
     assert Job.objects.get(pk=good.pk).result == 42
     errors = sorted(Job.objects.dead().values_list("last_error", flat=True))
@@ -101,14 +104,64 @@ def test_poison_rows_are_buried_and_the_worker_keeps_going(start_worker: Start) 
     assert run_counts() == {}
 
 
-def test_job_timeout_records_a_failure_and_releases_the_lease(start_worker: Start) -> None:
-    tracked.using(max_attempts=1).enqueue("stuck", sleep=20)
-    worker = start_worker("--job-timeout", "0.5", "--shutdown-timeout", "0")
-    waited = wait_for(lambda: Job.objects.dead().exists(), 10, "the job to time out")
-    assert waited < 5
-    job = Job.objects.get()
-    assert job.last_error.startswith(
-        "django_pgqueue.worker.runner.JobTimeout: job exceeded the worker's job timeout of 0.5s")
-    assert job.locked_until is None
-    worker.signal(signal.SIGTERM)
-    assert worker.wait(10) == 0
+def test_an_undecodable_row_is_buried_alone_and_its_batch_mates_run() -> None:
+    """Python cannot read some JSON PostgreSQL stores (a 5,000-digit number, nesting
+    past the recursion limit); such a row used to crash the worker after the claim
+    committed, stranding its whole batch as running."""
+    labels = [f"mate-{n}" for n in range(6)]
+    Job.objects.enqueue_many(JobSpec.build(mark, [label]) for label in labels)
+    deep = "[" * 3000 + "]" * 3000
+    with connection.cursor() as cursor:
+        for args in ("[1e5000]", deep):
+            cursor.execute("INSERT INTO pgqueue_job (task, args, kwargs, max_attempts, errors, "
+                           "worker_ids) VALUES ('tests.testapp.tasks.noop', %s::jsonb, '{}', 9, "
+                           "'[]', '[]')", [args])
+    with worker_thread(burst=True, concurrency=8) as worker:
+        assert worker.join(30) == 0
+    assert worker.recorder.count("claimed") >= 1
+    assert status_counts() == {"done": 6, "dead": 2}
+    assert run_counts("mate-") == dict.fromkeys(labels, 1)
+    # (Only these columns: Django itself cannot decode those arguments either.)
+    for attempts, error in Job.objects.dead().values_list("attempts", "last_error"):
+        assert attempts == 1  # buried at once, not retried nine times
+        assert "the stored arguments cannot be decoded" in error
+        assert error.startswith("django_pgqueue.worker.executor.UndecodableJob:")
+
+
+def test_a_job_past_its_timeout_keeps_its_concurrency_key_until_its_thread_returns() -> None:
+    """The first version freed the key (and the lease) at the timeout, while the job's
+    thread still ran: the next job of the key started beside it."""
+    mark.using(concurrency_key="k", max_attempts=1).enqueue("slow", sleep=2.0)
+    mark.using(concurrency_key="k").enqueue("quick", sleep=0.2)
+    with worker_thread(job_timeout=0.5, concurrency=2, burst=True) as worker:
+        worker.wait("started")
+        time.sleep(1.0)  # past the timeout, the slow job still running
+        assert Job.objects.running().count() == 1  # the row keeps the key: quick waits
+        assert worker.recorder.count("started") == 1
+        assert worker.join(30) == 0
+    runs = intervals("")
+    assert runs["slow"][1] <= runs["quick"][0], runs  # never at the same time
+    slow = Job.objects.get(args=["slow"])
+    assert slow.status == "dead"
+    assert slow.last_error.startswith("django_pgqueue.exceptions.JobTimeout: job ran 2.")
+    assert "past the worker's job timeout of 0.5s" in slow.last_error
+    assert Job.objects.get(args=["quick"]).status == "done"
+
+
+def test_a_task_that_leaves_a_transaction_open_fails_and_its_thread_keeps_working() -> None:
+    leaks_transaction.enqueue("leaked")
+    Job.objects.enqueue_many(JobSpec.build(mark, [f"after-{n}"]) for n in range(3))
+    options(djtasks.leaks_transaction, max_attempts=1).enqueue()
+    djtasks.calculate_meaning_of_life.enqueue()
+    with worker_thread(burst=True, concurrency=1) as worker:  # one thread for all of them
+        assert worker.join(30) == 0
+    leaked = Job.objects.get(task=leaks_transaction.path)
+    assert leaked.status == "dead"  # max_attempts=1
+    assert leaked.last_error.startswith("django_pgqueue.jobdb.TransactionLeftOpen: the task "
+                                        "returned inside a transaction on 'default'")
+    assert run_counts("leaked") == {}  # its write was rolled back, not lost silently
+    assert run_counts("after-") == {f"after-{n}": 1 for n in range(3)}
+    framework_leak = Job.objects.get(task=djtasks.leaks_transaction.module_path)
+    assert framework_leak.status == "dead"
+    assert Job.objects.get(task=djtasks.calculate_meaning_of_life.module_path).result == 42
+    assert status_counts() == {"dead": 2, "done": 4}

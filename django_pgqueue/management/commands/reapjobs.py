@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
 from django.core.management.base import CommandParser
+from django.db import connections
 
 from django_pgqueue import conf
+from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.management.arguments import PgQueueCommand, positive_seconds
 from django_pgqueue.models import Job
 
@@ -25,9 +28,18 @@ class Command(PgQueueCommand):
         settings = conf.get()
         interval = options["interval"] or settings.REAP_INTERVAL
         while True:
-            result = Job.objects.reap(using=settings.DATABASE)
-            self.stdout.write(f"returned {result.returned} jobs to the queue, "
-                              f"buried {result.buried}")
-            if not options["loop"]:
-                return
+            try:
+                result = Job.objects.reap(using=settings.DATABASE)
+            except Exception as exc:
+                if not options["loop"] or not is_transient(exc):
+                    raise
+                # The database went away: a reaper that runs for ever waits for it.
+                self.stderr.write(f"reap failed, retrying in {interval:g}s: {first_line(exc)}")
+                with contextlib.suppress(Exception):
+                    connections[settings.DATABASE].close()
+            else:
+                self.stdout.write(f"returned {result.returned} jobs to the queue, "
+                                  f"buried {result.buried}")
+                if not options["loop"]:
+                    return
             time.sleep(interval)

@@ -54,6 +54,8 @@ class Command(PgQueueCommand):
                             "(default: host:pid:random).")
         parser.add_argument("--no-listen", action="store_true",
                             help="Do not LISTEN for new jobs; poll only.")
+        parser.add_argument("--stats-interval", type=positive_seconds,
+                            help="Seconds between throughput lines (default 60).")
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["verbosity"])
@@ -66,6 +68,7 @@ class Command(PgQueueCommand):
                 shutdown_timeout=options["shutdown_timeout"],
                 job_timeout=options["job_timeout"], worker_id=options["worker_id"],
                 listen=False if options["no_listen"] else None,
+                stats_interval=options["stats_interval"],
             )
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None

@@ -1,0 +1,40 @@
+"""What a worker would refuse, enqueue refuses: tasks outside the installed apps."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+
+from django_pgqueue.backend.compat import InvalidTask
+from django_pgqueue.exceptions import InvalidJob
+from django_pgqueue.models import Job
+from tests.outside.tasks import direct_double, framework_double
+from tests.worker.inprocess import worker_thread
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FIX = "add 'tests.outside.tasks' to PGQUEUE['TASK_MODULES']"
+
+
+def test_a_tasks_framework_task_outside_the_apps_is_refused_at_enqueue_with_the_fix() -> None:
+    with pytest.raises(InvalidTask, match="which is not in an installed app") as caught:
+        framework_double.enqueue(2)
+    assert FIX in str(caught.value)
+    assert Job.objects.count() == 0
+
+
+def test_a_direct_task_outside_the_apps_is_refused_at_enqueue_with_the_fix() -> None:
+    with pytest.raises(InvalidJob, match=FIX.replace("[", r"\[").replace("]", r"\]")):
+        direct_double.enqueue(2)
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.slow
+def test_listed_in_task_modules_both_are_accepted_and_run() -> None:
+    with override_settings(PGQUEUE={"TASK_MODULES": ["tests.outside"], "BACKOFF_BASE": 0.05}):
+        framework = framework_double.enqueue(4)
+        direct = direct_double.enqueue(5)
+        with worker_thread(burst=True) as worker:
+            assert worker.join(30) == 0
+    assert Job.objects.get(pk=int(framework.id)).result == 8
+    assert Job.objects.get(pk=direct.pk).result == 10

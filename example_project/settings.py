@@ -14,7 +14,8 @@ BASE_DIR = Path(__file__).resolve().parent
 env = environ.Env()
 
 # The demo's database outlives `make demo` so that `make admin` can show its jobs.
-DEMO_DATA = Path(tempfile.gettempdir()) / f"django-pgqueue-demo-{os.getuid()}" / "data"
+# Not the folder older versions used: that one's server let every local user in.
+DEMO_DATA = Path(tempfile.gettempdir()) / f"django-pgqueue-demo-db-{os.getuid()}" / "data"
 
 SECRET_KEY = env.str("SECRET_KEY", default="example-only-not-secret")
 DEBUG = env.bool("DEBUG", default=True)

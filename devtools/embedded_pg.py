@@ -8,6 +8,11 @@ Use :func:`database_url` from settings modules: it returns ``DATABASE_URL`` when
 set, and otherwise starts a server for this process (stopped at exit) and
 exports its URL so that child processes, such as worker subprocesses, share it.
 
+**Lifetime.** A server belongs to the process that created it, its owner, which
+stops it (:meth:`EmbeddedPostgres.destroy`, or at exit). A watchdog started with
+it (``devtools/pg_watchdog.py``) stops it and removes its temporary folder when
+the owner dies without doing so: SIGKILL, ``os._exit``, a crash.
+
 **Access.** Only the owner can connect: the server listens on 127.0.0.1 and on a
 socket in a folder only the server user may enter, and every connection needs
 the password given to initdb, a random one kept in a file in that folder and in
@@ -26,8 +31,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from types import TracebackType
 
+from devtools import pg_watchdog
 from devtools.pg_install import EmbeddedPostgresError, install_dir
 
 __all__ = ["EmbeddedPostgres", "EmbeddedPostgresError", "current", "database_url"]
@@ -66,26 +74,37 @@ def _server_env() -> dict[str, str]:
 
 
 class EmbeddedPostgres:
-    """One PostgreSQL server in a data directory of its own.
+    """One PostgreSQL server in a data directory of its own, owned by this process.
 
     ``data_dir=None`` makes a temporary one, removed by :meth:`destroy`; a given
     ``data_dir`` is kept (the demo's database outlives ``make demo``). Its parent is
-    the server's private folder: socket, log, password file.
+    the server's private folder: socket, log, password file. ``settings`` are extra
+    ``-c`` options for the server, ``password`` the superuser's for a data directory
+    that is not initialised yet (a standby copied from a primary shares the primary's).
     """
 
     def __init__(self, data_dir: Path | None = None, *, port: int | None = None,
-                 durable: bool = False) -> None:
+                 durable: bool = False, settings: Mapping[str, str] | None = None,
+                 password: str | None = None) -> None:
         self.home = install_dir()
         self.temporary = data_dir is None
         self.port = port or _free_port()
         self.durable = durable
+        self.settings = dict(settings or {})
         if data_dir is None:
             self.data_dir = Path(tempfile.mkdtemp(prefix="pgqueue-pg-")) / "data"
         else:
             self.data_dir = data_dir.absolute()
             self._make_private_dir()
+        try:  # armed before anything else can be left behind
+            self._watchdog: subprocess.Popen[bytes] | None = pg_watchdog.spawn(
+                pg_ctl=self.home / "bin" / "pg_ctl", data_dir=self.data_dir,
+                remove=self.private_dir if self.temporary else None, user=_server_ids(),
+                env=_server_env())
+        except ChildProcessError as exc:
+            raise EmbeddedPostgresError(str(exc)) from None
         self._secure_private_dir()
-        self.password = self._read_or_make_password()
+        self.password = self._read_or_make_password(password)
 
     @property
     def private_dir(self) -> Path:
@@ -99,7 +118,8 @@ class EmbeddedPostgres:
     def url(self) -> str:
         return f"postgres://postgres:{self.password}@127.0.0.1:{self.port}/postgres"
 
-    def _run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run one of the server's programs (``initdb``, ``pg_ctl``...) as the server user."""
         ids = _server_ids()
         kwargs = {"user": ids[0], "group": ids[1], "extra_groups": []} if ids else {}
         result = subprocess.run(  # type: ignore[call-overload]
@@ -116,9 +136,9 @@ class EmbeddedPostgres:
     def initdb(self) -> None:
         if (self.data_dir / "PG_VERSION").exists():
             return
-        self._run("initdb", "-D", str(self.data_dir), "-U", "postgres",
-                  "--auth=scram-sha-256", f"--pwfile={self._password_file}", "-E", "UTF8",
-                  "--no-instructions", *([] if self.durable else ["--no-sync"]))
+        self.run("initdb", "-D", str(self.data_dir), "-U", "postgres",
+                 "--auth=scram-sha-256", f"--pwfile={self._password_file}", "-E", "UTF8",
+                 "--no-instructions", *([] if self.durable else ["--no-sync"]))
 
     def start(self) -> None:
         self.initdb()
@@ -132,31 +152,47 @@ class EmbeddedPostgres:
         if not self.durable:
             # Test data is thrown away: skip the disk flushes that dominate commit time.
             options |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
-        result = self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file),
-                           "-w", "-t", "60", "-o",
-                           # pg_ctl hands these to a shell: quoted, a value may hold spaces.
-                           " ".join(f"-c {shlex.quote(f'{name}={value}')}"
-                                    for name, value in options.items()),
-                           "start", check=False)
+        options |= self.settings
+        result = self.run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file),
+                          "-w", "-t", "60", "-o",
+                          # pg_ctl hands these to a shell: quoted, a value may hold spaces.
+                          " ".join(f"-c {shlex.quote(f'{name}={value}')}"
+                                   for name, value in options.items()),
+                          "start", check=False)
         if result.returncode != 0:
             raise EmbeddedPostgresError(f"PostgreSQL did not start: {self._last_log_line()}")
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server: ``smart``, ``fast`` (connections are cut) or ``immediate``."""
         if (self.data_dir / "postmaster.pid").exists():
-            self._run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "stop", check=False)
+            self.run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "stop", check=False)
 
-    def restart(self, down_for: float = 0.0) -> None:
-        """Stop the server (fast: connections are cut), wait, start it again."""
-        self.stop("fast")
+    def crash(self) -> None:
+        """Stop the server as a crash would: no checkpoint, recovery on the next start."""
+        self.stop("immediate")
+
+    def restart(self, down_for: float = 0.0, mode: str = "fast") -> None:
+        """Stop the server (``mode="immediate"``: crash it), wait ``down_for`` s, start it."""
+        self.stop(mode)
         time.sleep(down_for)
         self.start()
 
     def destroy(self) -> None:
-        """Stop the server; remove a temporary data directory."""
+        """Stop the server; remove a temporary data directory; dismiss the watchdog."""
         self.stop("immediate" if self.temporary else "fast")
         if self.temporary:
             shutil.rmtree(self.private_dir, ignore_errors=True)
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            pg_watchdog.release(watchdog)
+
+    def __enter__(self) -> EmbeddedPostgres:
+        self.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.destroy()
 
     @property
     def _password_file(self) -> Path:
@@ -189,15 +225,15 @@ class EmbeddedPostgres:
                         f"'{SERVER_USER}' cannot enter {above}: put the data directory elsewhere"
                     )
 
-    def _read_or_make_password(self) -> str:
+    def _read_or_make_password(self, given: str | None) -> str:
         file = self._password_file
         if file.exists():
             return file.read_text().strip()
-        if (self.data_dir / "PG_VERSION").exists():
+        if (self.data_dir / "PG_VERSION").exists() and given is None:
             raise EmbeddedPostgresError(
                 f"{self.data_dir} has no password file (initialised by an older version, "
                 f"without one?): remove {self.private_dir}")
-        password = secrets.token_urlsafe(24)
+        password = given or secrets.token_urlsafe(24)
         fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(password + "\n")
@@ -229,7 +265,11 @@ def database_url(data_dir: Path | None = None, durable: bool = False) -> str:
     if url:
         return url
     server = EmbeddedPostgres(data_dir, durable=durable)
-    server.start()
+    try:
+        server.start()
+    except BaseException:
+        server.destroy()
+        raise
     _current = server
     atexit.register(server.destroy)
     os.environ["DATABASE_URL"] = server.url

@@ -1,12 +1,17 @@
-"""Embedded servers of the tests' own."""
+"""Embedded servers of the tests' own, and their processes, from /proc."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from devtools.embedded_pg import EmbeddedPostgres
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -18,3 +23,33 @@ def server() -> Iterator[EmbeddedPostgres]:
         yield started
     finally:
         started.destroy()
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """Our environment for a child process, without the session's database."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("DATABASE_URL", "PGQUEUE_EMBEDDED_OWNER_PID")}
+    return {**env, **extra}
+
+
+def postmaster_pid(data_dir: Path) -> int:
+    return int((data_dir / "postmaster.pid").read_text().split()[0])
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, exited and unreaped, counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def kill_server(data_dir: Path) -> None:
+    """Stop a server a failing test left behind (SIGQUIT: an immediate shutdown)."""
+    try:
+        pid = postmaster_pid(data_dir)
+    except (OSError, ValueError, IndexError):
+        return
+    if alive(pid):
+        os.kill(pid, signal.SIGQUIT)

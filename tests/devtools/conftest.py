@@ -1,4 +1,4 @@
-"""Embedded servers of the tests' own, and their processes, from /proc."""
+"""Embedded servers of the tests' own, and the processes around them, from /proc."""
 
 from __future__ import annotations
 
@@ -43,6 +43,20 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rindex(")") + 2] != "Z"
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of running processes that contain ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in cmdline and alive(int(entry.name)):
+                found.append(cmdline)
+    return found
 
 
 def kill_server(data_dir: Path) -> None:

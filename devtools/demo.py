@@ -67,6 +67,7 @@ def main() -> None:
     print(f"== django-pgqueue demo: PostgreSQL at {db['HOST']}:{db['PORT']}/{db['NAME']}")
     call_command("migrate", verbosity=0)
     users = get_user_model().objects
+    # LOCAL DEMO ONLY: admin / admin, for `make admin` on 127.0.0.1.
     if not users.filter(username="admin").exists():
         users.create_superuser("admin", "admin@example.com", "admin")
     Job.objects.all().delete()

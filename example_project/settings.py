@@ -9,12 +9,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent
 env = environ.Env()
 
+# LOCAL DEMO ONLY: this SECRET_KEY is public and DEBUG shows tracebacks and settings
+# to whoever can reach the site. They are for `make demo` and `make admin`, which
+# serve on 127.0.0.1 only (hence ALLOWED_HOSTS: loopback, and the test client's
+# "testserver"). Anywhere else set SECRET_KEY and DEBUG=false in the environment.
 SECRET_KEY = env.str("SECRET_KEY", default="example-only-not-secret")
 DEBUG = env.bool("DEBUG", default=True)
+if not DEBUG and SECRET_KEY == "example-only-not-secret":
+    raise ImproperlyConfigured("DEBUG is off: set SECRET_KEY, the default is public")
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 USE_TZ = True
 TIME_ZONE = "UTC"

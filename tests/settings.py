@@ -24,7 +24,9 @@ ALLOWED_HOSTS = ["*"]
 database_url = env.str("DATABASE_URL", default="")
 DATABASES = {"default": env.db_url_config(database_url) if database_url
              else {"ENGINE": "django.db.backends.dummy"}}
-DATABASES["default"]["TEST"] = {"NAME": "pgqueue_test"}
+# Suites sharing one server (several checkouts on a machine with one PostgreSQL 15)
+# would drop each other's test database: PGQUEUE_TEST_DATABASE gives each its own.
+DATABASES["default"]["TEST"] = {"NAME": env.str("PGQUEUE_TEST_DATABASE", default="pgqueue_test")}
 
 INSTALLED_APPS = [
     "django.contrib.admin",

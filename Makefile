@@ -47,8 +47,10 @@ browser:
 	  else echo "chromium/chromedriver missing: the browser test will skip (or fail when CI is set)"; fi; \
 	fi
 
+# Settings start no server (mypy imports tests.settings); pytest starts its own
+# (devtools/pytest_plugin.py), makemigrations gets one from devtools.with_pg.
 test: $(STAMP) lint browser
-	$(PY) -m django makemigrations --check --dry-run --settings=tests.settings
+	$(PY) -m devtools.with_pg -m django makemigrations --check --dry-run --settings=tests.settings
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
@@ -62,7 +64,7 @@ lab: $(STAMP)
 
 admin: $(STAMP)
 	@echo "admin: http://127.0.0.1:8000/admin/ (admin / admin, local use only); Ctrl-C stops"
-	$(PY) manage.py runserver --noreload 127.0.0.1:8000
+	$(PY) -m devtools.with_pg --demo-data manage.py runserver --noreload 127.0.0.1:8000
 
 BENCH_STAMP := $(VENV)/.installed-bench
 $(BENCH_STAMP): $(STAMP)
@@ -70,8 +72,9 @@ $(BENCH_STAMP): $(STAMP)
 	@touch $(BENCH_STAMP)
 
 # Benchmarks, not tests: prints a markdown table, writes benchmarks/results/latest.md.
+# On a durable embedded server unless BENCH_FSYNC=off (or DATABASE_URL is set).
 bench: $(BENCH_STAMP)
-	$(PY) -m benchmarks $(BENCH_ARGS)
+	$(PY) -m devtools.with_pg $(if $(filter off,$(BENCH_FSYNC)),,--durable) -m benchmarks $(BENCH_ARGS)
 
 docs: $(STAMP)
 	$(VENV)/bin/sphinx-build -q -E -W --keep-going -b html docs docs/_build/html

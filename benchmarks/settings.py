@@ -1,11 +1,12 @@
-"""Settings for ``python -m benchmarks``: DATABASE_URL, else an embedded PostgreSQL 18.6.
+"""Settings for ``python -m benchmarks``, on the server DATABASE_URL names.
 
-The embedded server is started *durable* (fsync and synchronous_commit on, as on a
-real server), so every commit in every row of the table waits for its WAL flush.
-``BENCH_FSYNC=off`` starts it without flushes instead, for exploring; the table
-says which was used. The benchmarks run in their own database (``pgqueue_bench``,
-created by the runner), never in the database DATABASE_URL names, because they
-truncate the job table.
+Importing them starts no server. ``make bench`` runs the benchmarks on an
+embedded PostgreSQL 18.6 started *durable* (fsync and synchronous_commit on, as
+on a real server), so every commit in every row of the table waits for its WAL
+flush; ``BENCH_FSYNC=off make bench`` starts it without flushes instead, for
+exploring; the table says which was used. The benchmarks run in their own
+database (``pgqueue_bench``, created by the runner), never in the database
+DATABASE_URL names, because they truncate the job table.
 """
 
 from __future__ import annotations
@@ -15,12 +16,9 @@ import os
 
 import environ
 
-from devtools.embedded_pg import database_url
-
 env = environ.Env()
 
 BENCH_DB_NAME = os.environ.get("BENCH_DB_NAME", "pgqueue_bench")
-DURABLE = os.environ.get("BENCH_FSYNC", "on") != "off"
 
 SECRET_KEY = "benchmarks-only-not-secret"
 DEBUG = False
@@ -28,7 +26,8 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 ALLOWED_HOSTS: list[str] = []
 
-DATABASES = {"default": {**env.db_url_config(database_url(durable=DURABLE)), "NAME": BENCH_DB_NAME,
+# Unset, DATABASE_URL stops this with "Set the DATABASE_URL environment variable".
+DATABASES = {"default": {**env.db_url("DATABASE_URL"), "NAME": BENCH_DB_NAME,
                          # Persistent connections, as production settings have them: with
                          # Django's default (0), db_worker reconnects for every job.
                          "CONN_MAX_AGE": 600}}

@@ -11,12 +11,18 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
+from devtools.embedded_pg import ensure_database_url
+
 ROOT = Path(__file__).resolve().parents[1]
 ORDERS = 200
+# The demo's database outlives `make demo` so that `make admin` can show its jobs.
+# Not the folder older versions used: that one's server let every local user in.
+DEMO_DATA = Path(tempfile.gettempdir()) / f"django-pgqueue-demo-db-{os.getuid()}" / "data"
 
 
 def manage(*args: str) -> subprocess.Popen[str]:
@@ -41,6 +47,7 @@ def wait_until(condition: object, timeout: float, what: str) -> None:
 
 
 def main() -> None:
+    ensure_database_url(data_dir=DEMO_DATA)  # before the settings read DATABASE_URL
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
     import django
 
@@ -60,6 +67,7 @@ def main() -> None:
     print(f"== django-pgqueue demo: PostgreSQL at {db['HOST']}:{db['PORT']}/{db['NAME']}")
     call_command("migrate", verbosity=0)
     users = get_user_model().objects
+    # LOCAL DEMO ONLY: admin / admin, for `make admin` on 127.0.0.1.
     if not users.filter(username="admin").exists():
         users.create_superuser("admin", "admin@example.com", "admin")
     Job.objects.all().delete()

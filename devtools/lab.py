@@ -15,6 +15,9 @@ from collections.abc import Callable
 
 from django.db import close_old_connections, connections
 
+from devtools.demo import DEMO_DATA
+from devtools.embedded_pg import ensure_database_url
+
 
 def drain(worker: str, *, lease: float = 5.0, batch: int = 1, idle_exit: bool = True,
           on_claim: Callable[[int], None] | None = None) -> int:
@@ -58,6 +61,7 @@ def run_claimers(count: int, **options: object) -> float:
 
 
 def main() -> None:
+    ensure_database_url(data_dir=DEMO_DATA)  # before the settings read DATABASE_URL
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
     import django
 

@@ -1,28 +1,33 @@
-"""Settings of the example shop. DATABASE_URL (django-environ), else the embedded PostgreSQL."""
+"""Settings of the example shop, on the server DATABASE_URL names (django-environ).
+
+Importing them starts no server: ``make demo``, ``make lab`` and ``make admin``
+start the embedded PostgreSQL and export its URL first (``devtools/demo.py``).
+"""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import environ
-
-from devtools.embedded_pg import database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent
 env = environ.Env()
 
-# The demo's database outlives `make demo` so that `make admin` can show its jobs.
-DEMO_DATA = Path(tempfile.gettempdir()) / f"django-pgqueue-demo-{os.getuid()}" / "data"
-
+# LOCAL DEMO ONLY: this SECRET_KEY is public and DEBUG shows tracebacks and settings
+# to whoever can reach the site. They are for `make demo` and `make admin`, which
+# serve on 127.0.0.1 only (hence ALLOWED_HOSTS: loopback, and the test client's
+# "testserver"). Anywhere else set SECRET_KEY and DEBUG=false in the environment.
 SECRET_KEY = env.str("SECRET_KEY", default="example-only-not-secret")
 DEBUG = env.bool("DEBUG", default=True)
+if not DEBUG and SECRET_KEY == "example-only-not-secret":
+    raise ImproperlyConfigured("DEBUG is off: set SECRET_KEY, the default is public")
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 USE_TZ = True
 TIME_ZONE = "UTC"
 
-DATABASES = {"default": env.db_url_config(database_url(data_dir=DEMO_DATA))}
+# Unset, this stops with "Set the DATABASE_URL environment variable".
+DATABASES = {"default": env.db_url("DATABASE_URL")}
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from urllib.parse import quote
 
 import pytest
 from django.db import connection
@@ -25,5 +26,8 @@ def run_counts(prefix: str = "") -> Counter[str]:
 def db_url(transactional_db: None) -> str:
     """A libpq URL for the test database, for second connections and subprocesses."""
     params = connection.get_connection_params()
-    return (f"postgres://{params.get('user') or 'postgres'}@{params.get('host') or '127.0.0.1'}:"
+    user = quote(params.get("user") or "postgres", safe="")
+    if params.get("password"):  # the embedded server's; quoted, as any may hold ':' or '@'
+        user += ":" + quote(params["password"], safe="")
+    return (f"postgres://{user}@{params.get('host') or '127.0.0.1'}:"
             f"{params.get('port') or 5432}/{connection.settings_dict['NAME']}")

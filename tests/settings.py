@@ -1,12 +1,15 @@
-"""Settings for the test suite: DATABASE_URL, or an embedded PostgreSQL 18.6."""
+"""Settings for the test suite, on the server DATABASE_URL names.
+
+Importing them starts no server. With DATABASE_URL unset, ``pytest`` starts an
+embedded PostgreSQL 18.6 and exports its URL before Django reads these settings
+(``devtools/pytest_plugin.py``).
+"""
 
 from __future__ import annotations
 
 from importlib.util import find_spec
 
 import environ
-
-from devtools.embedded_pg import database_url
 
 env = environ.Env()
 
@@ -16,8 +19,14 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 ALLOWED_HOSTS = ["*"]
 
-DATABASES = {"default": env.db_url_config(database_url())}
-DATABASES["default"]["TEST"] = {"NAME": "pgqueue_test"}
+# Without DATABASE_URL (mypy's django-stubs plugin, makemigrations --check) Django's
+# dummy backend refuses every query rather than reach whatever server is there.
+database_url = env.str("DATABASE_URL", default="")
+DATABASES = {"default": env.db_url_config(database_url) if database_url
+             else {"ENGINE": "django.db.backends.dummy"}}
+# Suites sharing one server (several checkouts on a machine with one PostgreSQL 15)
+# would drop each other's test database: PGQUEUE_TEST_DATABASE gives each its own.
+DATABASES["default"]["TEST"] = {"NAME": env.str("PGQUEUE_TEST_DATABASE", default="pgqueue_test")}
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -117,17 +117,19 @@ def running_count() -> int:
     return Job.objects.running().count()
 
 
-def restart_database(down_for: float) -> bool:
+def restart_database(down_for: float, mode: str = "fast") -> bool:
     """Stop the test database's server, wait, start it again; False if we cannot.
 
-    The embedded server is ours to restart. A DATABASE_URL server is restarted
-    only when it is a local Debian cluster (pg_ctlcluster) and we are root, as in CI.
+    ``mode`` is pg_ctl's: ``fast`` cuts the connections, ``immediate`` crashes the
+    server (no checkpoint; it recovers from its WAL on the way up). The embedded
+    server is ours to restart. A DATABASE_URL server is restarted only when it is
+    a local Debian cluster (pg_ctlcluster) and we are root, as in CI.
     """
     from devtools import embedded_pg
 
     server = embedded_pg.current()
     if server is not None:
-        server.restart(down_for=down_for)
+        server.restart(down_for=down_for, mode=mode)
         return True
     port = str(connection.settings_dict.get("PORT") or 5432)
     host = connection.settings_dict.get("HOST") or ""
@@ -141,7 +143,7 @@ def restart_database(down_for: float) -> bool:
         return False
     version, name = match[0]
     ctl = ["pg_ctlcluster", "--skip-systemctl-redirect", version, name]
-    subprocess.run([*ctl, "stop", "-m", "fast"], check=True, capture_output=True)
+    subprocess.run([*ctl, "stop", "-m", mode], check=True, capture_output=True)
     time.sleep(down_for)
     subprocess.run([*ctl, "start"], check=True, capture_output=True)
     return True

@@ -86,7 +86,7 @@ def bulks(scale: Scale) -> tuple[float, float]:
     """(ours, baseline) jobs/s of one statement enqueuing every job; median of repeats."""
     from benchmarks.benchapp.tasks import noop
     from django_pgqueue.models import Job
-    from django_pgqueue.queue import JobSpec
+    from django_pgqueue.records import JobSpec
 
     url, n = db_url(), scale.enqueue_jobs
 

@@ -56,7 +56,7 @@ class Drain:
 def enqueue_noops(n: int) -> None:
     from benchmarks.benchapp.tasks import noop
     from django_pgqueue.models import Job
-    from django_pgqueue.queue import JobSpec
+    from django_pgqueue.records import JobSpec
 
     reset_jobs()
     for start in range(0, n, ENQUEUE_CHUNK):

@@ -37,7 +37,7 @@ ARTICLE = {("lease", True): "1.3 s", ("lease", False): "930 ms",
 def enqueue_sleeps(n: int) -> None:
     from benchmarks.benchapp.tasks import sleep_ms
     from django_pgqueue.models import Job
-    from django_pgqueue.queue import JobSpec
+    from django_pgqueue.records import JobSpec
 
     with connect() as conn:
         conn.execute("TRUNCATE pgqueue_job RESTART IDENTITY")

@@ -62,7 +62,7 @@ def add_finished(table: str, n: int) -> None:
 def claims_ours(n: int) -> list[float]:
     from benchmarks.benchapp.tasks import noop
     from django_pgqueue.models import Job
-    from django_pgqueue.queue import JobSpec, Success
+    from django_pgqueue.records import JobSpec, Success
 
     Job.objects.enqueue_many([JobSpec.build(noop) for _ in range(WARMUP + n + BACKLOG)])
     times = []
@@ -70,7 +70,7 @@ def claims_ours(n: int) -> list[float]:
         start = time.perf_counter()
         (job,) = Job.objects.claim("bench-w5", limit=1, lease=60)
         times.append((time.perf_counter() - start) * 1000)
-        Job.objects.complete("bench-w5", [Success(job.id, job.attempt, "null")])
+        Job.objects.complete("bench-w5", [Success(job.id, job.run, "null")])
     execute("DELETE FROM pgqueue_job WHERE status = 'queued'")
     return times[WARMUP:]
 

@@ -210,10 +210,10 @@ class Job(models.Model):
     attempts = models.IntegerField(default=0, db_default=0,
                                    help_text="Runs started so far, including the current one.")
     max_attempts = models.IntegerField(default=3, db_default=3)
-    runs = models.BigIntegerField(
+    lease_token = models.BigIntegerField(
         default=0, db_default=0,
-        help_text="Claims of this job ever made; never reset, so each run has its own "
-                  "number (the token its outcome is fenced on).")
+        help_text="The token of the latest claim, chosen by the claiming worker and never "
+                  "used by it before; the run's outcome and renewals are fenced on it.")
     backoff = models.FloatField(null=True, blank=True,
                                 help_text="Seconds before this job's first retry, doubling "
                                           "after each; empty: PGQUEUE['BACKOFF_BASE'].")

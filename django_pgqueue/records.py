@@ -99,8 +99,8 @@ class JobSpec:
 class ClaimedJob:
     """A job this worker holds the lease on: what the runner needs, nothing more.
 
-    ``run`` is the claim's token: it grows with every claim of the row and is
-    never reset (not by retry, not by release), so it tells this run from any
+    ``run`` is the claim's token (the row's ``lease_token``): the claiming worker
+    never used it before, and nothing resets it, so it tells this run from any
     earlier or later one. Outcomes and lease renewals are fenced on it.
     ``attempt`` counts against ``max_attempts`` and is what retry policy reads.
     ``problem`` is set when the row could not be decoded: the job is buried

@@ -13,8 +13,7 @@ from django.db.models.lookups import Exact
 from django_pgqueue.records import LIVE, JobStatus
 from django_pgqueue.validation import MAX_ATTEMPTS, MAX_PRIORITY, MIN_PRIORITY
 
-#: Upper bounds of the counters (also written in queries.sql, whose least() keeps to them).
-MAX_RUNS = 2**62 - 1
+#: The error count's upper bound (also in queries.sql, whose least() keeps to it).
 MAX_ERROR_COUNT = 10**9
 
 
@@ -65,10 +64,8 @@ CONSTRAINTS: list[models.BaseConstraint] = [
     ),
     models.CheckConstraint(condition=Q(max_attempts__lte=MAX_ATTEMPTS),
                            name="pgqueue_job_max_attempts_lte_limit"),
-    # Counters the statements add to, each capped there at its upper bound
-    # (least()), so that no value a row can hold makes them overflow.
-    models.CheckConstraint(condition=Q(runs__gte=0, runs__lte=MAX_RUNS),
-                           name="pgqueue_job_runs_range"),
+    # A counter the statements add to, capped there at this bound (least()),
+    # so that no value a row can hold makes them overflow.
     models.CheckConstraint(
         condition=Q(error_count__gte=0, error_count__lte=MAX_ERROR_COUNT),
         name="pgqueue_job_error_count_range"),

@@ -1,12 +1,16 @@
 """The worker's side: claim jobs under a lease, renew it, record outcomes, give runs back.
 
-Every write is fenced on (id, run, worker): a run whose lease expired (and whose
-job may have been claimed again, by anyone) can no longer change the row.
+Every write is fenced on (id, token, worker): a run whose lease expired (and whose
+job may have been claimed again, by anyone) can no longer change the row. The
+token is the claim's, chosen by the worker (:func:`next_token`) and written to
+``lease_token``; ``ClaimedJob.run`` carries it.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +21,17 @@ from django_pgqueue.sql import runner
 
 ONE_RUNNING_PER_KEY = "pgqueue_job_one_running_per_key"
 _decode = json.JSONDecoder().decode
+_tokens = threading.Lock()
+_last_token = 0
+
+
+def next_token() -> int:
+    """A claim token this process never handed out before: the clock in nanoseconds,
+    or one more than the last token if the clock has not moved on (or went back)."""
+    global _last_token
+    with _tokens:
+        _last_token = max(_last_token + 1, time.time_ns())
+        return _last_token
 
 
 def _decoded(row: dict[str, Any]) -> ClaimedJob:
@@ -39,7 +54,7 @@ def claim(worker: str, limit: int, queues: Sequence[str] | None, lease: float,
           alias: str) -> list[ClaimedJob]:
     """Lease up to ``limit`` ready jobs to ``worker`` in one statement, committed at once."""
     params = {"worker": worker, "limit": limit, "queues": list(queues) if queues else None,
-              "lease": lease}
+              "lease": lease, "token": next_token()}
     for _ in range(5):
         try:
             if connections[alias].in_atomic_block:
@@ -105,4 +120,4 @@ def release(worker: str, runs: Sequence[tuple[int, int]], reason: str, alias: st
 
 
 __all__ = ["ONE_RUNNING_PER_KEY", "JobStatus", "claim", "complete", "fail", "heartbeat",
-           "release"]
+           "next_token", "release"]

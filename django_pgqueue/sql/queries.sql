@@ -91,9 +91,12 @@ WHERE unique_key = %(unique_key)s::text AND status IN ('queued', 'running');
 -- * concurrency_key: skip keys already running and keep one job per key in the
 --   batch. Two claims racing for the same key are settled by the unique index
 --   pgqueue_job_one_running_per_key (the loser gets a unique violation and retries).
--- * runs only grows: it is the fence token of this run. attempts is capped at
---   max_attempts (a row written by hand with no attempt left gets a last one)
---   so that no row can make this statement fail for the others.
+-- * lease_token is this claim's token, chosen by the worker and never used by it
+--   before: every later write of the run is fenced on it. (A count kept by the
+--   row could repeat once a crash rolled back an unflushed claim; the worker's
+--   own token cannot.) attempts is capped at max_attempts (a row written by hand
+--   with no attempt left gets a last one), so no row can make this statement
+--   fail for the others.
 WITH candidates AS MATERIALIZED (
     SELECT j.id, j.concurrency_key, j.priority, j.run_at
     FROM pgqueue_job AS j
@@ -119,7 +122,7 @@ chosen AS MATERIALIZED (
 UPDATE pgqueue_job AS j
 SET status = 'running',
     attempts = least(j.attempts + 1, j.max_attempts),
-    runs = least(j.runs + 1, 4611686018427387903),  -- the runs_range constraint's bound
+    lease_token = %(token)s::bigint,
     locked_until = now() + make_interval(secs => %(lease)s::float8),
     locked_by = %(worker)s::text,
     started_at = COALESCE(j.started_at, now()),
@@ -133,7 +136,7 @@ WHERE j.id = chosen.id
 -- into a datetime in Python for each job, a quarter of a busy worker's CPU.
 -- args and kwargs come as text, decoded row by row, so that one undecodable row
 -- is buried on its own instead of failing the whole batch.
-RETURNING j.id, j.runs AS run, j.task, j.args::text AS args, j.kwargs::text AS kwargs,
+RETURNING j.id, j.lease_token AS run, j.task, j.args::text AS args, j.kwargs::text AS kwargs,
           j.queue, j.priority, j.attempts AS attempt, j.max_attempts, j.concurrency_key,
           j.unique_key, j.backoff;
 
@@ -144,7 +147,7 @@ UPDATE pgqueue_job AS j
 SET status = 'done', done_at = now(), locked_until = NULL, result = c.result::jsonb
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[], %(results)s::text[])
      AS c (id, run, result)
-WHERE j.id = c.id AND j.status = 'running' AND j.runs = c.run
+WHERE j.id = c.id AND j.status = 'running' AND j.lease_token = c.run
   AND j.locked_by = %(worker)s::text
 RETURNING j.id;
 
@@ -165,7 +168,7 @@ FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[], %(delays)s::float8[],
             %(exceptions)s::text[], %(messages)s::text[], %(tracebacks)s::text[],
             %(finals)s::bool[])
      AS f (id, run, delay, exception, message, traceback, final)
-WHERE j.id = f.id AND j.status = 'running' AND j.runs = f.run
+WHERE j.id = f.id AND j.status = 'running' AND j.lease_token = f.run
   AND j.locked_by = %(worker)s::text
 RETURNING j.id, j.status;
 
@@ -174,9 +177,9 @@ RETURNING j.id, j.status;
 UPDATE pgqueue_job AS j
 SET locked_until = now() + make_interval(secs => %(lease)s::float8)
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS h (id, run)
-WHERE j.id = h.id AND j.runs = h.run AND j.status = 'running'
+WHERE j.id = h.id AND j.lease_token = h.run AND j.status = 'running'
   AND j.locked_by = %(worker)s::text
-RETURNING j.id, j.runs AS run;
+RETURNING j.id, j.lease_token AS run;
 
 -- name: release
 -- Give runs back without spending their attempt (a stopping worker).
@@ -186,7 +189,7 @@ SET status = 'queued', locked_until = NULL, attempts = greatest(j.attempts - 1, 
                                                               %(reason)s::text, '')),
     error_count = least(j.error_count + 1, 1000000000)
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS r (id, run)
-WHERE j.id = r.id AND j.status = 'running' AND j.runs = r.run
+WHERE j.id = r.id AND j.status = 'running' AND j.lease_token = r.run
   AND j.locked_by = %(worker)s::text
 RETURNING j.id;
 
@@ -220,8 +223,8 @@ RETURNING j.status;
 
 -- name: retry
 -- Dead jobs, or queued ones waiting for a later run_at, become ready now with
--- fresh attempts; the error history is kept, and runs keeps growing (the fence
--- must never repeat). A job whose unique_key is held by another live job is
+-- fresh attempts; the error history is kept (and the fence is on lease_token,
+-- which retry leaves alone). A job whose unique_key is held by another live job is
 -- left alone; of several asked for with one key, only the newest is retried.
 -- Linear in the ids asked for: one lock pass, a DISTINCT ON and index probes.
 WITH asked AS MATERIALIZED (

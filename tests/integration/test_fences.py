@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import IntegrityError, connection
+from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_pgqueue.models import Job
 from django_pgqueue.queue.maintenance import RETRY_BATCH
 from django_pgqueue.records import Failure, JobSpec, Success
-from django_pgqueue.schema import MAX_ERROR_COUNT, MAX_RUNS
+from django_pgqueue.schema import MAX_ERROR_COUNT
 from tests.conftest import status_counts
 from tests.testapp.tasks import add
 
@@ -28,7 +28,8 @@ def fail(claimed_id: int, run: int, *, final: bool = False, message: str = "boom
 
 
 def test_a_stale_run_is_fenced_out_even_after_an_operators_retry_reset_the_attempts() -> None:
-    """retry() sets attempts back to 0, so (id, attempt, worker) repeated; runs never does."""
+    """retry() sets attempts back to 0, so (id, attempt, worker) repeated; the claim
+    token never does."""
     job = add.using(max_attempts=1).enqueue(1, 1)
     (stale,) = Job.objects.claim("w")
     # The run is buried (its timeout, say), an operator retries the job, and the
@@ -36,16 +37,32 @@ def test_a_stale_run_is_fenced_out_even_after_an_operators_retry_reset_the_attem
     assert Job.objects.fail("w", [fail(stale.id, stale.run, final=True)]) == {job.pk: "dead"}
     assert Job.objects.retry([job.pk]) == [job.pk]
     (fresh,) = Job.objects.claim("w")
-    assert (fresh.attempt, fresh.run) == (stale.attempt, stale.run + 1)
+    assert fresh.attempt == stale.attempt
+    assert fresh.run > stale.run
     # The stale thread finally returns: nothing it says may land.
     assert Job.objects.complete("w", [Success(stale.id, stale.run, '"stale"')]) == set()
     assert Job.objects.heartbeat("w", [stale.key]) == set()
     assert Job.objects.heartbeat("w", [fresh.key]) == {fresh.key}
     assert Job.objects.release("w", [stale.key]) == set()
     row = Job.objects.get(pk=job.pk)
-    assert (row.status, row.result, row.runs) == ("running", None, 2)
+    assert (row.status, row.result, row.lease_token) == ("running", None, fresh.run)
     assert Job.objects.complete("w", [Success(fresh.id, fresh.run, '"fresh"')]) == {job.pk}
     assert Job.objects.get(pk=job.pk).result == "fresh"
+
+
+def test_a_claim_lost_with_its_transaction_never_gives_its_token_to_the_next_claim() -> None:
+    """A crash can roll back a claim whose commit was not flushed (ASYNC_COMMIT): a
+    count kept by the row would then repeat, and a stale outcome held by the worker
+    would match the next run. The worker's own token cannot repeat."""
+    job = add.enqueue(1, 1)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        (lost,) = Job.objects.claim("w")
+        raise RuntimeError("the claim's commit never reached the disk")
+    (fresh,) = Job.objects.claim("w")
+    assert (fresh.id, fresh.attempt) == (lost.id, lost.attempt)  # the same claim, again
+    assert fresh.run != lost.run
+    assert Job.objects.complete("w", [Success(lost.id, lost.run, '"stale"')]) == set()
+    assert Job.objects.get(pk=job.pk).status == "running"
 
 
 def plant(**columns: Any) -> int:
@@ -64,8 +81,6 @@ def plant(**columns: Any) -> int:
     {"attempts": 2147483647},
     {"attempts": 5, "max_attempts": 3},
     {"max_attempts": 2000000},
-    {"runs": -1},
-    {"runs": 2**63 - 1},
     {"error_count": 2**31 - 1},
     {"errors": '{"not": "a list"}'},
     {"worker_ids": '"w"'},
@@ -80,10 +95,10 @@ def test_no_row_the_constraints_allow_makes_the_claim_or_the_outcomes_fail_for_t
         ) -> None:
     good = [add.enqueue(i, i).pk for i in range(3)]
     spent = plant(attempts=3, max_attempts=3)  # queued with no attempt left
-    worn = plant(runs=MAX_RUNS, error_count=MAX_ERROR_COUNT)
+    worn = plant(lease_token=2**63 - 1, error_count=MAX_ERROR_COUNT)
     claimed = {c.id: c for c in Job.objects.claim("w", limit=10)}
     assert set(claimed) == {*good, spent, worn}
-    assert (claimed[spent].attempt, claimed[worn].run) == (3, MAX_RUNS)  # capped, not overflowed
+    assert claimed[spent].attempt == 3  # capped, not past max_attempts
     outcomes = [fail(c.id, c.run) for c in claimed.values()]
     assert len(Job.objects.fail("w", outcomes)) == 5
     assert Job.objects.get(pk=spent).status == "dead"  # its one last attempt failed

@@ -32,9 +32,11 @@ COLUMNS: dict[str, str] = {
     "tasks": "Tasks path",
     "direct": "direct API",
     "ref": "psycopg reference",
+    "pgqueuer": "PgQueuer",
+    "procrastinate": "Procrastinate",
     "django-tasks-db": "django-tasks-db",
 }
-PEERS = ("django-tasks-db",)
+PEERS = ("pgqueuer", "procrastinate", "django-tasks-db")
 
 
 @dataclasses.dataclass(frozen=True)

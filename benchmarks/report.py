@@ -107,7 +107,8 @@ def environment() -> dict[str, str]:
                   f"{psycopg.__version__} ({psycopg.pq.__impl__})",
         "database": "embedded (devtools.embedded_pg)" if os.environ.get(
             "PGQUEUE_EMBEDDED_OWNER_PID") else "DATABASE_URL",
-        "peers": ", ".join(f"{name} {_version(name)}" for name in ("django-tasks-db",)),
+        "peers": ", ".join(f"{name} {_version(name)}" for name in
+                           ("pgqueuer", "asyncpg", "procrastinate", "django-tasks-db")),
     }
 
 

@@ -2,8 +2,8 @@
 
 One invocation, one server: the settings start an embedded PostgreSQL (or use
 DATABASE_URL), the runner creates the ``pgqueue_bench`` database in it, migrates,
-runs each peer (django-tasks-db) in a subprocess in a database of its own on the
-same server, then each workload against django-pgqueue
+runs each peer (PgQueuer, Procrastinate, django-tasks-db) in a subprocess in a
+database of its own on the same server, then each workload against django-pgqueue
 (the Tasks path and the direct API) and the article's baseline, and writes the
 markdown to ``benchmarks/results/latest.md``.
 """

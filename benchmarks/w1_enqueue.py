@@ -192,7 +192,8 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
             (Target(">=", BULK_TARGET, of="ref"),),
             f"Tasks path: `{'.'.join(TASKS_BULK)}` (n/a while it does not exist); direct: "
             "`Job.objects.enqueue_many(JobSpec.build(...))`; reference: psycopg `executemany` "
-            "of the plain INSERT in one transaction; django-tasks-db has no bulk API"),
+            "of the plain INSERT in one transaction; PgQueuer: `Queries.enqueue` of lists; "
+            "Procrastinate: `batch_defer_async`; django-tasks-db has no bulk API"),
         Row("W1 enqueue", f"the article's `jobs613` INSERT … unnest of {n} payloads", "jobs/s",
             {"ref": bulk["article"]}),
     ])

@@ -147,8 +147,10 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
              **peer_values(facts, "w3_ms")},
             (Target("<=", TARGET_MS),),
             f"median of {repeats}; defaults otherwise; reference: the article's 8 threads; "
-            "django-tasks-db: 8 `db_worker` processes, from its own table, first start to "
-            "last finish"),
+            "PgQueuer: `max_concurrent_tasks=8, batch_size=4`, Procrastinate: "
+            "`--concurrency 8` (both with `await asyncio.sleep(0.002)`: their concurrency is "
+            "asyncio's), django-tasks-db: 8 `db_worker` processes; peers from their own "
+            "tables, first pick to last success"),
         Row("W3 lab", "the same, direct API with `--prefetch 8`", "ms",
             {"direct": prefetched, "ref": the_base}),
         Row("W3 lab", "the same, from `runworker` process start", "ms",

@@ -179,8 +179,8 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
                         target,
                         "enqueue's commit (server timestamp) to the job body's first line; "
                         "`runworker` with defaults (LISTEN/NOTIFY); reference: the article's "
-                        "worker, polling every 100 ms; django-tasks-db polls every second"
-                        if q == 50 else ""))
+                        "worker, polling every 100 ms; PgQueuer and Procrastinate LISTEN, "
+                        "django-tasks-db polls every second" if q == 50 else ""))
     with connect() as conn:
         row = conn.execute("SHOW track_commit_timestamp").fetchone()
     clock = ("the server's commit timestamps" if row and row[0] == "on"

@@ -117,12 +117,16 @@ class Scale:
     finished_rows: tuple[int, ...] = (0, 100_000, 1_000_000)
     claims: int = 1_000
     big_drain_jobs: int = 200_000
+    queue_backlogs: tuple[int, ...] = (0, 100_000, 1_000_000)  # W6's other queue
+    queue_claims: int = 500
+    queue_budget: float = 10.0  # seconds of timed claims per W6 case, at most
     repeats: int = 3
 
 
 QUICK = Scale(enqueue_jobs=2_000, drain_jobs=3_000, drain_repeats=1, peer_drain_jobs=500,
               sweep_jobs=1_000, lab_jobs=400, hold_jobs=80, latency_jobs=50,
               finished_rows=(0, 20_000, 100_000), claims=300, big_drain_jobs=20_000,
+              queue_backlogs=(0, 20_000, 100_000), queue_claims=200, queue_budget=3.0,
               repeats=1)
 
 

@@ -34,6 +34,7 @@ WORKLOADS = {
     "W3": "benchmarks.w3_lab",
     "W4": "benchmarks.w4_latency",
     "W5": "benchmarks.w5_scale",
+    "W6": "benchmarks.w6_queues",
 }
 PEER_WORKLOADS = {"W1", "W2", "W3", "W4"}
 OUTPUT = ROOT / "benchmarks" / "results" / "latest.md"

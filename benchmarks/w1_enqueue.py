@@ -173,7 +173,7 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
     reset_jobs()
     n = f"{scale.enqueue_jobs:,}"
     return Outcome([
-        Row("W1 enqueue", f"{n} jobs, one per transaction (autocommit)", "jobs/s",
+        Row("W1 enqueue", f"{n} jobs, one per autocommit transaction", "jobs/s",
             {"tasks": single["tasks"], "direct": single["direct"], "ref": single["plain"],
              **peer_values(facts, "w1_single")},
             (Target(">=", SINGLE_TARGET, of="ref"),),

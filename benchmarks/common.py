@@ -284,7 +284,15 @@ class Process:
                 break
             now = time.monotonic()
             if progress is not None and now >= next_poll and not failure:
-                next_poll, value = now + POLL, progress()
+                try:
+                    value = progress()
+                except BaseException:
+                    # The database went away (or we were interrupted): do not leave
+                    # the child running on its own, it would outlive this run.
+                    self.popen.kill()
+                    self.popen.wait()
+                    raise
+                next_poll = now + POLL
                 if value != last:
                     last, last_change = value, now
                 elif now - last_change > stall:

@@ -3,6 +3,7 @@
 One table (``jobs613``), a single-statement lease claim (``update ... where id =
 (select ... limit 1 for update skip locked) returning``), one ``update ... done``
 per job, and eight threads with a connection each, as the article's goroutines.
+Its jobs run the same body as every other row's (``benchmarks.jobbody``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
+
+from benchmarks.jobbody import record
 
 # The article's schema, verbatim. Its ready index is on (run_at) alone while the claim
 # orders by (run_at, id): jobs enqueued in one statement share run_at, so every claim
@@ -112,6 +115,7 @@ def drain(url: str, *, job_ms: float = 0.0, skip_locked: bool = True, flaky: str
     def work() -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             while (job := claim(conn, skip_locked)) is not None:
+                record(job[1])
                 if job_ms:
                     time.sleep(job_ms / 1000)
                 failed = flaky is not None and job[1] == flaky and job[2] < 3
@@ -178,16 +182,17 @@ def hold_style(url: str, *, jobs: int, job_ms: float, skip_locked: bool,
     return run
 
 
-def poller(url: str, stop: threading.Event, started: dict[int, float],
-           poll_interval: float = 0.1, on_job: Callable[[Job], None] | None = None) -> None:
-    """An idle article worker: claim, and sleep ``poll_interval`` when nothing is ready."""
+def poller(url: str, stop: threading.Event, started: dict[str, float],
+           poll_interval: float = 0.1) -> None:
+    """An idle article worker: claim, and sleep ``poll_interval`` when nothing is ready.
+
+    ``started`` gets each job's payload and the time its body started.
+    """
     with psycopg.connect(url, autocommit=True) as conn:
         while not stop.is_set():
             job = claim(conn)
             if job is None:
                 time.sleep(poll_interval)
                 continue
-            started[job[0]] = time.time()
-            if on_job:
-                on_job(job)
+            started[job[1]] = record(job[1])
             conn.execute(DONE, [job[0]])

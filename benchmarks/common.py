@@ -23,41 +23,75 @@ PEER_SETTINGS = "benchmarks.peer_settings"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 POLL = 2.0  # seconds between progress checks of a draining worker
 STALL = 60.0  # a drain with no row written for this long has failed
+DB_URL_ENV = "BENCH_DB_URL"
+
+
+#: The table's figure columns: the Tasks path, the direct API, the psycopg reference
+#: (a bare INSERT in W1, the article's queue elsewhere), then the peers.
+COLUMNS: dict[str, str] = {
+    "tasks": "Tasks path",
+    "direct": "direct API",
+    "ref": "psycopg reference",
+    "pgqueuer": "PgQueuer",
+    "procrastinate": "Procrastinate",
+    "django-tasks-db": "django-tasks-db",
+}
+PEERS = ("pgqueuer", "procrastinate", "django-tasks-db")
 
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """``value`` compared with ``op``; ``of_baseline`` makes it a multiple of the baseline."""
+    """The ``subject`` column's figure compared with ``op`` to ``value``, or to
+    ``value`` times the ``of`` column's figure of the same row."""
 
     op: Literal[">=", "<="]
     value: float
-    of_baseline: bool = False
+    of: str | None = None
+    subject: str = "tasks"
 
-    def met(self, ours: float | None, base: float | None) -> bool | None:
-        if ours is None or (self.of_baseline and not base):
+    def ratio(self, row: Row) -> float | None:
+        """The subject's figure over the ``of`` column's (None if either is missing)."""
+        ours, ref = row.values.get(self.subject), row.values.get(self.of or "")
+        return ours / ref if ours is not None and ref else None
+
+    def met(self, row: Row) -> bool | None:
+        ours = row.values.get(self.subject)
+        if ours is None:
             return None
-        bound = self.value * (base or 0.0) if self.of_baseline else self.value
-        return ours >= bound if self.op == ">=" else ours <= bound
+        if self.of is None:
+            return ours >= self.value if self.op == ">=" else ours <= self.value
+        ratio = self.ratio(row)
+        if ratio is None:
+            return None
+        return ratio >= self.value if self.op == ">=" else ratio <= self.value
 
     def __str__(self) -> str:
         op = "≥" if self.op == ">=" else "≤"
-        if self.of_baseline:
-            return f"{op} {self.value:g}\N{MULTIPLICATION SIGN} baseline"
-        return f"{op} {self.value:,g}"
+        if self.of is None:
+            return f"{op} {self.value:,g}"
+        return f"{op} {self.value:g}\N{MULTIPLICATION SIGN} {COLUMNS[self.of]}"
 
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    """One figure of the table: ours, the baseline's and the peer's, in one unit."""
+    """One figure of the table, per column, in one unit.
+
+    A column missing from ``values`` was not measured for this row (a blank
+    cell); present with None, it was meant to be and could not be ("n/a").
+    """
 
     workload: str
     measure: str
     unit: str
-    ours: float | None
-    base: float | None = None
-    peer: float | None = None
-    target: Target | None = None
+    values: dict[str, float | None]
+    targets: tuple[Target, ...] = ()
     note: str = ""
+
+
+def peer_values(facts: dict[str, Any], key: str) -> dict[str, float | None]:
+    """Each peer's figure ``key`` from its subprocess (None where it has none)."""
+    ran: dict[str, dict[str, float] | None] = facts.get("peers", {})
+    return {name: (ran.get(name) or {}).get(key) for name in PEERS if name in ran}
 
 
 @dataclasses.dataclass
@@ -74,7 +108,8 @@ class Scale:
 
     enqueue_jobs: int = 20_000
     drain_jobs: int = 20_000
-    peer_drain_jobs: int = 5_000  # db_worker runs ~100 jobs/s here, flat in the backlog size
+    drain_repeats: int = 2  # W2's Tasks-path and direct drains, alternating
+    peer_drain_jobs: int = 5_000  # db_worker runs ~300 jobs/s here, flat in the backlog size
     sweep_jobs: int = 5_000
     lab_jobs: int = 1_000
     hold_jobs: int = 200
@@ -82,16 +117,24 @@ class Scale:
     finished_rows: tuple[int, ...] = (0, 100_000, 1_000_000)
     claims: int = 1_000
     big_drain_jobs: int = 200_000
+    queue_backlogs: tuple[int, ...] = (0, 100_000, 1_000_000)  # W6's other queue
+    queue_claims: int = 500
+    queue_budget: float = 10.0  # seconds of timed claims per W6 case, at most
     repeats: int = 3
 
 
-QUICK = Scale(enqueue_jobs=2_000, drain_jobs=3_000, peer_drain_jobs=500, sweep_jobs=1_000,
-              lab_jobs=400, hold_jobs=80, latency_jobs=50, finished_rows=(0, 20_000, 100_000),
-              claims=300, big_drain_jobs=20_000, repeats=1)
+QUICK = Scale(enqueue_jobs=2_000, drain_jobs=3_000, drain_repeats=1, peer_drain_jobs=500,
+              sweep_jobs=1_000, lab_jobs=400, hold_jobs=80, latency_jobs=50,
+              finished_rows=(0, 20_000, 100_000), claims=300, big_drain_jobs=20_000,
+              queue_backlogs=(0, 20_000, 100_000), queue_claims=200, queue_budget=3.0,
+              repeats=1)
 
 
 def db_url() -> str:
-    """libpq URL of the benchmark database (the server's URL with our database name)."""
+    """libpq URL of the benchmark database: ``BENCH_DB_URL`` (the runner sets it, and
+    sets each peer's own), else Django's default database."""
+    if os.environ.get(DB_URL_ENV):
+        return os.environ[DB_URL_ENV]
     from django.db import connection
 
     params = connection.get_connection_params()
@@ -209,13 +252,21 @@ class Process:
     @classmethod
     def start(cls, command: str, *args: str, settings: str = SETTINGS,
               env: dict[str, str] | None = None) -> Process:
-        full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings, **(env or {})}
+        """``python -m django command args`` under ``settings``."""
+        return cls.spawn("-m", "django", command, *args,
+                         env={"DJANGO_SETTINGS_MODULE": settings, **(env or {})})
+
+    @classmethod
+    def spawn(cls, *args: str, env: dict[str, str] | None = None) -> Process:
+        """``python args`` with this environment plus ``env``; output to a file."""
         # A file, not a pipe: a pipe nobody reads could fill and block the child.
         log = tempfile.TemporaryFile()  # noqa: SIM115 (closed with the Process)
         started = time.time()
-        popen = subprocess.Popen([sys.executable, "-m", "django", command, *args], cwd=ROOT,
-                                 env=full_env, stdout=log, stderr=subprocess.STDOUT)
-        return cls(f"{command} {' '.join(args)}", popen, started, log)
+        popen = subprocess.Popen([sys.executable, *args], cwd=ROOT,
+                                 env={**os.environ, **(env or {})}, stdout=log,
+                                 stderr=subprocess.STDOUT)
+        name = " ".join(args[2:] if args[:2] == ("-m", "django") else args)
+        return cls(name, popen, started, log)
 
     def wait(self, timeout: float = 600, progress: Callable[[], int] | None = None,
              stall: float = STALL) -> int:
@@ -233,7 +284,15 @@ class Process:
                 break
             now = time.monotonic()
             if progress is not None and now >= next_poll and not failure:
-                next_poll, value = now + POLL, progress()
+                try:
+                    value = progress()
+                except BaseException:
+                    # The database went away (or we were interrupted): do not leave
+                    # the child running on its own, it would outlive this run.
+                    self.popen.kill()
+                    self.popen.wait()
+                    raise
+                next_poll = now + POLL
                 if value != last:
                     last, last_change = value, now
                 elif now - last_change > stall:

@@ -1,9 +1,10 @@
-"""``python -m benchmarks.profile``: where a draining worker's CPU goes (py-spy, GIL samples).
+"""``python -m benchmarks.profile [--tasks-path]``: where a draining worker's CPU goes.
 
-Drains N no-op jobs with one ``runworker --burst`` under ``py-spy record --gil``
-(only samples of the thread holding the GIL, i.e. Python work, not waiting),
-then prints the top frames by own time and by inclusive time, and writes them
-to ``benchmarks/results/profile-w2-<settings>.md``. Needs ``pip install py-spy``.
+Drains N no-op jobs (the direct API's, or with ``--tasks-path`` the ``django.tasks``
+task's) with one ``runworker --burst`` under ``py-spy record --gil`` (only samples
+of the thread holding the GIL, i.e. Python work, not waiting), then prints the top
+frames by own time and by inclusive time, and writes them to
+``benchmarks/results/profile-w2-<settings>.md``. Needs ``pip install py-spy``.
 """
 
 from __future__ import annotations
@@ -62,15 +63,18 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=None)
     parser.add_argument("--prefetch", type=int, default=None)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--tasks-path", action="store_true",
+                        help="jobs of the django.tasks task, run through PgQueueBackend")
     options = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
         sys.exit("py-spy is not installed: pip install py-spy")
-    from benchmarks.run import prepare_database
-    from benchmarks.w2_drain import enqueue_noops
+    from benchmarks.run import prepare_database, use_job_file
+    from benchmarks.w2_drain import enqueue_noops, task_path
 
     prepare_database()
-    enqueue_noops(options.jobs)
+    use_job_file()
+    enqueue_noops(options.jobs, task_path(options.tasks_path, "noop"))
     flags = ["--concurrency", str(options.concurrency)] if options.concurrency else []
     flags += ["--prefetch", str(options.prefetch)] if options.prefetch is not None else []
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,11 +83,13 @@ def main() -> None:
                         sys.executable, "-m", "django", "runworker", "--burst", "-v", "0", *flags],
                        cwd=ROOT, env={**os.environ, "DJANGO_SETTINGS_MODULE": SETTINGS},
                        check=True, capture_output=True)
-        report = (f"# Where `runworker` spends its CPU: {options.jobs:,} no-op jobs"
+        path = "the Tasks path" if options.tasks_path else "the direct API"
+        report = (f"# Where `runworker` spends its CPU: {options.jobs:,} no-op jobs of {path}"
                   f"{', ' + ' '.join(flags) if flags else ', default settings'}\n\n"
                   + summarise(raw, options.top))
     print(report)
     name = "-".join(flag.lstrip("-") for flag in flags) or "default"
+    name = f"tasks-{name}" if options.tasks_path else name
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"profile-w2-{name}.md").write_text(report)
 

@@ -7,13 +7,13 @@ import os
 import platform
 import subprocess
 from collections.abc import Sequence
+from importlib import metadata
 
-from benchmarks.common import Outcome, Row, connect
+from benchmarks.common import COLUMNS, Outcome, Row, Target, connect
 
 X = "\N{MULTIPLICATION SIGN}"
-HEADER = ("| workload | measure | django-pgqueue | baseline (article, psycopg) | vs baseline "
-          "| peer (django-tasks-db) | target | met |\n"
-          "| --- | --- | ---: | ---: | ---: | ---: | --- | :---: |")
+HEADER = ("| workload | measure | " + " | ".join(COLUMNS.values()) + " | target | met |\n"
+          "| --- | --- | " + " | ".join("---:" for _ in COLUMNS) + " | --- | --- |")
 
 
 def number(value: float | None, unit: str) -> str:
@@ -30,23 +30,40 @@ def number(value: float | None, unit: str) -> str:
     return f"{value:.3f}"
 
 
-def _ratio(row: Row) -> str:
-    if row.ours is None or not row.base:
-        return ""
-    return f"{row.ours / row.base:.2f}{X}"
+def verdict(target: Target, row: Row) -> str:
+    """✓ or ✗ (with the ratio for a relative target), or n/a."""
+    met = target.met(row)
+    if met is None:
+        return "n/a"
+    mark = "✓" if met else "✗"
+    ratio = target.ratio(row) if target.of else None
+    return f"{mark} {ratio:.2f}{X}" if ratio is not None else mark
 
 
 def line(row: Row) -> str:
-    target = str(row.target) if row.target else ""
-    met = row.target.met(row.ours, row.base) if row.target else None
-    mark = "" if met is None else ("✓" if met else "✗")
-    cells = [row.workload, f"{row.measure} ({row.unit})", number(row.ours, row.unit),
-             number(row.base, row.unit), _ratio(row), number(row.peer, row.unit), target, mark]
+    cells = [row.workload, f"{row.measure} ({row.unit})"]
+    cells += [number(row.values[key], row.unit) if key in row.values else "" for key in COLUMNS]
+    cells += ["; ".join(str(t) for t in row.targets),
+              "; ".join(verdict(t, row) for t in row.targets)]
     return "| " + " | ".join(cells) + " |"
 
 
 def table(rows: Sequence[Row]) -> str:
     return "\n".join([HEADER, *(line(row) for row in rows)])
+
+
+def scorecard(rows: Sequence[Row]) -> str:
+    """One line: how many targets are met, and which are missed."""
+    verdicts = [(row, t, t.met(row)) for row in rows for t in row.targets]
+    met = sum(1 for _, _, ok in verdicts if ok)
+    missed = [f"{row.workload} {row.measure} ({t})" for row, t, ok in verdicts if ok is False]
+    unknown = sum(1 for _, _, ok in verdicts if ok is None)
+    text = f"**Targets met: {met} of {len(verdicts)}.**"
+    if missed:
+        text += " Missed: " + "; ".join(missed) + "."
+    if unknown:
+        text += f" {unknown} could not be judged (a figure is n/a)."
+    return text
 
 
 def _cpu_model() -> str:
@@ -90,11 +107,34 @@ def environment() -> dict[str, str]:
                   f"{psycopg.__version__} ({psycopg.pq.__impl__})",
         "database": "embedded (devtools.embedded_pg)" if os.environ.get(
             "PGQUEUE_EMBEDDED_OWNER_PID") else "DATABASE_URL",
+        "peers": ", ".join(f"{name} {_version(name)}" for name in
+                           ("pgqueuer", "asyncpg", "procrastinate", "django-tasks-db")),
     }
 
 
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+COLUMN_NOTES = [
+    "Columns: **Tasks path** is what the README tells users to write: `@task` from "
+    "`django.tasks` on `PgQueueBackend`, `.enqueue()`, `manage.py runworker`. **direct API** "
+    "is `django_pgqueue.task` and `Job.objects`, the engine underneath. **psycopg reference** "
+    "is, in W1, a bare INSERT of the same row into `pgqueue_job` (and the article's own "
+    "INSERT on its rows), elsewhere the design article's queue (`benchmarks/baseline.py`). "
+    "The peers ran in subprocesses, each in its own database on the same server, through "
+    "their own enqueue APIs and workers. Every job of every column runs the same body: "
+    "append one line to a file. Ratios in the met column are measured in this run.",
+    "A blank cell was not measured; n/a was meant to be and could not be.",
+]
+
+
 def document(outcomes: Sequence[Outcome], env: dict[str, str], *, started: dt.datetime,
-             elapsed: float, load: tuple[str, str], options: str) -> str:
+             elapsed: float, load: tuple[str, str], options: str,
+             peer_status: Sequence[str] = ()) -> str:
     rows = [row for outcome in outcomes for row in outcome.rows]
     sections = [section for outcome in outcomes for section in outcome.sections]
     head = [
@@ -103,15 +143,17 @@ def document(outcomes: Sequence[Outcome], env: dict[str, str], *, started: dt.da
         f"- machine: {env['machine']}",
         f"- PostgreSQL {env['postgresql']}, {env['database']}",
         f"- Python {env['python']}",
+        f"- peers: {env['peers']}",
         f"- run: `python -m benchmarks{options}`, {elapsed:.0f} s; load average "
         f"{load[0]} before, {load[1]} after",
         "",
-        f"Ratios are django-pgqueue {X} the baseline measured in the same run "
-        "(higher is better for jobs/s, lower for times).",
+        *COLUMN_NOTES,
+        *peer_status,
         "",
     ]
     notes = [f"- {row.workload}, {row.measure}: {row.note}" for row in rows if row.note]
-    return "\n".join([*head, table(rows), "", *notes, "", *sections]).rstrip() + "\n"
+    return "\n".join([*head, table(rows), "", scorecard(rows), "", *notes, "",
+                      *sections]).rstrip() + "\n"
 
 
 def load_average() -> str:

@@ -42,9 +42,20 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # The defaults; BENCH_PGQUEUE (JSON) overrides keys, for the "best settings" runs.
 PGQUEUE: dict[str, object] = json.loads(os.environ.get("BENCH_PGQUEUE", "{}"))
 
+# The Tasks path, as the README tells users to set it up (queue "default").
+TASKS = {"default": {"BACKEND": "django_pgqueue.backend.PgQueueBackend"}}
+
+# As a project that logs to its standard streams: Django's task-signal receivers log
+# every job's start and finish at INFO on "django.tasks", and that reaches a
+# StreamHandler, so the Tasks-path rows pay for the two lines per job as users do.
+# (A worker's stderr is a file here, see common.Process.)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_pgqueue": {"handlers": ["console"], "level": "WARNING"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "django.tasks": {"handlers": ["console"], "level": "INFO"},
+        "django_pgqueue": {"handlers": ["console"], "level": "WARNING"},
+    },
 }

@@ -74,7 +74,7 @@ $(BENCH_STAMP): $(STAMP)
 # Benchmarks, not tests: prints a markdown table, writes benchmarks/results/latest.md.
 # On a durable embedded server unless BENCH_FSYNC=off (or DATABASE_URL is set).
 bench: $(BENCH_STAMP)
-	$(PY) -m devtools.with_pg $(if $(filter off,$(BENCH_FSYNC)),,--durable) -m benchmarks $(BENCH_ARGS)
+	$(PY) -m benchmarks $(BENCH_ARGS)
 
 docs: $(STAMP)
 	$(VENV)/bin/sphinx-build -q -E -W --keep-going -b html docs docs/_build/html

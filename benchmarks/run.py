@@ -97,8 +97,11 @@ def prepare_database() -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
     import psycopg
 
-    from benchmarks import settings  # starts the embedded server unless DATABASE_URL is set
     from devtools import embedded_pg
+
+    # A durable embedded server unless DATABASE_URL is set (or BENCH_FSYNC=off).
+    embedded_pg.ensure_database_url(durable=os.environ.get("BENCH_FSYNC", "on") != "off")
+    from benchmarks import settings
 
     server = embedded_pg.current()
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:

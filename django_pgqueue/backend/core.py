@@ -61,7 +61,7 @@ class PgQueueBackend(BaseTaskBackend):
         With a ``unique_key`` that a queued or running job already holds, nothing is
         inserted, no ``task_enqueued`` is sent, and the result is that job's.
         """
-        from django_pgqueue.models import Job
+        from django_pgqueue.models import Job  # backends are built before the app registry
 
         self.validate_task(task)
         # Django's own normalisation first, so a bad argument fails with the

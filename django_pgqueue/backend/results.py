@@ -46,7 +46,7 @@ def parse_id(result_id: object) -> int | None:
 
 def load_job(result_id: object, database: str) -> Job:
     """The job a result id names, or TaskResultDoesNotExist (also for malformed ids)."""
-    from django_pgqueue.models import Job
+    from django_pgqueue.models import Job  # backends are built before the app registry
 
     job_id = parse_id(result_id)
     job = None if job_id is None else Job.objects.using(database).filter(id=job_id).first()

@@ -24,6 +24,7 @@ from django.db.backends.signals import connection_created
 
 from django_pgqueue import conf
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
+from django_pgqueue.models import Job
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -35,8 +36,6 @@ def bookkeeping_thread(alias: str, on: bool = True) -> None:
     ``ASYNC_COMMIT``, its connections commit without waiting for the WAL flush.
     Job threads are never marked: a job's writes keep the durability the project
     configured. A connection the thread already holds is switched too."""
-    from django_pgqueue.models import Job  # models import the app registry's state
-
     _bookkeeping.on = on
     wrapper = connections[alias]
     if conf.get().ASYNC_COMMIT and wrapper.connection is not None and wrapper.is_usable():
@@ -45,8 +44,6 @@ def bookkeeping_thread(alias: str, on: bool = True) -> None:
 
 def _relax_new_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
     if getattr(_bookkeeping, "on", False) and connection.vendor == "postgresql":
-        from django_pgqueue.models import Job  # see bookkeeping_thread
-
         if conf.get().ASYNC_COMMIT:
             Job.objects.relax_commit(using=connection.alias)
 

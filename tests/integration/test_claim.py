@@ -178,7 +178,7 @@ def test_claim_statement_locks_only_the_rows_it_returns(db_url: str) -> None:
         tx.execute("SET application_name = 'claimer'")
         from django_pgqueue.sql import query
         rows = tx.execute(query("claim"), {"worker": "w", "limit": 2, "queues": None,
-                                           "lease": 30}).fetchall()
+                                           "lease": 30, "token": 1}).fetchall()
         assert len(rows) == 2
         with psycopg.connect(db_url, autocommit=True) as other:
             locked = other.execute(
@@ -199,7 +199,7 @@ def test_claim_plan_uses_the_partial_index_with_many_finished_rows() -> None:
     from django_pgqueue.sql import query
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + query("claim"), {"worker": "w", "limit": 10, "queues": None,
-                                                      "lease": 30})
+                                                      "lease": 30, "token": 1})
         plan = "\n".join(r[0] for r in cursor.fetchall())
     assert "pgqueue_job_ready" in plan, plan
     assert "Seq Scan" not in plan, plan

@@ -27,7 +27,7 @@ def test_an_unstorable_outcome_is_buried_with_the_reason_and_the_rest_recorded()
         completer._write(outcomes)  # settled, not retried forever
     finally:
         connections.close_all()
-    assert sorted(settled) == sorted([(good.pk, 1), (bad.pk, 1)])
+    assert sorted(settled) == sorted([claimed[good.pk].key, claimed[bad.pk].key])
     assert (Job.objects.get(pk=good.pk).status, Job.objects.get(pk=good.pk).result) == ("done", 2)
     refused = Job.objects.get(pk=bad.pk)
     assert refused.status == "dead"

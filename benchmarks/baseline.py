@@ -44,8 +44,10 @@ CLAIM = """
                 ORDER BY run_at, id LIMIT 1 {lock})
     RETURNING id, payload, attempts"""
 DONE = "UPDATE jobs613 SET status = 'done', done_at = now(), locked_until = NULL WHERE id = %s"
-FAIL = ("UPDATE jobs613 SET status = 'queued', run_at = now() + interval '50 milliseconds', "
-        "locked_until = NULL WHERE id = %s")
+FAIL = (
+    "UPDATE jobs613 SET status = 'queued', run_at = now() + interval '50 milliseconds', "
+    "locked_until = NULL WHERE id = %s"
+)
 BURY = "UPDATE jobs613 SET status = 'dead', locked_until = NULL WHERE id = %s"
 LEASE = "5000 milliseconds"
 WORKERS = 8
@@ -62,8 +64,9 @@ def setup(url: str, ready_index: str = READY_INDEX) -> None:
 def enqueue_generated(url: str, n: int) -> None:
     """The article's Enqueue: n rows generated server-side."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("INSERT INTO jobs613 (payload) SELECT 'job ' || i "
-                      "FROM generate_series(1, %s) AS i", [n])
+        conn.execute(
+            "INSERT INTO jobs613 (payload) SELECT 'job ' || i FROM generate_series(1, %s) AS i", [n]
+        )
 
 
 def enqueue_one(conn: psycopg.Connection[Any], payload: str) -> None:
@@ -101,8 +104,14 @@ class LabRun:
     done: int = 0
 
 
-def drain(url: str, *, job_ms: float = 0.0, skip_locked: bool = True, flaky: str | None = None,
-          workers: int = WORKERS) -> LabRun:
+def drain(
+    url: str,
+    *,
+    job_ms: float = 0.0,
+    skip_locked: bool = True,
+    flaky: str | None = None,
+    workers: int = WORKERS,
+) -> LabRun:
     """The article's lab loop: ``workers`` threads claim, run and mark done until empty.
 
     A job whose payload is ``flaky`` fails on its first two attempts (the article's
@@ -149,8 +158,9 @@ def run_threads(work: Callable[[], None], count: int) -> None:
         thread.join()
 
 
-def hold_style(url: str, *, jobs: int, job_ms: float, skip_locked: bool,
-               workers: int = WORKERS) -> LabRun:
+def hold_style(
+    url: str, *, jobs: int, job_ms: float, skip_locked: bool, workers: int = WORKERS
+) -> LabRun:
     """The lock-while-working design: the row lock, held for the job's length, is the claim."""
     setup(url)
     enqueue_generated(url, jobs)
@@ -182,8 +192,9 @@ def hold_style(url: str, *, jobs: int, job_ms: float, skip_locked: bool,
     return run
 
 
-def poller(url: str, stop: threading.Event, started: dict[str, float],
-           poll_interval: float = 0.1) -> None:
+def poller(
+    url: str, stop: threading.Event, started: dict[str, float], poll_interval: float = 0.1
+) -> None:
     """An idle article worker: claim, and sleep ``poll_interval`` when nothing is ready.
 
     ``started`` gets each job's payload and the time its body started.

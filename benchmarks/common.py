@@ -123,11 +123,23 @@ class Scale:
     repeats: int = 3
 
 
-QUICK = Scale(enqueue_jobs=2_000, drain_jobs=3_000, drain_repeats=1, peer_drain_jobs=500,
-              sweep_jobs=1_000, lab_jobs=400, hold_jobs=80, latency_jobs=50,
-              finished_rows=(0, 20_000, 100_000), claims=300, big_drain_jobs=20_000,
-              queue_backlogs=(0, 20_000, 100_000), queue_claims=200, queue_budget=3.0,
-              repeats=1)
+QUICK = Scale(
+    enqueue_jobs=2_000,
+    drain_jobs=3_000,
+    drain_repeats=1,
+    peer_drain_jobs=500,
+    sweep_jobs=1_000,
+    lab_jobs=400,
+    hold_jobs=80,
+    latency_jobs=50,
+    finished_rows=(0, 20_000, 100_000),
+    claims=300,
+    big_drain_jobs=20_000,
+    queue_backlogs=(0, 20_000, 100_000),
+    queue_claims=200,
+    queue_budget=3.0,
+    repeats=1,
+)
 
 
 def db_url() -> str:
@@ -140,8 +152,10 @@ def db_url() -> str:
     params = connection.get_connection_params()
     user = params.get("user") or "postgres"
     password = f":{params['password']}" if params.get("password") else ""
-    return (f"postgresql://{user}{password}@{params.get('host') or '127.0.0.1'}:"
-            f"{params.get('port') or 5432}/{connection.settings_dict['NAME']}")
+    return (
+        f"postgresql://{user}{password}@{params.get('host') or '127.0.0.1'}:"
+        f"{params.get('port') or 5432}/{connection.settings_dict['NAME']}"
+    )
 
 
 def connect(autocommit: bool = True) -> psycopg.Connection[Any]:
@@ -166,8 +180,9 @@ def writes(table: str) -> Callable[[], int]:
 
     def count() -> int:
         with connect() as conn:
-            row = conn.execute("SELECT n_tup_ins + n_tup_upd FROM pg_stat_user_tables "
-                               "WHERE relname = %s", [table]).fetchone()
+            row = conn.execute(
+                "SELECT n_tup_ins + n_tup_upd FROM pg_stat_user_tables WHERE relname = %s", [table]
+            ).fetchone()
         return int(row[0]) if row else 0
 
     return count
@@ -222,7 +237,7 @@ class DatabaseCpu:
 def _stat(pid: int) -> tuple[int, int, int, int]:
     """(pid, ppid, utime+stime, cutime+cstime) in clock ticks, from /proc/<pid>/stat."""
     raw = Path(f"/proc/{pid}/stat").read_bytes()
-    fields = raw[raw.rindex(b")") + 2:].split()
+    fields = raw[raw.rindex(b")") + 2 :].split()
     return pid, int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
 
 
@@ -250,11 +265,13 @@ class Process:
     returncode: int | None = None
 
     @classmethod
-    def start(cls, command: str, *args: str, settings: str = SETTINGS,
-              env: dict[str, str] | None = None) -> Process:
+    def start(
+        cls, command: str, *args: str, settings: str = SETTINGS, env: dict[str, str] | None = None
+    ) -> Process:
         """``python -m django command args`` under ``settings``."""
-        return cls.spawn("-m", "django", command, *args,
-                         env={"DJANGO_SETTINGS_MODULE": settings, **(env or {})})
+        return cls.spawn(
+            "-m", "django", command, *args, env={"DJANGO_SETTINGS_MODULE": settings, **(env or {})}
+        )
 
     @classmethod
     def spawn(cls, *args: str, env: dict[str, str] | None = None) -> Process:
@@ -262,14 +279,19 @@ class Process:
         # A file, not a pipe: a pipe nobody reads could fill and block the child.
         log = tempfile.TemporaryFile()  # noqa: SIM115 (closed with the Process)
         started = time.time()
-        popen = subprocess.Popen([sys.executable, *args], cwd=ROOT,
-                                 env={**os.environ, **(env or {})}, stdout=log,
-                                 stderr=subprocess.STDOUT)
+        popen = subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         name = " ".join(args[2:] if args[:2] == ("-m", "django") else args)
         return cls(name, popen, started, log)
 
-    def wait(self, timeout: float = 600, progress: Callable[[], int] | None = None,
-             stall: float = STALL) -> int:
+    def wait(
+        self, timeout: float = 600, progress: Callable[[], int] | None = None, stall: float = STALL
+    ) -> int:
         """Wait for the exit; records its CPU seconds.
 
         The process is killed after ``timeout``, or when ``progress()`` (polled every
@@ -319,5 +341,4 @@ class Process:
 
     def check(self) -> None:
         if self.returncode != 0:
-            raise RuntimeError(f"{self.name} exited {self.returncode}:\n"
-                               f"{self.output()[-3000:]}")
+            raise RuntimeError(f"{self.name} exited {self.returncode}:\n{self.output()[-3000:]}")

@@ -48,8 +48,11 @@ def summarise(raw: Path, top: int) -> str:
         own[frames[-1] or "(no Python frame)"] += samples
         for frame in set(frames):
             inclusive[frame] += samples
-    out = [f"{total:,} samples of the GIL-holding thread while the worker ran, and "
-           f"{startup:,} more in start-up and exit (imports, checks), not shown.", ""]
+    out = [
+        f"{total:,} samples of the GIL-holding thread while the worker ran, and "
+        f"{startup:,} more in start-up and exit (imports, checks), not shown.",
+        "",
+    ]
     for title, counter in (("own time", own), ("inclusive time", inclusive)):
         out += [f"| share | frame ({title}) |", "| ---: | --- |"]
         out += [f"| {n / total:.1%} | `{frame}` |" for frame, n in counter.most_common(top)]
@@ -63,8 +66,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=None)
     parser.add_argument("--prefetch", type=int, default=None)
     parser.add_argument("--top", type=int, default=25)
-    parser.add_argument("--tasks-path", action="store_true",
-                        help="jobs of the django.tasks task, run through PgQueueBackend")
+    parser.add_argument(
+        "--tasks-path",
+        action="store_true",
+        help="jobs of the django.tasks task, run through PgQueueBackend",
+    )
     options = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
@@ -79,14 +85,38 @@ def main() -> None:
     flags += ["--prefetch", str(options.prefetch)] if options.prefetch is not None else []
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "stacks.txt"
-        subprocess.run([spy, "record", "--gil", "-r", "250", "-f", "raw", "-o", str(raw), "--",
-                        sys.executable, "-m", "django", "runworker", "--burst", "-v", "0", *flags],
-                       cwd=ROOT, env={**os.environ, "DJANGO_SETTINGS_MODULE": SETTINGS},
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                spy,
+                "record",
+                "--gil",
+                "-r",
+                "250",
+                "-f",
+                "raw",
+                "-o",
+                str(raw),
+                "--",
+                sys.executable,
+                "-m",
+                "django",
+                "runworker",
+                "--burst",
+                "-v",
+                "0",
+                *flags,
+            ],
+            cwd=ROOT,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": SETTINGS},
+            check=True,
+            capture_output=True,
+        )
         path = "the Tasks path" if options.tasks_path else "the direct API"
-        report = (f"# Where `runworker` spends its CPU: {options.jobs:,} no-op jobs of {path}"
-                  f"{', ' + ' '.join(flags) if flags else ', default settings'}\n\n"
-                  + summarise(raw, options.top))
+        report = (
+            f"# Where `runworker` spends its CPU: {options.jobs:,} no-op jobs of {path}"
+            f"{', ' + ' '.join(flags) if flags else ', default settings'}\n\n"
+            + summarise(raw, options.top)
+        )
     print(report)
     name = "-".join(flag.lstrip("-") for flag in flags) or "default"
     name = f"tasks-{name}" if options.tasks_path else name

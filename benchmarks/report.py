@@ -12,8 +12,10 @@ from importlib import metadata
 from benchmarks.common import COLUMNS, Outcome, Row, Target, connect
 
 X = "\N{MULTIPLICATION SIGN}"
-HEADER = ("| workload | measure | " + " | ".join(COLUMNS.values()) + " | target | met |\n"
-          "| --- | --- | " + " | ".join("---:" for _ in COLUMNS) + " | --- | --- |")
+HEADER = (
+    "| workload | measure | " + " | ".join(COLUMNS.values()) + " | target | met |\n"
+    "| --- | --- | " + " | ".join("---:" for _ in COLUMNS) + " | --- | --- |"
+)
 
 
 def number(value: float | None, unit: str) -> str:
@@ -43,8 +45,10 @@ def verdict(target: Target, row: Row) -> str:
 def line(row: Row) -> str:
     cells = [row.workload, f"{row.measure} ({row.unit})"]
     cells += [number(row.values[key], row.unit) if key in row.values else "" for key in COLUMNS]
-    cells += ["; ".join(str(t) for t in row.targets),
-              "; ".join(verdict(t, row) for t in row.targets)]
+    cells += [
+        "; ".join(str(t) for t in row.targets),
+        "; ".join(verdict(t, row) for t in row.targets),
+    ]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -89,26 +93,32 @@ def environment() -> dict[str, str]:
     import psycopg
 
     with connect() as conn:
-        settings = dict(conn.execute(
-            "SELECT name, setting FROM pg_settings WHERE name IN "
-            "('server_version', 'fsync', 'synchronous_commit', 'full_page_writes', "
-            "'shared_buffers', 'wal_sync_method', 'track_commit_timestamp')").fetchall())
+        settings = dict(
+            conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN "
+                "('server_version', 'fsync', 'synchronous_commit', 'full_page_writes', "
+                "'shared_buffers', 'wal_sync_method', 'track_commit_timestamp')"
+            ).fetchall()
+        )
     shared = int(settings.get("shared_buffers", "0")) * 8 // 1024
     return {
         "machine": f"{os.cpu_count()} CPUs ({_cpu_model()}), {_memory()} RAM, {platform.system()} "
-                   f"{platform.release()}",
+        f"{platform.release()}",
         "postgresql": f"{settings.get('server_version')} (fsync={settings.get('fsync')}, "
-                      f"synchronous_commit={settings.get('synchronous_commit')}, "
-                      f"full_page_writes={settings.get('full_page_writes')}, "
-                      f"wal_sync_method={settings.get('wal_sync_method')}, "
-                      f"track_commit_timestamp={settings.get('track_commit_timestamp')}, "
-                      f"shared_buffers={shared}MB)",
+        f"synchronous_commit={settings.get('synchronous_commit')}, "
+        f"full_page_writes={settings.get('full_page_writes')}, "
+        f"wal_sync_method={settings.get('wal_sync_method')}, "
+        f"track_commit_timestamp={settings.get('track_commit_timestamp')}, "
+        f"shared_buffers={shared}MB)",
         "python": f"{platform.python_version()}, Django {django.get_version()}, psycopg "
-                  f"{psycopg.__version__} ({psycopg.pq.__impl__})",
-        "database": "embedded (devtools.embedded_pg)" if os.environ.get(
-            "PGQUEUE_EMBEDDED_OWNER_PID") else "DATABASE_URL",
-        "peers": ", ".join(f"{name} {_version(name)}" for name in
-                           ("pgqueuer", "asyncpg", "procrastinate", "django-tasks-db")),
+        f"{psycopg.__version__} ({psycopg.pq.__impl__})",
+        "database": "embedded (devtools.embedded_pg)"
+        if os.environ.get("PGQUEUE_EMBEDDED_OWNER_PID")
+        else "DATABASE_URL",
+        "peers": ", ".join(
+            f"{name} {_version(name)}"
+            for name in ("pgqueuer", "asyncpg", "procrastinate", "django-tasks-db")
+        ),
     }
 
 
@@ -132,9 +142,16 @@ COLUMN_NOTES = [
 ]
 
 
-def document(outcomes: Sequence[Outcome], env: dict[str, str], *, started: dt.datetime,
-             elapsed: float, load: tuple[str, str], options: str,
-             peer_status: Sequence[str] = ()) -> str:
+def document(
+    outcomes: Sequence[Outcome],
+    env: dict[str, str],
+    *,
+    started: dt.datetime,
+    elapsed: float,
+    load: tuple[str, str],
+    options: str,
+    peer_status: Sequence[str] = (),
+) -> str:
     rows = [row for outcome in outcomes for row in outcome.rows]
     sections = [section for outcome in outcomes for section in outcome.sections]
     head = [
@@ -152,8 +169,10 @@ def document(outcomes: Sequence[Outcome], env: dict[str, str], *, started: dt.da
         "",
     ]
     notes = [f"- {row.workload}, {row.measure}: {row.note}" for row in rows if row.note]
-    return "\n".join([*head, table(rows), "", scorecard(rows), "", *notes, "",
-                      *sections]).rstrip() + "\n"
+    return (
+        "\n".join([*head, table(rows), "", scorecard(rows), "", *notes, "", *sections]).rstrip()
+        + "\n"
+    )
 
 
 def load_average() -> str:

@@ -41,15 +41,23 @@ OUTPUT = ROOT / "benchmarks" / "results" / "latest.md"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks",
-                                     description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--only", type=_workloads, default=list(WORKLOADS),
-                        help="comma-separated workloads to run (default: all)")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=(__doc__ or "").split("\n")[0]
+    )
+    parser.add_argument(
+        "--only",
+        type=_workloads,
+        default=list(WORKLOADS),
+        help="comma-separated workloads to run (default: all)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, for development")
     parser.add_argument("--no-peer", action="store_true", help="skip every peer")
-    parser.add_argument("--peers", type=_peers, default=[peer.name for peer in PEERS],
-                        help="comma-separated peers to run (default: "
-                             f"{','.join(peer.name for peer in PEERS)})")
+    parser.add_argument(
+        "--peers",
+        type=_peers,
+        default=[peer.name for peer in PEERS],
+        help=f"comma-separated peers to run (default: {','.join(peer.name for peer in PEERS)})",
+    )
     parser.add_argument("--output", type=Path, default=OUTPUT, help="markdown file to write")
     return parser.parse_args(argv)
 
@@ -58,8 +66,9 @@ def _workloads(value: str) -> list[str]:
     names = [name.strip().upper() for name in value.split(",") if name.strip()]
     unknown = sorted(set(names) - set(WORKLOADS))
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown workload(s) {unknown}; choose from "
-                                         f"{', '.join(WORKLOADS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown workload(s) {unknown}; choose from {', '.join(WORKLOADS)}"
+        )
     return [name for name in WORKLOADS if name in names]
 
 
@@ -68,8 +77,9 @@ def _peers(value: str) -> list[str]:
     known = [peer.name for peer in PEERS]
     unknown = sorted(set(names) - set(known))
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown peer(s) {unknown}; choose from "
-                                         f"{', '.join(known)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown peer(s) {unknown}; choose from {', '.join(known)}"
+        )
     return [name for name in known if name in names]
 
 
@@ -105,8 +115,9 @@ def prepare_database() -> None:
 
     server = embedded_pg.current()
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
-                              [settings.BENCH_DB_NAME]).fetchone()
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [settings.BENCH_DB_NAME]
+        ).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{settings.BENCH_DB_NAME}"'.encode())
         row = conn.execute("SHOW track_commit_timestamp").fetchone()
@@ -150,14 +161,22 @@ def run_peer(peer: Peer, only: list[str], quick: bool) -> tuple[dict[str, float]
         env["DJANGO_SETTINGS_MODULE"] = peer.settings
     started = time.perf_counter()
     args = [sys.executable, "-m", "benchmarks.peers", peer.name, "--only", ",".join(only)]
-    result = subprocess.run([*args, *(["--quick"] if quick else [])], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, text=True, check=False)
+    result = subprocess.run(
+        [*args, *(["--quick"] if quick else [])],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
     if result.returncode != 0:
         log(f"peer {peer.name} failed (exit {result.returncode}); its column reads n/a")
         return None, f"{peer.name}: failed (exit {result.returncode}), n/a; see the run's log"
     figures: dict[str, float] = json.loads(result.stdout.strip().splitlines()[-1])
-    return figures, (f"{peer.name}: ran {','.join(only)} in {time.perf_counter() - started:.0f} s, "
-                     f"database `{name}`")
+    return figures, (
+        f"{peer.name}: ran {','.join(only)} in {time.perf_counter() - started:.0f} s, "
+        f"database `{name}`"
+    )
 
 
 def run_peers(names: list[str], only: list[str], quick: bool) -> tuple[dict[str, Any], list[str]]:
@@ -184,8 +203,9 @@ def main(argv: list[str] | None = None) -> None:
     prepare_database()
     use_job_file()
     # The peers' figures, and what one workload learns for the next (W2's best settings).
-    facts, peer_status = run_peers([] if options.no_peer else options.peers, options.only,
-                                   options.quick)
+    facts, peer_status = run_peers(
+        [] if options.no_peer else options.peers, options.only, options.quick
+    )
     outcomes: list[Outcome] = []
     failed = []
     for name in options.only:
@@ -198,15 +218,25 @@ def main(argv: list[str] | None = None) -> None:
             failed.append(name)
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
             outcomes.append(Outcome([], [f"**{name} failed**: {message}\n"]))
-    flags = "".join([f" --only {','.join(options.only)}" if options.only != list(WORKLOADS)
-                     else "", " --quick" if options.quick else "",
-                     " --no-peer" if options.no_peer else "",
-                     f" --peers {','.join(options.peers)}"
-                     if not options.no_peer and len(options.peers) < len(PEERS) else ""])
-    markdown = report.document(outcomes, report.environment(), started=started,
-                               elapsed=time.perf_counter() - clock,
-                               load=(load_before, report.load_average()), options=flags,
-                               peer_status=peer_status)
+    flags = "".join(
+        [
+            f" --only {','.join(options.only)}" if options.only != list(WORKLOADS) else "",
+            " --quick" if options.quick else "",
+            " --no-peer" if options.no_peer else "",
+            f" --peers {','.join(options.peers)}"
+            if not options.no_peer and len(options.peers) < len(PEERS)
+            else "",
+        ]
+    )
+    markdown = report.document(
+        outcomes,
+        report.environment(),
+        started=started,
+        elapsed=time.perf_counter() - clock,
+        load=(load_before, report.load_average()),
+        options=flags,
+        peer_status=peer_status,
+    )
     print(markdown)
     options.output.parent.mkdir(parents=True, exist_ok=True)
     options.output.write_text(markdown)

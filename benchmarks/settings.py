@@ -27,10 +27,15 @@ TIME_ZONE = "UTC"
 ALLOWED_HOSTS: list[str] = []
 
 # Unset, DATABASE_URL stops this with "Set the DATABASE_URL environment variable".
-DATABASES = {"default": {**env.db_url("DATABASE_URL"), "NAME": BENCH_DB_NAME,
-                         # Persistent connections, as production settings have them: with
-                         # Django's default (0), db_worker reconnects for every job.
-                         "CONN_MAX_AGE": 600}}
+DATABASES = {
+    "default": {
+        **env.db_url("DATABASE_URL"),
+        "NAME": BENCH_DB_NAME,
+        # Persistent connections, as production settings have them: with
+        # Django's default (0), db_worker reconnects for every job.
+        "CONN_MAX_AGE": 600,
+    }
+}
 
 INSTALLED_APPS = [
     "django.contrib.contenttypes",

@@ -48,8 +48,7 @@ def payload(i: int) -> dict[str, Any]:
     return {"user_id": i, "email": f"user{i}@example.com", "plan": "pro"}
 
 
-def _rate(n: int, run: Callable[[], object], repeats: int,
-          before: Callable[[], None]) -> float:
+def _rate(n: int, run: Callable[[], object], repeats: int, before: Callable[[], None]) -> float:
     """Median jobs/s of ``repeats`` runs of ``run`` (``before`` resets, untimed)."""
     rates = []
     for _ in range(repeats):
@@ -66,7 +65,7 @@ def interleaved(n: int, variants: dict[str, Callable[[range], None]]) -> dict[st
     size = n // BLOCKS
     names = list(variants)
     for block in range(BLOCKS):
-        for name in names[block % len(names):] + names[:block % len(names)]:
+        for name in names[block % len(names) :] + names[: block % len(names)]:
             start = time.perf_counter()
             variants[name](range(block * size, (block + 1) * size))
             spent[name] += time.perf_counter() - start
@@ -111,9 +110,17 @@ def singles(scale: Scale) -> dict[str, float]:
             for i in jobs:
                 baseline.enqueue_one(article, json.dumps(payload(i)))
 
-        return interleaved(scale.enqueue_jobs, {
-            "tasks": tasks_path, "tasks_atomic": tasks_atomic, "direct": direct,
-            "direct_atomic": direct_atomic, "plain": plain, "article": article_insert})
+        return interleaved(
+            scale.enqueue_jobs,
+            {
+                "tasks": tasks_path,
+                "tasks_atomic": tasks_atomic,
+                "direct": direct,
+                "direct_atomic": direct_atomic,
+                "plain": plain,
+                "article": article_insert,
+            },
+        )
 
 
 def tasks_bulk() -> Callable[[range], object] | None:
@@ -152,8 +159,9 @@ def bulks(scale: Scale) -> dict[str, float | None]:
 
         def plain() -> None:
             with conn.transaction(), conn.cursor() as cursor:
-                cursor.executemany(PLAIN_INSERT,
-                                   [(path, "[]", json.dumps(payload(i))) for i in jobs])
+                cursor.executemany(
+                    PLAIN_INSERT, [(path, "[]", json.dumps(payload(i))) for i in jobs]
+                )
 
         def article() -> None:
             with conn.transaction():
@@ -172,28 +180,64 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
     bulk = bulks(scale)
     reset_jobs()
     n = f"{scale.enqueue_jobs:,}"
-    return Outcome([
-        Row("W1 enqueue", f"{n} jobs, one per autocommit transaction", "jobs/s",
-            {"tasks": single["tasks"], "direct": single["direct"], "ref": single["plain"],
-             **peer_values(facts, "w1_single")},
-            (Target(">=", SINGLE_TARGET, of="ref"),),
-            "`noop.enqueue(**payload)`; reference: a plain psycopg autocommit INSERT of the "
-            f"same row into pgqueue_job; the variants ran interleaved, {BLOCKS} blocks each"),
-        Row("W1 enqueue", f"{n} jobs, each in `atomic()`", "jobs/s",
-            {"tasks": single["tasks_atomic"], "direct": single["direct_atomic"],
-             **{k: v for k, v in peer_values(facts, "w1_atomic").items()
-                if k == "django-tasks-db"}},
-            note="BEGIN + INSERT + COMMIT: two more round trips"),
-        Row("W1 enqueue", "the article's `jobs613` INSERT, one per transaction", "jobs/s",
-            {"ref": single["article"]}),
-        Row("W1 enqueue", f"{n} jobs in one call", "jobs/s",
-            {"tasks": bulk["tasks"], "direct": bulk["direct"], "ref": bulk["plain"],
-             **peer_values(facts, "w1_bulk")},
-            (Target(">=", BULK_TARGET, of="ref"),),
-            f"Tasks path: `{'.'.join(TASKS_BULK)}` (n/a while it does not exist); direct: "
-            "`Job.objects.enqueue_many(JobSpec.build(...))`; reference: psycopg `executemany` "
-            "of the plain INSERT in one transaction; PgQueuer: `Queries.enqueue` of lists; "
-            "Procrastinate: `batch_defer_async`; django-tasks-db has no bulk API"),
-        Row("W1 enqueue", f"the article's `jobs613` INSERT … unnest of {n} payloads", "jobs/s",
-            {"ref": bulk["article"]}),
-    ])
+    return Outcome(
+        [
+            Row(
+                "W1 enqueue",
+                f"{n} jobs, one per autocommit transaction",
+                "jobs/s",
+                {
+                    "tasks": single["tasks"],
+                    "direct": single["direct"],
+                    "ref": single["plain"],
+                    **peer_values(facts, "w1_single"),
+                },
+                (Target(">=", SINGLE_TARGET, of="ref"),),
+                "`noop.enqueue(**payload)`; reference: a plain psycopg autocommit INSERT of the "
+                f"same row into pgqueue_job; the variants ran interleaved, {BLOCKS} blocks each",
+            ),
+            Row(
+                "W1 enqueue",
+                f"{n} jobs, each in `atomic()`",
+                "jobs/s",
+                {
+                    "tasks": single["tasks_atomic"],
+                    "direct": single["direct_atomic"],
+                    **{
+                        k: v
+                        for k, v in peer_values(facts, "w1_atomic").items()
+                        if k == "django-tasks-db"
+                    },
+                },
+                note="BEGIN + INSERT + COMMIT: two more round trips",
+            ),
+            Row(
+                "W1 enqueue",
+                "the article's `jobs613` INSERT, one per transaction",
+                "jobs/s",
+                {"ref": single["article"]},
+            ),
+            Row(
+                "W1 enqueue",
+                f"{n} jobs in one call",
+                "jobs/s",
+                {
+                    "tasks": bulk["tasks"],
+                    "direct": bulk["direct"],
+                    "ref": bulk["plain"],
+                    **peer_values(facts, "w1_bulk"),
+                },
+                (Target(">=", BULK_TARGET, of="ref"),),
+                f"Tasks path: `{'.'.join(TASKS_BULK)}` (n/a while it does not exist); direct: "
+                "`Job.objects.enqueue_many(JobSpec.build(...))`; reference: psycopg `executemany` "
+                "of the plain INSERT in one transaction; PgQueuer: `Queries.enqueue` of lists; "
+                "Procrastinate: `batch_defer_async`; django-tasks-db has no bulk API",
+            ),
+            Row(
+                "W1 enqueue",
+                f"the article's `jobs613` INSERT … unnest of {n} payloads",
+                "jobs/s",
+                {"ref": bulk["article"]},
+            ),
+        ]
+    )

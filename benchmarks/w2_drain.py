@@ -44,8 +44,10 @@ CPU_TARGET_MS = 0.15  # Tasks path worker CPU per job
 # ahead of free threads) when this runworker has it.
 SWEEP: tuple[tuple[str, ...], ...] = tuple(("--concurrency", str(c)) for c in (4, 10, 32, 100))
 PREFETCH_SWEEP: tuple[tuple[str, ...], ...] = (
-    ("--concurrency", "4", "--prefetch", "60"), ("--concurrency", "10", "--prefetch", "100"),
-    ("--concurrency", "32", "--prefetch", "200"))
+    ("--concurrency", "4", "--prefetch", "60"),
+    ("--concurrency", "10", "--prefetch", "100"),
+    ("--concurrency", "32", "--prefetch", "200"),
+)
 ENQUEUE_CHUNK = 10_000
 
 
@@ -93,9 +95,11 @@ def last_done() -> tuple[float, int, int, int]:
     that statement's now() as attempted_at, and of one complete, as done_at.
     """
     with connect() as conn:
-        row = conn.execute("SELECT extract(epoch FROM max(done_at))::float8, count(*), "
-                           "count(DISTINCT attempted_at), count(DISTINCT done_at) "
-                           "FROM pgqueue_job WHERE status = 'done'").fetchone()
+        row = conn.execute(
+            "SELECT extract(epoch FROM max(done_at))::float8, count(*), "
+            "count(DISTINCT attempted_at), count(DISTINCT done_at) "
+            "FROM pgqueue_job WHERE status = 'done'"
+        ).fetchone()
     assert row is not None
     return float(row[0] or 0.0), int(row[1]), int(row[2]), int(row[3])
 
@@ -114,8 +118,14 @@ def ours(n: int, *flags: str, tasks_path: bool = False) -> Drain:
     if done != n:
         raise RuntimeError(f"runworker {' '.join(flags)} left {n - done} of {n} jobs undone")
     db_ms = (db_after - db_before) / n * 1000 if db_after and db_before is not None else None
-    return Drain(n / (finished - worker.started), worker.cpu / n * 1000, db_ms, wall,
-                 n / max(claims, 1), n / max(completes, 1))
+    return Drain(
+        n / (finished - worker.started),
+        worker.cpu / n * 1000,
+        db_ms,
+        wall,
+        n / max(claims, 1),
+        n / max(completes, 1),
+    )
 
 
 def base(n: int, ready_index: str = baseline.READY_INDEX) -> Drain:
@@ -132,8 +142,12 @@ def base(n: int, ready_index: str = baseline.READY_INDEX) -> Drain:
     if done != n:
         raise RuntimeError(f"baseline drain left {n - done} of {n} jobs undone")
     db = cpu["db"]
-    return Drain(n / run.elapsed, (cpu["self"] or 0.0) / n * 1000,
-                 db / n * 1000 if db is not None else None, run.elapsed)
+    return Drain(
+        n / run.elapsed,
+        (cpu["self"] or 0.0) / n * 1000,
+        db / n * 1000 if db is not None else None,
+        run.elapsed,
+    )
 
 
 def startup() -> tuple[float, float]:
@@ -146,9 +160,14 @@ def startup() -> tuple[float, float]:
 
 
 def has_prefetch() -> bool:
-    helper = subprocess.run([sys.executable, "-m", "django", "runworker", "--help"],
-                            capture_output=True, text=True, cwd=ROOT, check=False,
-                            env={**os.environ, "DJANGO_SETTINGS_MODULE": SETTINGS})
+    helper = subprocess.run(
+        [sys.executable, "-m", "django", "runworker", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": SETTINGS},
+    )
     return "--prefetch" in helper.stdout
 
 
@@ -162,8 +181,9 @@ def sweep(n: int) -> tuple[tuple[str, ...], list[tuple[tuple[str, ...], Drain]]]
 
 def peer_jobs(facts: dict[str, Any], n: int) -> str:
     """How many jobs each peer drained (the slow ones drain fewer: their rate is flat)."""
-    counts = [f"{int(v):,} ({name})" for name, v in peer_values(facts, "w2_jobs").items()
-              if v is not None]
+    counts = [
+        f"{int(v):,} ({name})" for name, v in peer_values(facts, "w2_jobs").items() if v is not None
+    ]
     return ", ".join([f"{n:,} (ours, the reference)", *counts])
 
 
@@ -171,7 +191,7 @@ def headline(n: int, repeats: int) -> tuple[Drain, Drain]:
     """(Tasks path, direct API) with ``--concurrency 8``: alternating runs, medians."""
     runs: dict[bool, list[Drain]] = {True: [], False: []}
     for i in range(repeats):
-        for tasks_path in ((True, False) if i % 2 == 0 else (False, True)):
+        for tasks_path in (True, False) if i % 2 == 0 else (False, True):
             runs[tasks_path].append(ours(n, *SLOTS, tasks_path=tasks_path))
 
     def middle(drains: list[Drain]) -> Drain:
@@ -194,48 +214,96 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
     reset_jobs()
     slots = " ".join(SLOTS)
     rows = [
-        Row("W2 drain", f"{n:,} no-op jobs, one worker, `{slots}`", "jobs/s",
-            {"tasks": tasks_run.rate, "direct": direct_run.rate, "ref": the_base.rate,
-             **peer_values(facts, "w2_rate")},
+        Row(
+            "W2 drain",
+            f"{n:,} no-op jobs, one worker, `{slots}`",
+            "jobs/s",
+            {
+                "tasks": tasks_run.rate,
+                "direct": direct_run.rate,
+                "ref": the_base.rate,
+                **peer_values(facts, "w2_rate"),
+            },
             (Target(">=", VS_DIRECT, of="direct"), Target(">=", VS_PGQUEUER, of="pgqueuer")),
             f"`runworker --burst {slots}`, otherwise defaults, median of "
             f"{scale.drain_repeats} alternating runs; reference: the article's 8 threads; "
             "PgQueuer: its QueueManager in drain mode, `max_concurrent_tasks=8, batch_size=4` "
             "(the largest batch it allows with 8), Procrastinate: `worker --concurrency 8 "
             "--one-shot`, django-tasks-db: one `db_worker --batch` (one job at a time); "
-            f"jobs drained: {peer_jobs(facts, n)}"),
-        Row("W2 drain", "worker CPU per job", "ms",
-            {"tasks": tasks_run.worker_ms, "direct": direct_run.worker_ms,
-             "ref": the_base.worker_ms, **peer_values(facts, "w2_cpu")},
-            (Target("<=", CPU_TARGET_MS),)),
-        Row("W2 drain", "database CPU per job", "ms",
-            {"tasks": tasks_run.db_ms, "direct": direct_run.db_ms, "ref": the_base.db_ms,
-             **peer_values(facts, "w2_db_cpu")}),
-        Row("W2 drain", f"{n:,} no-op jobs, direct API at the sweep's best, `{shown}`",
-            "jobs/s", {"direct": tuned.rate, "ref": the_base.rate}),
-        Row("W2 drain", "worker CPU per job, at those settings", "ms",
-            {"direct": tuned.worker_ms, "ref": the_base.worker_ms}),
+            f"jobs drained: {peer_jobs(facts, n)}",
+        ),
+        Row(
+            "W2 drain",
+            "worker CPU per job",
+            "ms",
+            {
+                "tasks": tasks_run.worker_ms,
+                "direct": direct_run.worker_ms,
+                "ref": the_base.worker_ms,
+                **peer_values(facts, "w2_cpu"),
+            },
+            (Target("<=", CPU_TARGET_MS),),
+        ),
+        Row(
+            "W2 drain",
+            "database CPU per job",
+            "ms",
+            {
+                "tasks": tasks_run.db_ms,
+                "direct": direct_run.db_ms,
+                "ref": the_base.db_ms,
+                **peer_values(facts, "w2_db_cpu"),
+            },
+        ),
+        Row(
+            "W2 drain",
+            f"{n:,} no-op jobs, direct API at the sweep's best, `{shown}`",
+            "jobs/s",
+            {"direct": tuned.rate, "ref": the_base.rate},
+        ),
+        Row(
+            "W2 drain",
+            "worker CPU per job, at those settings",
+            "ms",
+            {"direct": tuned.worker_ms, "ref": the_base.worker_ms},
+        ),
     ]
-    lines = [f"**W2 settings sweep** (the direct API, {scale.sweep_jobs:,} jobs each; a claim "
-             "takes up to the free threads plus the prefetch):", "",
-             "| runworker flags | jobs/s | worker CPU ms/job | DB CPU ms/job | process wall s "
-             "| jobs per claim | jobs per complete |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    runs = [*((" ".join(flags), d) for flags, d in tried),
-            (f"{slots}, Tasks path, full run", tasks_run),
-            (f"{slots}, direct API, full run", direct_run), (f"{shown}, full run", tuned)]
-    lines += [f"| {c} | {d.rate:,.0f} | {d.worker_ms:.3f} | "
-              f"{'n/a' if d.db_ms is None else f'{d.db_ms:.3f}'} | {d.wall:.2f} "
-              f"| {d.per_claim:.1f} | {d.per_complete:.1f} |" for c, d in runs]
-    lines += ["", f"The baseline with its ready index on `({baseline.READY_INDEX_FIXED})` instead "
-              f"of the article's `({baseline.READY_INDEX})` (so the claim need not sort every "
-              f"ready job sharing a run_at): {fixed_base.rate:,.0f} jobs/s, worker CPU "
-              f"{fixed_base.worker_ms:.3f} ms/job, database CPU "
-              f"{'n/a' if fixed_base.db_ms is None else f'{fixed_base.db_ms:.3f}'} ms/job."]
-    steady = [(d.worker_ms * n / 1000 - boot_cpu) / n * 1000
-              for d in (tasks_run, direct_run, tuned)]
-    lines += ["", f"Start-up and exit of `runworker --burst` on an empty queue: {boot_wall:.2f} s "
-              f"wall, {boot_cpu:.2f} s CPU. Without it, worker CPU per job is {steady[0]:.3f} ms "
-              f"(Tasks path, `{slots}`), {steady[1]:.3f} ms (direct API, `{slots}`) and "
-              f"{steady[2]:.3f} ms (direct API, `{shown}`)."]
+    lines = [
+        f"**W2 settings sweep** (the direct API, {scale.sweep_jobs:,} jobs each; a claim "
+        "takes up to the free threads plus the prefetch):",
+        "",
+        "| runworker flags | jobs/s | worker CPU ms/job | DB CPU ms/job | process wall s "
+        "| jobs per claim | jobs per complete |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    runs = [
+        *((" ".join(flags), d) for flags, d in tried),
+        (f"{slots}, Tasks path, full run", tasks_run),
+        (f"{slots}, direct API, full run", direct_run),
+        (f"{shown}, full run", tuned),
+    ]
+    lines += [
+        f"| {c} | {d.rate:,.0f} | {d.worker_ms:.3f} | "
+        f"{'n/a' if d.db_ms is None else f'{d.db_ms:.3f}'} | {d.wall:.2f} "
+        f"| {d.per_claim:.1f} | {d.per_complete:.1f} |"
+        for c, d in runs
+    ]
+    lines += [
+        "",
+        f"The baseline with its ready index on `({baseline.READY_INDEX_FIXED})` instead "
+        f"of the article's `({baseline.READY_INDEX})` (so the claim need not sort every "
+        f"ready job sharing a run_at): {fixed_base.rate:,.0f} jobs/s, worker CPU "
+        f"{fixed_base.worker_ms:.3f} ms/job, database CPU "
+        f"{'n/a' if fixed_base.db_ms is None else f'{fixed_base.db_ms:.3f}'} ms/job.",
+    ]
+    steady = [
+        (d.worker_ms * n / 1000 - boot_cpu) / n * 1000 for d in (tasks_run, direct_run, tuned)
+    ]
+    lines += [
+        "",
+        f"Start-up and exit of `runworker --burst` on an empty queue: {boot_wall:.2f} s "
+        f"wall, {boot_cpu:.2f} s CPU. Without it, worker CPU per job is {steady[0]:.3f} ms "
+        f"(Tasks path, `{slots}`), {steady[1]:.3f} ms (direct API, `{slots}`) and "
+        f"{steady[2]:.3f} ms (direct API, `{shown}`).",
+    ]
     return Outcome(rows, ["\n".join(lines).rstrip() + "\n"])

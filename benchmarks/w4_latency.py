@@ -68,10 +68,13 @@ def commit_times[K](returned: dict[K, tuple[float, str]]) -> dict[K, float]:
         if not row or row[0] != "on":
             return {key: t for key, (t, _) in returned.items()}
         xids = [xid for _, xid in returned.values()]
-        stamps = dict(conn.execute(
-            "SELECT x, extract(epoch FROM pg_xact_commit_timestamp("
-            "(x::bigint %% 4294967296)::text::xid))::float8 FROM unnest(%s::text[]) AS x",
-            [xids]).fetchall())
+        stamps = dict(
+            conn.execute(
+                "SELECT x, extract(epoch FROM pg_xact_commit_timestamp("
+                "(x::bigint %% 4294967296)::text::xid))::float8 FROM unnest(%s::text[]) AS x",
+                [xids],
+            ).fetchall()
+        )
     return {key: float(stamps[xid]) for key, (_, xid) in returned.items()}
 
 
@@ -95,8 +98,10 @@ def wait_for_lines(keys: set[str], timeout: float = WAIT_FOR_DONE) -> dict[str, 
 def _claims(keys: set[str]) -> dict[str, float]:
     """{key: claim statement's start} of the done jobs (their attempted_at)."""
     with connect() as conn:
-        rows = conn.execute("SELECT args->>0, extract(epoch FROM attempted_at)::float8 "
-                            "FROM pgqueue_job WHERE status = 'done'").fetchall()
+        rows = conn.execute(
+            "SELECT args->>0, extract(epoch FROM attempted_at)::float8 "
+            "FROM pgqueue_job WHERE status = 'done'"
+        ).fetchall()
     return {str(key): float(at) for key, at in rows if key in keys}
 
 
@@ -138,8 +143,10 @@ def base(n: int) -> list[float]:
     baseline.setup(url)
     stop = threading.Event()
     started: dict[str, float] = {}
-    threads = [threading.Thread(target=baseline.poller, args=(url, stop, started))
-               for _ in range(baseline.WORKERS)]
+    threads = [
+        threading.Thread(target=baseline.poller, args=(url, stop, started))
+        for _ in range(baseline.WORKERS)
+    ]
     for thread in threads:
         thread.start()
     try:
@@ -147,8 +154,11 @@ def base(n: int) -> list[float]:
         with psycopg.connect(url, autocommit=True) as conn:
 
             def enqueue(key: str) -> str:
-                row = conn.execute("INSERT INTO jobs613 (payload) VALUES (%s) "
-                                   "RETURNING pg_current_xact_id()::text", [key]).fetchone()
+                row = conn.execute(
+                    "INSERT INTO jobs613 (payload) VALUES (%s) "
+                    "RETURNING pg_current_xact_id()::text",
+                    [key],
+                ).fetchone()
                 assert row is not None
                 return str(row[0])
 
@@ -173,25 +183,42 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
     rows = []
     for q in (50, 95, 99):
         target = (Target("<=", TARGETS[q]),) if q in TARGETS else ()
-        rows.append(Row("W4 pickup", f"{n} jobs 20 ms apart, idle worker: p{q}", "ms",
-                        {"tasks": percentile(tasks_run, q), "direct": percentile(direct_run, q),
-                         "ref": percentile(the_base, q), **peer_values(facts, f"w4_p{q}")},
-                        target,
-                        "enqueue's commit (server timestamp) to the job body's first line; "
-                        "`runworker` with defaults (LISTEN/NOTIFY); reference: the article's "
-                        "worker, polling every 100 ms; PgQueuer and Procrastinate LISTEN, "
-                        "django-tasks-db polls every second" if q == 50 else ""))
+        rows.append(
+            Row(
+                "W4 pickup",
+                f"{n} jobs 20 ms apart, idle worker: p{q}",
+                "ms",
+                {
+                    "tasks": percentile(tasks_run, q),
+                    "direct": percentile(direct_run, q),
+                    "ref": percentile(the_base, q),
+                    **peer_values(facts, f"w4_p{q}"),
+                },
+                target,
+                "enqueue's commit (server timestamp) to the job body's first line; "
+                "`runworker` with defaults (LISTEN/NOTIFY); reference: the article's "
+                "worker, polling every 100 ms; PgQueuer and Procrastinate LISTEN, "
+                "django-tasks-db polls every second"
+                if q == 50
+                else "",
+            )
+        )
     with connect() as conn:
         row = conn.execute("SHOW track_commit_timestamp").fetchone()
-    clock = ("the server's commit timestamps" if row and row[0] == "on"
-             else "the client's clock when the commit returned")
-    detail = (f"**W4** min/max enqueue-commit-to-start: Tasks path {min(tasks_run):.2f}/"
-              f"{max(tasks_run):.2f} ms, direct API {min(direct_run):.2f}/{max(direct_run):.2f}"
-              f" ms, baseline (8 threads polling every 100 ms) {min(the_base):.2f}/"
-              f"{max(the_base):.2f} ms; commit times from {clock}. Of the medians, "
-              f"{percentile(tasks_to_claim, 50):.2f} ms (Tasks path) and "
-              f"{percentile(direct_to_claim, 50):.2f} ms (direct) is commit to the claim "
-              "statement's start (NOTIFY delivery, the worker waking), the rest the claim's "
-              "round trip and commit, the hand-over to a job thread and, on the Tasks path, "
-              "the backend's work before the task's first line.\n")
+    clock = (
+        "the server's commit timestamps"
+        if row and row[0] == "on"
+        else "the client's clock when the commit returned"
+    )
+    detail = (
+        f"**W4** min/max enqueue-commit-to-start: Tasks path {min(tasks_run):.2f}/"
+        f"{max(tasks_run):.2f} ms, direct API {min(direct_run):.2f}/{max(direct_run):.2f}"
+        f" ms, baseline (8 threads polling every 100 ms) {min(the_base):.2f}/"
+        f"{max(the_base):.2f} ms; commit times from {clock}. Of the medians, "
+        f"{percentile(tasks_to_claim, 50):.2f} ms (Tasks path) and "
+        f"{percentile(direct_to_claim, 50):.2f} ms (direct) is commit to the claim "
+        "statement's start (NOTIFY delivery, the worker waking), the rest the claim's "
+        "round trip and commit, the hand-over to a job thread and, on the Tasks path, "
+        "the backend's work before the task's first line.\n"
+    )
     return Outcome(rows, [detail])

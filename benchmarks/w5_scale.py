@@ -78,8 +78,10 @@ def claims_ours(n: int) -> list[float]:
 def claims_base(n: int) -> list[float]:
     times = []
     with connect() as conn:
-        conn.execute("INSERT INTO jobs613 (payload) SELECT 'job' FROM generate_series(1, %s)",
-                     [WARMUP + n + BACKLOG])
+        conn.execute(
+            "INSERT INTO jobs613 (payload) SELECT 'job' FROM generate_series(1, %s)",
+            [WARMUP + n + BACKLOG],
+        )
         for _ in range(WARMUP + n):
             start = time.perf_counter()
             job = baseline.claim(conn)
@@ -109,14 +111,17 @@ def sample_stats(stop: threading.Event, samples: list[tuple[int, int]]) -> None:
     with connect() as conn:
         while not stop.wait(0.5):
             conn.execute("SELECT pg_stat_clear_snapshot()")
-            row = conn.execute("SELECT n_dead_tup, autovacuum_count FROM pg_stat_user_tables "
-                               "WHERE relname = 'pgqueue_job'").fetchone()
+            row = conn.execute(
+                "SELECT n_dead_tup, autovacuum_count FROM pg_stat_user_tables "
+                "WHERE relname = 'pgqueue_job'"
+            ).fetchone()
             if row:
                 samples.append((int(row[0]), int(row[1])))
 
 
-def long_drain(n: int, flags: tuple[str, ...]) -> tuple[list[float], list[tuple[int, int]], float,
-                                                 float]:
+def long_drain(
+    n: int, flags: tuple[str, ...]
+) -> tuple[list[float], list[tuple[int, int]], float, float]:
     """(jobs/s per tenth of the jobs, stats samples, overall jobs/s, second half ÷ first)."""
     enqueue_noops(n)
     stop, samples = threading.Event(), list[tuple[int, int]]()
@@ -130,9 +135,13 @@ def long_drain(n: int, flags: tuple[str, ...]) -> tuple[list[float], list[tuple[
         stop.set()
         sampler.join()
     with connect() as conn:
-        done = [float(r[0]) for r in conn.execute(
-            "SELECT extract(epoch FROM done_at)::float8 FROM pgqueue_job "
-            "WHERE status = 'done' ORDER BY done_at").fetchall()]
+        done = [
+            float(r[0])
+            for r in conn.execute(
+                "SELECT extract(epoch FROM done_at)::float8 FROM pgqueue_job "
+                "WHERE status = 'done' ORDER BY done_at"
+            ).fetchall()
+        ]
     if len(done) != n:
         raise RuntimeError(f"long drain left {n - len(done)} of {n} jobs undone")
     size = n // WINDOWS
@@ -152,29 +161,62 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
     empty = scale.finished_rows[0]
     rows = []
     for size, (ours, base) in latency.items():
-        rows.append(Row("W5 scale", f"claim latency, {size:,} finished rows: median", "ms",
-                        {"direct": median(ours), "ref": median(base)}))
+        rows.append(
+            Row(
+                "W5 scale",
+                f"claim latency, {size:,} finished rows: median",
+                "ms",
+                {"direct": median(ours), "ref": median(base)},
+            )
+        )
     largest = scale.finished_rows[-1]
     ours_ratio = median(latency[largest][0]) / median(latency[empty][0])
     base_ratio = median(latency[largest][1]) / median(latency[empty][1])
-    rows.append(Row("W5 scale", f"claim latency at {largest:,} ÷ at {empty:,} finished rows",
-                    "ratio", {"direct": ours_ratio, "ref": base_ratio},
-                    (Target("<=", 1.2, subject="direct"),)))
-    rows.append(Row("W5 scale", f"{scale.big_drain_jobs:,}-job drain, jobs/s of the second "
-                    "half ÷ the first", "ratio", {"direct": sag},
-                    (Target(">=", 0.9, subject="direct"),)))
-    rows.append(Row("W5 scale", f"{scale.big_drain_jobs:,}-job drain, overall", "jobs/s",
-                    {"direct": overall}))
-    lines = [f"**W5 claim latency** ({scale.claims:,} claims of one job each; ms):", "",
-             "| finished rows | ours p50 | ours p95 | baseline p50 | baseline p95 |",
-             "| ---: | ---: | ---: | ---: | ---: |"]
-    lines += [f"| {size:,} | {median(o):.3f} | {percentile(o, 95):.3f} | {median(b):.3f} | "
-              f"{percentile(b, 95):.3f} |" for size, (o, b) in latency.items()]
+    rows.append(
+        Row(
+            "W5 scale",
+            f"claim latency at {largest:,} ÷ at {empty:,} finished rows",
+            "ratio",
+            {"direct": ours_ratio, "ref": base_ratio},
+            (Target("<=", 1.2, subject="direct"),),
+        )
+    )
+    rows.append(
+        Row(
+            "W5 scale",
+            f"{scale.big_drain_jobs:,}-job drain, jobs/s of the second half ÷ the first",
+            "ratio",
+            {"direct": sag},
+            (Target(">=", 0.9, subject="direct"),),
+        )
+    )
+    rows.append(
+        Row(
+            "W5 scale",
+            f"{scale.big_drain_jobs:,}-job drain, overall",
+            "jobs/s",
+            {"direct": overall},
+        )
+    )
+    lines = [
+        f"**W5 claim latency** ({scale.claims:,} claims of one job each; ms):",
+        "",
+        "| finished rows | ours p50 | ours p95 | baseline p50 | baseline p95 |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| {size:,} | {median(o):.3f} | {percentile(o, 95):.3f} | {median(b):.3f} | "
+        f"{percentile(b, 95):.3f} |"
+        for size, (o, b) in latency.items()
+    ]
     most_dead = max((s[0] for s in samples), default=0)
     vacuums = (samples[-1][1] - samples[0][1]) if samples else 0
-    lines += ["", f"**W5 long drain** (`runworker --burst {' '.join(flags)}`, "
-              f"{scale.big_drain_jobs:,} jobs): jobs/s per tenth of the jobs: "
-              + ", ".join(f"{r:,.0f}" for r in rates)
-              + f". Dead tuples peaked at {most_dead:,}; autovacuum ran {vacuums} times "
-              "on pgqueue_job during the drain."]
+    lines += [
+        "",
+        f"**W5 long drain** (`runworker --burst {' '.join(flags)}`, "
+        f"{scale.big_drain_jobs:,} jobs): jobs/s per tenth of the jobs: "
+        + ", ".join(f"{r:,.0f}" for r in rates)
+        + f". Dead tuples peaked at {most_dead:,}; autovacuum ran {vacuums} times "
+        "on pgqueue_job during the drain.",
+    ]
     return Outcome(rows, ["\n".join(lines) + "\n"])

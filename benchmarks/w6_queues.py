@@ -57,8 +57,10 @@ def index_reads() -> dict[str, int]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_force_next_flush()")
     with connect() as conn:
-        rows = conn.execute("SELECT indexrelname, idx_tup_read FROM pg_stat_user_indexes "
-                            "WHERE relname = 'pgqueue_job'").fetchall()
+        rows = conn.execute(
+            "SELECT indexrelname, idx_tup_read FROM pg_stat_user_indexes "
+            "WHERE relname = 'pgqueue_job'"
+        ).fetchall()
     return {str(name): int(count) for name, count in rows}
 
 
@@ -69,8 +71,9 @@ def most_read(before: dict[str, int], after: dict[str, int], calls: int) -> tupl
     return sum(deltas.values()) / calls, top
 
 
-def timed(step: Callable[[], float], limit: int,
-          budget: float) -> tuple[list[float], tuple[float, str]]:
+def timed(
+    step: Callable[[], float], limit: int, budget: float
+) -> tuple[list[float], tuple[float, str]]:
     """(ms of each call, (index entries read per call, the index read most)) over at
     most ``limit`` calls or ``budget`` seconds of timed calls, after WARMUP untimed
     ones. ``step`` returns the seconds of its own timed part."""
@@ -144,27 +147,47 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
     reset_jobs()
     empty, largest = scale.queue_backlogs[0], scale.queue_backlogs[-1]
     rows = []
-    for kind, what in (("claim", "claim of one `emails` job (10 ready)"),
-                       ("poll", "idle poll of the empty queue `empty`")):
+    for kind, what in (
+        ("claim", "claim of one `emails` job (10 ready)"),
+        ("poll", "idle poll of the empty queue `empty`"),
+    ):
         for size, case in results.items():
-            rows.append(Row("W6 queues", f"{what}, `bulk` holding {size:,} ready: median", "ms",
-                            {"direct": median(case.of(kind))}))
+            rows.append(
+                Row(
+                    "W6 queues",
+                    f"{what}, `bulk` holding {size:,} ready: median",
+                    "ms",
+                    {"direct": median(case.of(kind))},
+                )
+            )
         ratio = median(results[largest].of(kind)) / median(results[empty].of(kind))
-        rows.append(Row("W6 queues", f"{kind} latency at {largest:,} ÷ at {empty:,} `bulk` jobs",
-                        "ratio", {"direct": ratio}, (Target("<=", TARGET, subject="direct"),),
-                        "`Job.objects.claim(worker, limit=1, queues=[...])`, Python to Python; "
-                        "the Tasks path's worker claims through the same call"
-                        if kind == "claim" else ""))
-    lines = [f"**W6** (per backlog: up to {scale.queue_claims:,} calls or "
-             f"{scale.queue_budget:g} s of them, after {WARMUP} untimed; ms, and the index "
-             "entries each call read (a claim with its complete and re-enqueue), from "
-             "`pg_stat_user_indexes`, with the index read most):",
-             "",
-             "| `bulk` ready jobs | claims timed | claim p50 | claim p95 | index entries read "
-             "per claim | polls timed | poll p50 | poll p95 | index entries read per poll |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    lines += [f"| {size:,} | {len(c.claims):,} | {median(c.claims):.3f} | "
-              f"{percentile(c.claims, 95):.3f} | {reads(c.claim_reads)} | {len(c.polls):,} | "
-              f"{median(c.polls):.3f} | {percentile(c.polls, 95):.3f} | {reads(c.poll_reads)} |"
-              for size, c in results.items()]
+        rows.append(
+            Row(
+                "W6 queues",
+                f"{kind} latency at {largest:,} ÷ at {empty:,} `bulk` jobs",
+                "ratio",
+                {"direct": ratio},
+                (Target("<=", TARGET, subject="direct"),),
+                "`Job.objects.claim(worker, limit=1, queues=[...])`, Python to Python; "
+                "the Tasks path's worker claims through the same call"
+                if kind == "claim"
+                else "",
+            )
+        )
+    lines = [
+        f"**W6** (per backlog: up to {scale.queue_claims:,} calls or "
+        f"{scale.queue_budget:g} s of them, after {WARMUP} untimed; ms, and the index "
+        "entries each call read (a claim with its complete and re-enqueue), from "
+        "`pg_stat_user_indexes`, with the index read most):",
+        "",
+        "| `bulk` ready jobs | claims timed | claim p50 | claim p95 | index entries read "
+        "per claim | polls timed | poll p50 | poll p95 | index entries read per poll |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| {size:,} | {len(c.claims):,} | {median(c.claims):.3f} | "
+        f"{percentile(c.claims, 95):.3f} | {reads(c.claim_reads)} | {len(c.polls):,} | "
+        f"{median(c.polls):.3f} | {percentile(c.polls, 95):.3f} | {reads(c.poll_reads)} |"
+        for size, c in results.items()
+    ]
     return Outcome(rows, ["\n".join(lines) + "\n"])

@@ -24,20 +24,32 @@ def required_files() -> set[str]:
     """Paths (inside the wheel) that must be there."""
     source = ROOT / PACKAGE
     required = {f"{PACKAGE}/py.typed", f"{PACKAGE}/sql/queries.sql"}
-    required |= {f"{PACKAGE}/migrations/{path.name}"
-                 for path in (source / "migrations").glob("*.py")}
+    required |= {
+        f"{PACKAGE}/migrations/{path.name}" for path in (source / "migrations").glob("*.py")
+    }
     for folder in ASSET_DIRS:
-        required |= {path.relative_to(ROOT).as_posix()
-                     for path in (source / folder).rglob("*")
-                     if path.is_file() and "__pycache__" not in path.parts}
+        required |= {
+            path.relative_to(ROOT).as_posix()
+            for path in (source / folder).rglob("*")
+            if path.is_file() and "__pycache__" not in path.parts
+        }
     return required
 
 
 def build_wheel(out_dir: Path) -> Path:
     """Build the wheel with pip into out_dir; returns its path."""
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir",
-         str(out_dir), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--quiet",
+            "--wheel-dir",
+            str(out_dir),
+            str(ROOT),
+        ],
         check=True,
     )
     wheels = sorted(out_dir.glob(f"{PACKAGE}-*.whl"))

@@ -26,8 +26,13 @@ DEMO_DATA = Path(tempfile.gettempdir()) / f"django-pgqueue-demo-db-{os.getuid()}
 
 
 def manage(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "manage.py", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def run(*args: str) -> str:
@@ -76,32 +81,43 @@ def main() -> None:
     client = Client()
     started = time.perf_counter()
     for n in range(ORDERS):
-        response = client.post("/orders/", {"email": f"customer{n}@example.com",
-                                            "total_cents": 1000 + n})
+        response = client.post(
+            "/orders/", {"email": f"customer{n}@example.com", "total_cents": 1000 + n}
+        )
         assert response.status_code == 201, response.content
     posted = time.perf_counter() - started
-    print(f"posted {ORDERS} orders through /orders/ in {posted:.2f}s: "
-          f"{Order.objects.count()} orders, {Job.objects.count()} confirmation jobs queued")
+    print(
+        f"posted {ORDERS} orders through /orders/ in {posted:.2f}s: "
+        f"{Order.objects.count()} orders, {Job.objects.count()} confirmation jobs queued"
+    )
     response = client.post("/orders/fail/", {"email": "unlucky@example.com"})
-    print(f"posted an order to /orders/fail/ (HTTP {response.status_code}: "
-          f"{response.json()['error']}): still {Order.objects.count()} orders and "
-          f"{Job.objects.count()} jobs; the rollback took its job with it")
+    print(
+        f"posted an order to /orders/fail/ (HTTP {response.status_code}: "
+        f"{response.json()['error']}): still {Order.objects.count()} orders and "
+        f"{Job.objects.count()} jobs; the rollback took its job with it"
+    )
 
     send_newsletter.enqueue(issue=42)
     charge_card.enqueue(Order.objects.order_by("pk").first().pk)  # type: ignore[union-attr]
     report = options(build_report, max_attempts=3).enqueue(seconds=4.0)
     connections.close_all()
 
-    doomed = manage("runworker", "--queues", "reports", "--lease", "2",
-                    "--worker-id", "doomed-worker")
-    wait_until(lambda: Job.objects.filter(pk=report.id, status="running").exists(), 30,
-               "the doomed worker to start the report")
+    doomed = manage(
+        "runworker", "--queues", "reports", "--lease", "2", "--worker-id", "doomed-worker"
+    )
+    wait_until(
+        lambda: Job.objects.filter(pk=report.id, status="running").exists(),
+        30,
+        "the doomed worker to start the report",
+    )
     time.sleep(1.0)
     doomed.send_signal(signal.SIGKILL)
     doomed.communicate()
-    print("killed worker 'doomed-worker' (SIGKILL) one second into the 4 s report job; "
-          f"job #{report.id} is still {Job.objects.get(pk=report.id).status}, "
-          "its lease runs out in 2 s")
+    print(
+        "killed worker 'doomed-worker' (SIGKILL) one second into the 4 s report job; "
+        f"job #{report.id} is still {Job.objects.get(pk=report.id).status}, "
+        "its lease runs out in 2 s"
+    )
     time.sleep(2.2)
     print(f"manage.py reapjobs: {run('reapjobs').strip()}")
 
@@ -109,8 +125,16 @@ def main() -> None:
     passes = 0
     while Job.objects.queued().exists() and passes < 10:
         passes += 1
-        run("runworker", "--burst", "--lease", "2", "--concurrency", "8",
-            "--worker-id", f"burst-{passes}")
+        run(
+            "runworker",
+            "--burst",
+            "--lease",
+            "2",
+            "--concurrency",
+            "8",
+            "--worker-id",
+            f"burst-{passes}",
+        )
         if Job.objects.queued().exists():
             time.sleep(0.5)  # the retries wait for their backoff
     elapsed = time.perf_counter() - started
@@ -134,20 +158,30 @@ def report_results(job_model: type, elapsed: float, passes: int) -> None:
     confirmations = jobs.filter(task__endswith=".send_confirmation")
     span = confirmations.aggregate(start=Min("attempted_at"), end=Max("done_at"))
     seconds = (span["end"] - span["start"]).total_seconds()
-    print(f"throughput: {confirmations.count()} confirmation jobs done in {seconds:.2f}s "
-          f"({confirmations.count() / seconds:,.0f} jobs/s, one worker, concurrency 8)")
+    print(
+        f"throughput: {confirmations.count()} confirmation jobs done in {seconds:.2f}s "
+        f"({confirmations.count() / seconds:,.0f} jobs/s, one worker, concurrency 8)"
+    )
     for dead in jobs.filter(status="dead"):
-        print(f"dead job #{dead.id} ({dead.task.rsplit('.', 1)[-1]}) after {dead.attempts} "
-              f"attempts: {dead.last_error}")
+        print(
+            f"dead job #{dead.id} ({dead.task.rsplit('.', 1)[-1]}) after {dead.attempts} "
+            f"attempts: {dead.last_error}"
+        )
     report = jobs.get(task__endswith=".build_report")
-    print(f"report job #{report.id}: {report.status} on attempt {report.attempts}, "
-          f"workers {report.worker_ids}; the first run died with its worker, the reaper "
-          "returned it, and heartbeats kept its 2 s lease alive for the 4 s run")
+    print(
+        f"report job #{report.id}: {report.status} on attempt {report.attempts}, "
+        f"workers {report.worker_ids}; the first run died with its worker, the reaper "
+        "returned it, and heartbeats kept its 2 s lease alive for the 4 s run"
+    )
     print()
-    print("See it in the admin: run `make admin`, open http://127.0.0.1:8000/admin/ and log "
-          "in as admin / admin (local use only).")
-    print("Jobs -> filter Status: Dead -> select the charge_card job -> action "
-          "'Retry selected jobs' re-queues it.")
+    print(
+        "See it in the admin: run `make admin`, open http://127.0.0.1:8000/admin/ and log "
+        "in as admin / admin (local use only)."
+    )
+    print(
+        "Jobs -> filter Status: Dead -> select the charge_card job -> action "
+        "'Retry selected jobs' re-queues it."
+    )
 
 
 if __name__ == "__main__":

@@ -86,9 +86,15 @@ class EmbeddedPostgres:
     that is not initialised yet (a standby copied from a primary shares the primary's).
     """
 
-    def __init__(self, data_dir: Path | None = None, *, port: int | None = None,
-                 durable: bool = False, settings: Mapping[str, str] | None = None,
-                 password: str | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path | None = None,
+        *,
+        port: int | None = None,
+        durable: bool = False,
+        settings: Mapping[str, str] | None = None,
+        password: str | None = None,
+    ) -> None:
         self.home = install_dir()
         self.temporary = data_dir is None
         self.port = port or _free_port()
@@ -101,9 +107,12 @@ class EmbeddedPostgres:
             self._make_private_dir()
         try:  # armed before anything else can be left behind
             self._watchdog: subprocess.Popen[bytes] | None = pg_watchdog.spawn(
-                pg_ctl=self.home / "bin" / "pg_ctl", data_dir=self.data_dir,
-                remove=self.private_dir if self.temporary else None, user=_server_ids(),
-                env=_server_env())
+                pg_ctl=self.home / "bin" / "pg_ctl",
+                data_dir=self.data_dir,
+                remove=self.private_dir if self.temporary else None,
+                user=_server_ids(),
+                env=_server_env(),
+            )
         except ChildProcessError as exc:
             raise EmbeddedPostgresError(str(exc)) from None
         self._secure_private_dir()
@@ -127,7 +136,11 @@ class EmbeddedPostgres:
         kwargs = {"user": ids[0], "group": ids[1], "extra_groups": []} if ids else {}
         result = subprocess.run(  # type: ignore[call-overload]
             [str(self.home / "bin" / tool), *args],
-            capture_output=True, text=True, env=_server_env(), cwd="/", **kwargs,
+            capture_output=True,
+            text=True,
+            env=_server_env(),
+            cwd="/",
+            **kwargs,
         )
         if check and result.returncode != 0:
             detail = (result.stderr or result.stdout).strip().splitlines()
@@ -139,9 +152,19 @@ class EmbeddedPostgres:
     def initdb(self) -> None:
         if (self.data_dir / "PG_VERSION").exists():
             return
-        self.run("initdb", "-D", str(self.data_dir), "-U", "postgres",
-                 "--auth=scram-sha-256", f"--pwfile={self._password_file}", "-E", "UTF8",
-                 "--no-instructions", *([] if self.durable else ["--no-sync"]))
+        self.run(
+            "initdb",
+            "-D",
+            str(self.data_dir),
+            "-U",
+            "postgres",
+            "--auth=scram-sha-256",
+            f"--pwfile={self._password_file}",
+            "-E",
+            "UTF8",
+            "--no-instructions",
+            *([] if self.durable else ["--no-sync"]),
+        )
 
     def start(self) -> None:
         self.initdb()
@@ -156,12 +179,21 @@ class EmbeddedPostgres:
             # Test data is thrown away: skip the disk flushes that dominate commit time.
             options |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
         options |= self.settings
-        result = self.run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file),
-                          "-w", "-t", "60", "-o",
-                          # pg_ctl hands these to a shell: quoted, a value may hold spaces.
-                          " ".join(f"-c {shlex.quote(f'{name}={value}')}"
-                                   for name, value in options.items()),
-                          "start", check=False)
+        result = self.run(
+            "pg_ctl",
+            "-D",
+            str(self.data_dir),
+            "-l",
+            str(self.log_file),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            # pg_ctl hands these to a shell: quoted, a value may hold spaces.
+            " ".join(f"-c {shlex.quote(f'{name}={value}')}" for name, value in options.items()),
+            "start",
+            check=False,
+        )
         if result.returncode != 0:
             raise EmbeddedPostgresError(f"PostgreSQL did not start: {self._last_log_line()}")
 
@@ -193,8 +225,12 @@ class EmbeddedPostgres:
         self.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self.destroy()
 
     @property
@@ -209,12 +245,17 @@ class EmbeddedPostgres:
         info = folder.lstat()
         ids = _server_ids()
         owners = {os.geteuid(), *([ids[0]] if ids else [])}
-        if not folder.is_dir() or folder.is_symlink() or info.st_uid not in owners or (
-                info.st_mode & 0o077):
+        if (
+            not folder.is_dir()
+            or folder.is_symlink()
+            or info.st_uid not in owners
+            or (info.st_mode & 0o077)
+        ):
             raise EmbeddedPostgresError(
                 f"refusing {folder} for the server's socket and password: it must be a "
                 f"folder of ours with mode 700 (owner uid {info.st_uid}, mode "
-                f"{info.st_mode & 0o7777:o}); remove it")
+                f"{info.st_mode & 0o7777:o}); remove it"
+            )
 
     def _secure_private_dir(self) -> None:
         folder = self.private_dir
@@ -235,7 +276,8 @@ class EmbeddedPostgres:
         if (self.data_dir / "PG_VERSION").exists() and given is None:
             raise EmbeddedPostgresError(
                 f"{self.data_dir} has no password file (initialised by an older version, "
-                f"without one?): remove {self.private_dir}")
+                f"without one?): remove {self.private_dir}"
+            )
         password = given or secrets.token_urlsafe(24)
         fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:

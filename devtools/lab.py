@@ -19,8 +19,14 @@ from devtools.demo import DEMO_DATA
 from devtools.embedded_pg import ensure_database_url
 
 
-def drain(worker: str, *, lease: float = 5.0, batch: int = 1, idle_exit: bool = True,
-          on_claim: Callable[[int], None] | None = None) -> int:
+def drain(
+    worker: str,
+    *,
+    lease: float = 5.0,
+    batch: int = 1,
+    idle_exit: bool = True,
+    on_claim: Callable[[int], None] | None = None,
+) -> int:
     """Claim, run and record jobs until none is queued or running; returns how many ran."""
     from django_pgqueue.models import Job
     from django_pgqueue.records import Success
@@ -50,8 +56,9 @@ def drain(worker: str, *, lease: float = 5.0, batch: int = 1, idle_exit: bool = 
 
 def run_claimers(count: int, **options: object) -> float:
     """Run ``count`` claimer threads to completion; returns the elapsed seconds."""
-    threads = [threading.Thread(target=drain, args=(f"lab-{i}",), kwargs=options)
-               for i in range(count)]
+    threads = [
+        threading.Thread(target=drain, args=(f"lab-{i}",), kwargs=options) for i in range(count)
+    ]
     start = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -84,18 +91,24 @@ def main() -> None:
     counts = Counter(Job.objects.values_list("status", flat=True))
     attempts = Counter(Job.objects.values_list("attempts", flat=True))
     dead = Job.objects.get(task=poison.path)
-    print(f"lab: 8 claimers drained {len(specs)} jobs in {elapsed:.2f}s "
-          f"({len(specs) / elapsed:,.0f} jobs/s)")
+    print(
+        f"lab: 8 claimers drained {len(specs)} jobs in {elapsed:.2f}s "
+        f"({len(specs) / elapsed:,.0f} jobs/s)"
+    )
     print(f"  counts by status: {dict(sorted(counts.items()))}")
-    print(f"  runs per job: {dict(sorted(attempts.items()))} "
-          f"(job 7 ran {Job.objects.get(task=flaky.path).attempts} times, as designed)")
+    print(
+        f"  runs per job: {dict(sorted(attempts.items()))} "
+        f"(job 7 ran {Job.objects.get(task=flaky.path).attempts} times, as designed)"
+    )
     print(f"  dead job #{dead.id} after {dead.attempts} attempts: {dead.last_error}")
 
     Job.objects.all().delete()
     Job.objects.enqueue_many(JobSpec.build(work, [n]) for n in range(3))
     (held,) = Job.objects.claim("doomed-worker", lease=0.1)
-    print(f"crash: worker claimed job #{held.id} and died; counts "
-          f"{dict(sorted(Counter(Job.objects.values_list('status', flat=True)).items()))}")
+    print(
+        f"crash: worker claimed job #{held.id} and died; counts "
+        f"{dict(sorted(Counter(Job.objects.values_list('status', flat=True)).items()))}"
+    )
     print(f"  reap right away returned {Job.objects.reap().returned} jobs")
     time.sleep(0.15)
     print(f"  reap after the lease ran out returned {Job.objects.reap().returned} job")

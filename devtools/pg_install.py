@@ -60,17 +60,22 @@ def _check(top: Path, path: Path, sticky_ok: bool = False) -> None:
     except OSError as exc:
         raise EmbeddedPostgresError(f"refusing the PostgreSQL binaries in {top}: {exc}") from None
     if info.st_uid != 0:
-        raise EmbeddedPostgresError(f"refusing the PostgreSQL binaries in {top}: {path} is owned "
-                                    f"by uid {info.st_uid}, not root; remove it")
+        raise EmbeddedPostgresError(
+            f"refusing the PostgreSQL binaries in {top}: {path} is owned "
+            f"by uid {info.st_uid}, not root; remove it"
+        )
     if stat.S_ISLNK(info.st_mode):
         if not Path(os.path.realpath(path)).is_relative_to(top):
-            raise EmbeddedPostgresError(f"refusing the PostgreSQL binaries in {top}: {path} "
-                                        "points outside it; remove it")
+            raise EmbeddedPostgresError(
+                f"refusing the PostgreSQL binaries in {top}: {path} points outside it; remove it"
+            )
         return
     if info.st_mode & 0o022 and not (sticky_ok and info.st_mode & stat.S_ISVTX):
-        raise EmbeddedPostgresError(f"refusing the PostgreSQL binaries in {top}: {path} is "
-                                    f"writable by others (mode {info.st_mode & 0o7777:o}); "
-                                    "remove it or chmod go-w")
+        raise EmbeddedPostgresError(
+            f"refusing the PostgreSQL binaries in {top}: {path} is "
+            f"writable by others (mode {info.st_mode & 0o7777:o}); "
+            "remove it or chmod go-w"
+        )
 
 
 def _unpacked() -> Path:

@@ -25,20 +25,41 @@ from pathlib import Path
 READY = b"watching\n"
 
 
-def spawn(*, pg_ctl: Path, data_dir: Path, remove: Path | None, user: tuple[int, int] | None,
-          env: dict[str, str]) -> subprocess.Popen[bytes]:
+def spawn(
+    *,
+    pg_ctl: Path,
+    data_dir: Path,
+    remove: Path | None,
+    user: tuple[int, int] | None,
+    env: dict[str, str],
+) -> subprocess.Popen[bytes]:
     """Start a watchdog of this process for the server in ``data_dir``; return once it
     watches. ``remove`` is the folder to delete after the stop, ``user`` the (uid, gid)
     to run ``pg_ctl`` as."""
-    args = [sys.executable, "-I", __file__, "--owner", str(os.getpid()), "--pg-ctl",
-            str(pg_ctl), "--data-dir", str(data_dir)]
+    args = [
+        sys.executable,
+        "-I",
+        __file__,
+        "--owner",
+        str(os.getpid()),
+        "--pg-ctl",
+        str(pg_ctl),
+        "--data-dir",
+        str(data_dir),
+    ]
     if remove is not None:
         args += ["--remove", str(remove)]
     if user is not None:
         args += ["--user", f"{user[0]}:{user[1]}"]
-    watchdog = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, cwd="/", env=env,
-                                start_new_session=True)
+    watchdog = subprocess.Popen(
+        args,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd="/",
+        env=env,
+        start_new_session=True,
+    )
     assert watchdog.stdout is not None
     if watchdog.stdout.readline() != READY:
         release(watchdog)
@@ -102,10 +123,25 @@ def clean_up(args: argparse.Namespace) -> None:
         as_user = {"user": uid, "group": gid, "extra_groups": []}
     if (args.data_dir / "postmaster.pid").exists():
         subprocess.run(  # type: ignore[call-overload]
-            [str(args.pg_ctl), "stop", "-D", str(args.data_dir), "-m", "immediate", "-w",
-             "-t", "30"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            cwd="/", env={**os.environ, "LC_ALL": "C", "LANG": "C"}, check=False, **as_user)
+            [
+                str(args.pg_ctl),
+                "stop",
+                "-D",
+                str(args.data_dir),
+                "-m",
+                "immediate",
+                "-w",
+                "-t",
+                "30",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            env={**os.environ, "LC_ALL": "C", "LANG": "C"},
+            check=False,
+            **as_user,
+        )
     if args.remove:
         shutil.rmtree(args.remove, ignore_errors=True)
 

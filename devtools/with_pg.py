@@ -30,8 +30,9 @@ def main(argv: list[str]) -> None:
         module, script, args = None, argv[0], argv[1:]
     else:
         sys.exit(USAGE)
-    embedded_pg.ensure_database_url(data_dir=DEMO_DATA if flags["--demo-data"] else None,
-                                    durable=flags["--durable"])
+    embedded_pg.ensure_database_url(
+        data_dir=DEMO_DATA if flags["--demo-data"] else None, durable=flags["--durable"]
+    )
     # SIGTERM as an exit, so the server gets a clean stop (SIGKILL leaves it to the watchdog).
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if module is not None:

@@ -35,8 +35,7 @@ __all__ = [
 ]
 
 
-def enqueue(task: Any, args: Any = (), kwargs: dict[str, Any] | None = None,
-            **options: Any) -> Job:
+def enqueue(task: Any, args: Any = (), kwargs: dict[str, Any] | None = None, **options: Any) -> Job:
     """Enqueue a job in the current transaction; see ``Job.objects.enqueue``."""
     from django_pgqueue.models import Job  # the package is imported before the app registry
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 
 
-def retry_delay(attempt: int, base: float, cap: float, jitter: float,
-                rand: random.Random | None = None) -> float:
+def retry_delay(
+    attempt: int, base: float, cap: float, jitter: float, rand: random.Random | None = None
+) -> float:
     """Seconds to wait before the run after ``attempt`` (1 for the first failure).
 
     ``base * 2 ** (attempt - 1)``, capped at ``cap``, then moved by up to

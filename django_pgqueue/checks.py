@@ -19,12 +19,19 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     except ImproperlyConfigured as exc:
         return [checks.Error(str(exc), id="django_pgqueue.E001")]
     if settings.DATABASE not in connections:
-        return [checks.Error(f"PGQUEUE['DATABASE'] = {settings.DATABASE!r} is not in DATABASES",
-                             id="django_pgqueue.E002")]
+        return [
+            checks.Error(
+                f"PGQUEUE['DATABASE'] = {settings.DATABASE!r} is not in DATABASES",
+                id="django_pgqueue.E002",
+            )
+        ]
     vendor = connections[settings.DATABASE].vendor
     if vendor != "postgresql":
-        return [checks.Error(
-            f"django-pgqueue needs PostgreSQL, but database {settings.DATABASE!r} is {vendor}",
-            hint="Point PGQUEUE['DATABASE'] at a PostgreSQL database.",
-            id="django_pgqueue.E002")]
+        return [
+            checks.Error(
+                f"django-pgqueue needs PostgreSQL, but database {settings.DATABASE!r} is {vendor}",
+                hint="Point PGQUEUE['DATABASE'] at a PostgreSQL database.",
+                id="django_pgqueue.E002",
+            )
+        ]
     return []

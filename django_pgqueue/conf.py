@@ -75,9 +75,11 @@ class Settings:
         for field in dataclasses.fields(self):
             _check(field.name, getattr(self, field.name))
         if self.HEARTBEAT_INTERVAL is not None and self.HEARTBEAT_INTERVAL >= self.LEASE:
-            raise _fail("HEARTBEAT_INTERVAL", self.HEARTBEAT_INTERVAL,
-                        f"fewer seconds than LEASE ({self.LEASE:g}), or leases lapse between "
-                        "renewals")
+            raise _fail(
+                "HEARTBEAT_INTERVAL",
+                self.HEARTBEAT_INTERVAL,
+                f"fewer seconds than LEASE ({self.LEASE:g}), or leases lapse between renewals",
+            )
 
     @property
     def heartbeat_interval(self) -> float:
@@ -90,8 +92,12 @@ def _fail(key: str, value: Any, expected: str) -> ImproperlyConfigured:
 
 def _seconds(value: Any, *, zero: bool) -> bool:
     # Bounded above too: PostgreSQL's interval arithmetic overflows on absurd values.
-    return (not isinstance(value, bool) and isinstance(value, int | float)
-            and (value >= 0 if zero else value > 0) and value <= validation.MAX_DELAY)
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and (value >= 0 if zero else value > 0)
+        and value <= validation.MAX_DELAY
+    )
 
 
 #: Keys whose values are job options: checked by the job option's own rule.
@@ -134,16 +140,22 @@ def _check(key: str, value: Any) -> None:
         if not isinstance(value, bool):
             raise _fail(key, value, "True or False")
     elif key == "QUEUES":
-        if value is not None and (not isinstance(value, tuple) or not value
-                                  or not all(validation.QUEUE.is_valid(q) for q in value)):
-            raise _fail(key, value, "None or a non-empty list of queue names "
-                        f"({validation.QUEUE.expected})")
+        if value is not None and (
+            not isinstance(value, tuple)
+            or not value
+            or not all(validation.QUEUE.is_valid(q) for q in value)
+        ):
+            raise _fail(
+                key, value, f"None or a non-empty list of queue names ({validation.QUEUE.expected})"
+            )
     elif key == "DATABASE" and (not isinstance(value, str) or not value):
         raise _fail(key, value, "a non-empty string")
     elif key == "TASK_MODULES" and (
-            not isinstance(value, tuple)
-            or not all(isinstance(m, str) and m and all(p.isidentifier() for p in m.split("."))
-                       for m in value)):
+        not isinstance(value, tuple)
+        or not all(
+            isinstance(m, str) and m and all(p.isidentifier() for p in m.split(".")) for m in value
+        )
+    ):
         raise _fail(key, value, "a list of dotted module names")
 
 

@@ -14,8 +14,8 @@ from django.db import InterfaceError, OperationalError, ProgrammingError
 
 #: SQLSTATEs of a schema that is missing or older than the code.
 _SCHEMA_STATES = {
-    "42P01": "table",     # undefined_table
-    "42703": "column",    # undefined_column
+    "42P01": "table",  # undefined_table
+    "42703": "column",  # undefined_column
     "42883": "function",  # undefined_function
 }
 
@@ -29,8 +29,9 @@ def is_transient(exc: BaseException) -> bool:
     """True when waiting and retrying can cure ``exc``: the connection, not the statement."""
     if isinstance(exc, ProgrammingError) or schema_problem(exc):
         return False
-    return isinstance(exc, OperationalError | InterfaceError | psycopg.OperationalError
-                      | psycopg.InterfaceError)
+    return isinstance(
+        exc, OperationalError | InterfaceError | psycopg.OperationalError | psycopg.InterfaceError
+    )
 
 
 def schema_problem(exc: BaseException) -> str | None:
@@ -40,8 +41,10 @@ def schema_problem(exc: BaseException) -> str | None:
     if what is None:
         return None
     detail = str(cause).strip().splitlines()[0] if str(cause).strip() else what
-    return (f"the job table is missing or older than this version of django-pgqueue "
-            f"({detail}): run `manage.py migrate`")
+    return (
+        f"the job table is missing or older than this version of django-pgqueue "
+        f"({detail}): run `manage.py migrate`"
+    )
 
 
 def first_line(exc: BaseException) -> str:

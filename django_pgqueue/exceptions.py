@@ -19,6 +19,5 @@ class UnknownTask(PgQueueError, LookupError):
     """A job names a task path that is not a registered task."""
 
 
-
 class JobTimeout(PgQueueError):
     """A job ran past the worker's job timeout (``--job-timeout``); it is recorded as failed."""

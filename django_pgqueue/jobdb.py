@@ -46,8 +46,11 @@ def _discard(alias: str) -> None:
 def raise_if_transaction_left_open() -> None:
     """Call right after a task returns: discard any transaction it left open, and
     raise :class:`TransactionLeftOpen` if there was one."""
-    left = [conn.alias for conn in connections.all(initialized_only=True)
-            if conn.in_atomic_block or (conn.connection is not None and not conn.autocommit)]
+    left = [
+        conn.alias
+        for conn in connections.all(initialized_only=True)
+        if conn.in_atomic_block or (conn.connection is not None and not conn.autocommit)
+    ]
     if not left:
         return
     for alias in left:
@@ -55,7 +58,8 @@ def raise_if_transaction_left_open() -> None:
     raise TransactionLeftOpen(
         f"the task returned inside a transaction on {', '.join(map(repr, left))} (a "
         "transaction.atomic() block it did not leave, or autocommit turned off): its writes "
-        "were rolled back, so the run cannot count as a success")
+        "were rolled back, so the run cannot count as a success"
+    )
 
 
 def tidy() -> None:

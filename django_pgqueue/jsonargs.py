@@ -29,8 +29,9 @@ def _find_bad(value: Any, path: str, depth: int = 0) -> tuple[str, Any] | None:
             return path, _TooLong()
         return None
     if isinstance(value, float):
-        return None if value == value and value not in (float("inf"), float("-inf")) else (
-            path, value)
+        return (
+            None if value == value and value not in (float("inf"), float("-inf")) else (path, value)
+        )
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):
             found = _find_bad(item, f"{path}[{index}]", depth + 1)
@@ -90,17 +91,20 @@ def dumps(value: Any, what: str) -> str:
     if isinstance(bad, _TooDeep):
         raise InvalidJobArguments(
             f"{what} is nested more than {MAX_DEPTH} levels deep (at {path[:80]}...), which "
-            "the worker could not decode; pass a flatter value")
+            "the worker could not decode; pass a flatter value"
+        )
     if isinstance(bad, _TooLong):
-        raise InvalidJobArguments(f"{path} is {bad!r}, which JSON cannot carry; pass it as a "
-                                  "string")
+        raise InvalidJobArguments(
+            f"{path} is {bad!r}, which JSON cannot carry; pass it as a string"
+        )
     shown = repr(bad)
     if len(shown) > 80:
         shown = shown[:77] + "..."
     if isinstance(bad, str):
         raise InvalidJobArguments(
             f"{path} is the string {shown}, which PostgreSQL cannot store: it holds a NUL "
-            "character or a lone surrogate")
+            "character or a lone surrogate"
+        )
     raise InvalidJobArguments(
         f"{path} is {type(bad).__module__}.{type(bad).__qualname__} {shown}, which is not JSON; "
         "pass only str, int, float, bool, None, lists and dicts with string keys "

@@ -78,8 +78,15 @@ class JobManager(_JobManagerBase["Job"]):
 
     # -- enqueue -------------------------------------------------------------------
 
-    def enqueue(self, task: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
-                *, using: str | None = None, **options: Any) -> Job:
+    def enqueue(
+        self,
+        task: Any,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        using: str | None = None,
+        **options: Any,
+    ) -> Job:
         """Insert one job in the caller's transaction and return it.
 
         Options: ``queue``, ``priority`` (-100..100, higher first), ``run_at`` or
@@ -97,10 +104,19 @@ class JobManager(_JobManagerBase["Job"]):
         row = enqueue.insert(spec, self._alias(using))
         # The caller's own (already validated) arguments: no need to decode the JSON.
         job = self.model(
-            id=row.id, task=spec.task, args=list(args), kwargs=kwargs or {}, queue=spec.queue,
-            priority=spec.priority, max_attempts=spec.max_attempts, run_at=row.run_at,
-            created_at=row.created_at, unique_key=spec.unique_key,
-            concurrency_key=spec.concurrency_key, backoff=spec.backoff, status=row.status,
+            id=row.id,
+            task=spec.task,
+            args=list(args),
+            kwargs=kwargs or {},
+            queue=spec.queue,
+            priority=spec.priority,
+            max_attempts=spec.max_attempts,
+            run_at=row.run_at,
+            created_at=row.created_at,
+            unique_key=spec.unique_key,
+            concurrency_key=spec.concurrency_key,
+            backoff=spec.backoff,
+            status=row.status,
             attempts=0,
         )
         job._state.adding = False
@@ -120,35 +136,57 @@ class JobManager(_JobManagerBase["Job"]):
 
     # -- the worker's operations --------------------------------------------------------
 
-    def claim(self, worker: str, *, limit: int = 1, queues: Sequence[str] | None = None,
-              lease: float | None = None, using: str | None = None) -> list[ClaimedJob]:
+    def claim(
+        self,
+        worker: str,
+        *,
+        limit: int = 1,
+        queues: Sequence[str] | None = None,
+        lease: float | None = None,
+        using: str | None = None,
+    ) -> list[ClaimedJob]:
         """Lease up to ``limit`` ready jobs to ``worker`` in one statement, committed at once.
 
         Jobs come highest priority first, then by run_at and id. Jobs sharing a
         concurrency_key never run at the same time.
         """
-        return claims.claim(worker, limit, queues, conf.get().LEASE if lease is None else lease,
-                            self._alias(using))
+        return claims.claim(
+            worker, limit, queues, conf.get().LEASE if lease is None else lease, self._alias(using)
+        )
 
-    def complete(self, worker: str, successes: Sequence[Success], *,
-                 using: str | None = None) -> set[int]:
+    def complete(
+        self, worker: str, successes: Sequence[Success], *, using: str | None = None
+    ) -> set[int]:
         """Mark runs done with their results; returns the ids recorded (fenced)."""
         return claims.complete(worker, successes, self._alias(using))
 
-    def fail(self, worker: str, failures: Sequence[Failure], *,
-             using: str | None = None) -> dict[int, str]:
+    def fail(
+        self, worker: str, failures: Sequence[Failure], *, using: str | None = None
+    ) -> dict[int, str]:
         """Record failed runs (retry later, or dead); returns {id: new status} (fenced)."""
         return claims.fail(worker, failures, self._alias(using))
 
-    def heartbeat(self, worker: str, runs: Sequence[tuple[int, int]], *,
-                  lease: float | None = None, using: str | None = None) -> set[tuple[int, int]]:
+    def heartbeat(
+        self,
+        worker: str,
+        runs: Sequence[tuple[int, int]],
+        *,
+        lease: float | None = None,
+        using: str | None = None,
+    ) -> set[tuple[int, int]]:
         """Extend the leases ``worker`` holds on these (id, run) pairs; returns those held."""
-        return claims.heartbeat(worker, runs, conf.get().LEASE if lease is None else lease,
-                                self._alias(using))
+        return claims.heartbeat(
+            worker, runs, conf.get().LEASE if lease is None else lease, self._alias(using)
+        )
 
-    def release(self, worker: str, runs: Sequence[tuple[int, int]], *,
-                reason: str = "worker shut down before the job finished",
-                using: str | None = None) -> set[int]:
+    def release(
+        self,
+        worker: str,
+        runs: Sequence[tuple[int, int]],
+        *,
+        reason: str = "worker shut down before the job finished",
+        using: str | None = None,
+    ) -> set[int]:
         """Put running jobs (id, run) back to queued without spending the attempt."""
         return claims.release(worker, runs, reason, self._alias(using))
 
@@ -166,20 +204,29 @@ class JobManager(_JobManagerBase["Job"]):
         """
         return maintenance.retry(_ids(jobs), self._alias(using))
 
-    def cancel(self, jobs: Jobs, *, reason: str = "no reason given",
-               using: str | None = None) -> list[int]:
+    def cancel(
+        self, jobs: Jobs, *, reason: str = "no reason given", using: str | None = None
+    ) -> list[int]:
         """Take queued jobs (ids, Job instances or a queryset) out of the queue: they
         become dead with the reason. Returns the ids cancelled."""
         return maintenance.cancel(_ids(jobs), reason, self._alias(using))
 
-    def prune(self, older_than: dt.timedelta | float, *, statuses: Sequence[str] = FINISHED,
-              batch_size: int = 5000, dry_run: bool = False, using: str | None = None) -> int:
+    def prune(
+        self,
+        older_than: dt.timedelta | float,
+        *,
+        statuses: Sequence[str] = FINISHED,
+        batch_size: int = 5000,
+        dry_run: bool = False,
+        using: str | None = None,
+    ) -> int:
         """Delete finished jobs whose done_at is older than ``older_than``, in batches."""
         bad = set(statuses) - set(FINISHED)
         if bad or not statuses:
             raise InvalidJob(f"prune only deletes {' and '.join(FINISHED)} jobs, not {sorted(bad)}")
-        return maintenance.prune(maintenance.prune_bound(older_than), statuses, batch_size,
-                                 dry_run, self._alias(using))
+        return maintenance.prune(
+            maintenance.prune_bound(older_than), statuses, batch_size, dry_run, self._alias(using)
+        )
 
     def relax_commit(self, relaxed: bool = True, *, using: str | None = None) -> None:
         """Let this connection's commits skip the WAL flush (worker bookkeeping
@@ -203,39 +250,58 @@ class Job(models.Model):
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
     queue = models.CharField(max_length=64, default="default", db_default="default")
-    priority = models.SmallIntegerField(default=0, db_default=0,
-                                        help_text="-100 to 100; higher runs first.")
-    status = models.CharField(max_length=16, choices=JobStatus.choices,
-                              default=JobStatus.QUEUED, db_default=JobStatus.QUEUED)
-    attempts = models.IntegerField(default=0, db_default=0,
-                                   help_text="Runs started so far, including the current one.")
+    priority = models.SmallIntegerField(
+        default=0, db_default=0, help_text="-100 to 100; higher runs first."
+    )
+    status = models.CharField(
+        max_length=16,
+        choices=JobStatus.choices,
+        default=JobStatus.QUEUED,
+        db_default=JobStatus.QUEUED,
+    )
+    attempts = models.IntegerField(
+        default=0, db_default=0, help_text="Runs started so far, including the current one."
+    )
     max_attempts = models.IntegerField(default=3, db_default=3)
     lease_token = models.BigIntegerField(
-        default=0, db_default=0,
+        default=0,
+        db_default=0,
         help_text="The token of the latest claim, chosen by the claiming worker and never "
-                  "used by it before; the run's outcome and renewals are fenced on it.")
-    backoff = models.FloatField(null=True, blank=True,
-                                help_text="Seconds before this job's first retry, doubling "
-                                          "after each; empty: PGQUEUE['BACKOFF_BASE'].")
+        "used by it before; the run's outcome and renewals are fenced on it.",
+    )
+    backoff = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Seconds before this job's first retry, doubling "
+        "after each; empty: PGQUEUE['BACKOFF_BASE'].",
+    )
     run_at = models.DateTimeField(db_default=Now(), help_text="Not claimed before this time.")
-    locked_until = models.DateTimeField(null=True, blank=True,
-                                        help_text="Lease: the claim holds until this time.")
-    locked_by = models.CharField(max_length=255, null=True, blank=True,
-                                 help_text="Worker holding the lease.")
+    locked_until = models.DateTimeField(
+        null=True, blank=True, help_text="Lease: the claim holds until this time."
+    )
+    locked_by = models.CharField(
+        max_length=255, null=True, blank=True, help_text="Worker holding the lease."
+    )
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True, help_text="First attempt's start.")
     attempted_at = models.DateTimeField(null=True, blank=True, help_text="Last attempt's start.")
     done_at = models.DateTimeField(null=True, blank=True, help_text="When it became done or dead.")
     last_error = models.TextField(blank=True, default="", db_default="")
-    errors = models.JSONField(default=list, blank=True,
-                              help_text="The newest entries of the error history: attempt, "
-                                        "at, exception, message, traceback.")
+    errors = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The newest entries of the error history: attempt, "
+        "at, exception, message, traceback.",
+    )
     error_count = models.IntegerField(
-        default=0, db_default=0,
+        default=0,
+        db_default=0,
         help_text="Entries ever added to the error history; the oldest are dropped "
-                  "once there are more than the history keeps.")
-    worker_ids = models.JSONField(default=list, blank=True,
-                                  help_text="Workers that claimed it, in order (the newest 100).")
+        "once there are more than the history keeps.",
+    )
+    worker_ids = models.JSONField(
+        default=list, blank=True, help_text="Workers that claimed it, in order (the newest 100)."
+    )
     unique_key = models.CharField(max_length=MAX_KEY, null=True, blank=True)
     concurrency_key = models.CharField(max_length=MAX_KEY, null=True, blank=True)
     result = models.JSONField(null=True, blank=True)

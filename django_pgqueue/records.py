@@ -52,30 +52,47 @@ class JobSpec:
     backoff: float | None
 
     @classmethod
-    def build(cls, task: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
-              **options: Any) -> JobSpec:
+    def build(
+        cls,
+        task: Any,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> JobSpec:
         """Validate one job. ``task`` is a dotted path or a registered task, whose own
         options (``@task(queue=..., max_attempts=...)``) are the defaults."""
         defaults = getattr(task, "options", None)
         return cls._build(task, args, kwargs, **({**defaults, **options} if defaults else options))
 
     @classmethod
-    def _build(cls, task: Any, args: Sequence[Any], kwargs: dict[str, Any] | None, *,
-               queue: str | None = None, priority: int = 0, run_at: dt.datetime | None = None,
-               delay: float | dt.timedelta | None = None, max_attempts: int | None = None,
-               unique_key: str | None = None, concurrency_key: str | None = None,
-               backoff: float | dt.timedelta | None = None) -> JobSpec:
+    def _build(
+        cls,
+        task: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any] | None,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        run_at: dt.datetime | None = None,
+        delay: float | dt.timedelta | None = None,
+        max_attempts: int | None = None,
+        unique_key: str | None = None,
+        concurrency_key: str | None = None,
+        backoff: float | dt.timedelta | None = None,
+    ) -> JobSpec:
         settings = conf.get()
         path = validation.TASK_PATH(task if isinstance(task, str) else getattr(task, "path", task))
         try:
-            registry.check_importable(path, getattr(getattr(task, "func", None), "__module__",
-                                                    None))
+            registry.check_importable(
+                path, getattr(getattr(task, "func", None), "__module__", None)
+            )
         except UnknownTask as exc:
             raise InvalidJob(str(exc)) from None
         queue = settings.DEFAULT_QUEUE if queue is None else validation.QUEUE(queue)
         priority = validation.PRIORITY(priority)
-        max_attempts = (settings.MAX_ATTEMPTS if max_attempts is None
-                        else validation.ATTEMPTS(max_attempts))
+        max_attempts = (
+            settings.MAX_ATTEMPTS if max_attempts is None else validation.ATTEMPTS(max_attempts)
+        )
         if run_at is not None and delay is not None:
             raise InvalidJob("give run_at or delay, not both")
         if delay is not None:
@@ -91,8 +108,18 @@ class JobSpec:
             raise InvalidJob(f"args must be a list or tuple, not {type(args).__name__}")
         if kwargs is not None and not isinstance(kwargs, dict):
             raise InvalidJob(f"kwargs must be a dict, not {type(kwargs).__name__}")
-        return cls(path, dumps(list(args), "args"), dumps(kwargs or {}, "kwargs"), queue,
-                   priority, max_attempts, run_at, unique_key, concurrency_key, seconds)
+        return cls(
+            path,
+            dumps(list(args), "args"),
+            dumps(kwargs or {}, "kwargs"),
+            queue,
+            priority,
+            max_attempts,
+            run_at,
+            unique_key,
+            concurrency_key,
+            seconds,
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

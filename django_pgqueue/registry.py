@@ -88,8 +88,9 @@ def _within(module: str, package: str) -> bool:
 def importable(module: str) -> bool:
     """Whether a worker imports ``module`` to find a task: inside an installed app, or
     named by ``PGQUEUE["TASK_MODULES"]``."""
-    return (any(_within(module, app.name) for app in apps.get_app_configs())
-            or any(_within(module, allowed) for allowed in conf.get().TASK_MODULES))
+    return any(_within(module, app.name) for app in apps.get_app_configs()) or any(
+        _within(module, allowed) for allowed in conf.get().TASK_MODULES
+    )
 
 
 def _forget_importable(*, setting: str, **kwargs: Any) -> None:
@@ -111,7 +112,8 @@ def check_importable(path: str, module: str | None = None) -> None:
         raise UnknownTask(
             f"task {path!r} is defined in {module!r}, which is not in an installed app, so "
             f"workers would not import it and would refuse the job: move it into an installed "
-            f"app (its tasks.py, say), or add {module!r} to PGQUEUE['TASK_MODULES']")
+            f"app (its tasks.py, say), or add {module!r} to PGQUEUE['TASK_MODULES']"
+        )
 
 
 def discover() -> None:
@@ -140,8 +142,9 @@ def resolve(path: str) -> Runnable:
     except ImportError as exc:
         raise UnknownTask(f"{path!r}: module {module_name!r} cannot be imported ({exc})") from None
     except Exception as exc:  # the module's own code failed while importing
-        raise UnknownTask(f"{path!r}: importing {module_name!r} failed: "
-                          f"{type(exc).__name__}: {exc}") from None
+        raise UnknownTask(
+            f"{path!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
     found = _registry.get(path)  # importing the module may have registered it
     if found is not None:
         return found

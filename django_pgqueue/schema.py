@@ -24,7 +24,9 @@ def _json_type(field: str) -> Func:
 INDEXES: list[models.Index] = [
     # Serves the claim exactly: only queued rows, in the claim's order.
     models.Index(
-        models.F("priority").desc(), "run_at", "id",
+        models.F("priority").desc(),
+        "run_at",
+        "id",
         name="pgqueue_job_ready",
         condition=Q(status=JobStatus.QUEUED),
     ),
@@ -49,7 +51,8 @@ INDEXES: list[models.Index] = [
 ]
 CONSTRAINTS: list[models.BaseConstraint] = [
     models.CheckConstraint(
-        condition=Q(status__in=JobStatus.values), name="pgqueue_job_status_valid",
+        condition=Q(status__in=JobStatus.values),
+        name="pgqueue_job_status_valid",
     ),
     models.CheckConstraint(
         condition=Q(priority__gte=MIN_PRIORITY, priority__lte=MAX_PRIORITY),
@@ -57,24 +60,31 @@ CONSTRAINTS: list[models.BaseConstraint] = [
     ),
     models.CheckConstraint(condition=Q(attempts__gte=0), name="pgqueue_job_attempts_gte_0"),
     # The claim adds one attempt: no row may hold a count it cannot add to.
-    models.CheckConstraint(condition=Q(attempts__lte=models.F("max_attempts")),
-                           name="pgqueue_job_attempts_lte_max"),
     models.CheckConstraint(
-        condition=Q(max_attempts__gte=1), name="pgqueue_job_max_attempts_gte_1",
+        condition=Q(attempts__lte=models.F("max_attempts")), name="pgqueue_job_attempts_lte_max"
     ),
-    models.CheckConstraint(condition=Q(max_attempts__lte=MAX_ATTEMPTS),
-                           name="pgqueue_job_max_attempts_lte_limit"),
+    models.CheckConstraint(
+        condition=Q(max_attempts__gte=1),
+        name="pgqueue_job_max_attempts_gte_1",
+    ),
+    models.CheckConstraint(
+        condition=Q(max_attempts__lte=MAX_ATTEMPTS), name="pgqueue_job_max_attempts_lte_limit"
+    ),
     # A counter the statements add to, capped there at this bound (least()),
     # so that no value a row can hold makes them overflow.
     models.CheckConstraint(
         condition=Q(error_count__gte=0, error_count__lte=MAX_ERROR_COUNT),
-        name="pgqueue_job_error_count_range"),
+        name="pgqueue_job_error_count_range",
+    ),
     # The claim and the error history append to these: a row written by
     # hand with anything but a list would make their statements fail.
-    models.CheckConstraint(condition=Exact(_json_type("errors"), Value("array")),
-                           name="pgqueue_job_errors_is_list"),
-    models.CheckConstraint(condition=Exact(_json_type("worker_ids"), Value("array")),
-                           name="pgqueue_job_worker_ids_is_list"),
+    models.CheckConstraint(
+        condition=Exact(_json_type("errors"), Value("array")), name="pgqueue_job_errors_is_list"
+    ),
+    models.CheckConstraint(
+        condition=Exact(_json_type("worker_ids"), Value("array")),
+        name="pgqueue_job_worker_ids_is_list",
+    ),
     models.CheckConstraint(
         condition=Q(backoff__isnull=True) | Q(backoff__gte=0),
         name="pgqueue_job_backoff_gte_0",
@@ -87,7 +97,8 @@ CONSTRAINTS: list[models.BaseConstraint] = [
     ),
     # One live job per unique_key: a second enqueue of the same key is skipped.
     models.UniqueConstraint(
-        fields=["unique_key"], condition=Q(status__in=LIVE, unique_key__isnull=False),
+        fields=["unique_key"],
+        condition=Q(status__in=LIVE, unique_key__isnull=False),
         name="pgqueue_job_unique_live",
     ),
     # At most one running job per concurrency_key: the database enforces

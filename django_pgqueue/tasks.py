@@ -61,12 +61,14 @@ def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
 @overload
 def task[**P, R](func: Callable[P, R], /) -> TaskFunction[P, R]: ...
 @overload
-def task(*, name: str | None = None, **options: Any) -> Callable[[Callable[P, R]],
-                                                                  TaskFunction[P, R]]: ...
+def task(
+    *, name: str | None = None, **options: Any
+) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
 
 
-def task[**P, R](func: Callable[P, R] | None = None, /, *, name: str | None = None,
-         **options: Any) -> TaskFunction[P, R] | Callable[[Callable[P, R]], TaskFunction[P, R]]:
+def task[**P, R](
+    func: Callable[P, R] | None = None, /, *, name: str | None = None, **options: Any
+) -> TaskFunction[P, R] | Callable[[Callable[P, R]], TaskFunction[P, R]]:
     """Register ``func`` as a task, with default enqueue options.
 
     ``@task`` or ``@task(queue="emails", max_attempts=5)``. The path stored in

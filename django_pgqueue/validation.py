@@ -51,8 +51,12 @@ def _seconds(value: Any, limit: float) -> float | None:
     """``value`` (a number or a timedelta) in seconds if it is in 0..limit, else None."""
     if isinstance(value, dt.timedelta):
         value = value.total_seconds()
-    if (isinstance(value, bool) or not isinstance(value, int | float)
-            or not math.isfinite(value) or not 0 <= value <= limit):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= limit
+    ):
         return None
     return float(value)
 
@@ -82,8 +86,12 @@ class Rule[T]:
 
 
 def _task_path(value: Any) -> str | None:
-    if (isinstance(value, str) and "." in value.strip(".") and len(value) <= MAX_KEY
-            and storable(value)):
+    if (
+        isinstance(value, str)
+        and "." in value.strip(".")
+        and len(value) <= MAX_KEY
+        and storable(value)
+    ):
         return value
     return None
 
@@ -105,27 +113,53 @@ def _run_at(value: Any) -> dt.datetime | None:
 
 
 def _channel(value: Any) -> str | None:
-    if (isinstance(value, str) and value and storable(value)
-            and len(value.encode("utf-8")) <= MAX_CHANNEL_BYTES):
+    if (
+        isinstance(value, str)
+        and value
+        and storable(value)
+        and len(value.encode("utf-8")) <= MAX_CHANNEL_BYTES
+    ):
         return value
     return None
 
 
-TASK_PATH: Rule[str] = Rule("task", f"a dotted path (at most {MAX_KEY} chars) or a registered task",
-                      _task_path)
-QUEUE: Rule[str] = Rule("queue", "a queue name (1-64 letters, digits, _ . : -)", _queue,
-                        "{name} {value!r} is not a valid queue name (1-64 letters, digits, "
-                        "_ . : -)")
-PRIORITY: Rule[int] = Rule("priority", f"a whole number from {MIN_PRIORITY} to {MAX_PRIORITY}",
-                     lambda v: v if _whole(v, MIN_PRIORITY, MAX_PRIORITY) else None)
-ATTEMPTS: Rule[int] = Rule("max_attempts", f"a whole number from 1 to {MAX_ATTEMPTS:,}",
-                     lambda v: v if _whole(v, 1, MAX_ATTEMPTS) else None)
-BACKOFF: Rule[float] = Rule("backoff", f"a number of seconds from 0 to {MAX_BACKOFF:,.0f} (a year)",
-                      lambda v: _seconds(v, MAX_BACKOFF))
-DELAY: Rule[float] = Rule("delay", f"a number of seconds from 0 to {MAX_DELAY:,.0f} (ten years)",
-                    lambda v: _seconds(v, MAX_DELAY))
+TASK_PATH: Rule[str] = Rule(
+    "task", f"a dotted path (at most {MAX_KEY} chars) or a registered task", _task_path
+)
+QUEUE: Rule[str] = Rule(
+    "queue",
+    "a queue name (1-64 letters, digits, _ . : -)",
+    _queue,
+    "{name} {value!r} is not a valid queue name (1-64 letters, digits, _ . : -)",
+)
+PRIORITY: Rule[int] = Rule(
+    "priority",
+    f"a whole number from {MIN_PRIORITY} to {MAX_PRIORITY}",
+    lambda v: v if _whole(v, MIN_PRIORITY, MAX_PRIORITY) else None,
+)
+ATTEMPTS: Rule[int] = Rule(
+    "max_attempts",
+    f"a whole number from 1 to {MAX_ATTEMPTS:,}",
+    lambda v: v if _whole(v, 1, MAX_ATTEMPTS) else None,
+)
+BACKOFF: Rule[float] = Rule(
+    "backoff",
+    f"a number of seconds from 0 to {MAX_BACKOFF:,.0f} (a year)",
+    lambda v: _seconds(v, MAX_BACKOFF),
+)
+DELAY: Rule[float] = Rule(
+    "delay",
+    f"a number of seconds from 0 to {MAX_DELAY:,.0f} (ten years)",
+    lambda v: _seconds(v, MAX_DELAY),
+)
 RUN_AT: Rule[dt.datetime] = Rule("run_at", "a timezone-aware datetime", _run_at)
-KEY: Rule[str] = Rule("key", f"a non-empty string of at most {MAX_KEY} chars, without NUL "
-                "characters or lone surrogates", _key)
-CHANNEL: Rule[str] = Rule("channel", f"a non-empty name of at most {MAX_CHANNEL_BYTES} bytes "
-                    "(PostgreSQL cuts longer identifiers)", _channel)
+KEY: Rule[str] = Rule(
+    "key",
+    f"a non-empty string of at most {MAX_KEY} chars, without NUL characters or lone surrogates",
+    _key,
+)
+CHANNEL: Rule[str] = Rule(
+    "channel",
+    f"a non-empty name of at most {MAX_CHANNEL_BYTES} bytes (PostgreSQL cuts longer identifiers)",
+    _channel,
+)

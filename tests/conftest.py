@@ -17,8 +17,10 @@ def status_counts() -> dict[str, int]:
 def run_counts(prefix: str = "") -> Counter[str]:
     """How many times each labelled test task ran (rows of testapp_run)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT label, count(*) FROM testapp_run WHERE label LIKE %s GROUP BY label",
-                       [prefix + "%"])
+        cursor.execute(
+            "SELECT label, count(*) FROM testapp_run WHERE label LIKE %s GROUP BY label",
+            [prefix + "%"],
+        )
         return Counter(dict(cursor.fetchall()))
 
 
@@ -29,5 +31,7 @@ def db_url(transactional_db: None) -> str:
     user = quote(params.get("user") or "postgres", safe="")
     if params.get("password"):  # the embedded server's; quoted, as any may hold ':' or '@'
         user += ":" + quote(params["password"], safe="")
-    return (f"postgres://{user}@{params.get('host') or '127.0.0.1'}:"
-            f"{params.get('port') or 5432}/{connection.settings_dict['NAME']}")
+    return (
+        f"postgres://{user}@{params.get('host') or '127.0.0.1'}:"
+        f"{params.get('port') or 5432}/{connection.settings_dict['NAME']}"
+    )

@@ -22,8 +22,11 @@ ALLOWED_HOSTS = ["*"]
 # Without DATABASE_URL (mypy's django-stubs plugin, makemigrations --check) Django's
 # dummy backend refuses every query rather than reach whatever server is there.
 database_url = env.str("DATABASE_URL", default="")
-DATABASES = {"default": env.db_url_config(database_url) if database_url
-             else {"ENGINE": "django.db.backends.dummy"}}
+DATABASES = {
+    "default": env.db_url_config(database_url)
+    if database_url
+    else {"ENGINE": "django.db.backends.dummy"}
+}
 # Suites sharing one server (several checkouts on a machine with one PostgreSQL 15)
 # would drop each other's test database: PGQUEUE_TEST_DATABASE gives each its own.
 DATABASES["default"]["TEST"] = {"NAME": env.str("PGQUEUE_TEST_DATABASE", default="pgqueue_test")}
@@ -49,15 +52,19 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "tests.urls"
-TEMPLATES = [{
-    "BACKEND": "django.template.backends.django.DjangoTemplates",
-    "APP_DIRS": True,
-    "OPTIONS": {"context_processors": [
-        "django.template.context_processors.request",
-        "django.contrib.auth.context_processors.auth",
-        "django.contrib.messages.context_processors.messages",
-    ]},
-}]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -22,8 +22,12 @@ class Peer:
 
 PEERS = (
     Peer("pgqueuer", "benchmarks.peers.pgqueuer_peer", "pgqueuer", "_pgqueuer"),
-    Peer("procrastinate", "benchmarks.peers.procrastinate_peer", "procrastinate",
-         "_procrastinate"),
-    Peer("django-tasks-db", "benchmarks.peers.django_tasks_db_peer", "django_tasks_db", "_dtdb",
-         settings="benchmarks.peer_settings"),
+    Peer("procrastinate", "benchmarks.peers.procrastinate_peer", "procrastinate", "_procrastinate"),
+    Peer(
+        "django-tasks-db",
+        "benchmarks.peers.django_tasks_db_peer",
+        "django_tasks_db",
+        "_dtdb",
+        settings="benchmarks.peer_settings",
+    ),
 )

@@ -15,8 +15,9 @@ from benchmarks.peers.base import main
 if __name__ == "__main__":
     peers = {peer.name: peer for peer in PEERS}
     if len(sys.argv) < 2 or sys.argv[1] not in peers:
-        sys.exit(f"usage: python -m benchmarks.peers {{{','.join(peers)}}} [--only W1,..] "
-                 "[--quick]")
+        sys.exit(
+            f"usage: python -m benchmarks.peers {{{','.join(peers)}}} [--only W1,..] [--quick]"
+        )
     peer = peers[sys.argv.pop(1)]
     module = importlib.import_module(peer.module)
     main(peer.name, module.STEPS, getattr(module, "setup", None))

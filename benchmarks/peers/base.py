@@ -68,8 +68,7 @@ def drain(n: int, args: tuple[str, ...], progress_table: str, finished: str) -> 
     worker.check()
     _, last, done = epochs(finished)
     if done != n:
-        raise RuntimeError(f"{worker.name} finished {done} of {n} jobs:\n"
-                           f"{worker.output()[-2000:]}")
+        raise RuntimeError(f"{worker.name} finished {done} of {n} jobs:\n{worker.output()[-2000:]}")
     out = {"w2_rate": n / (last - worker.started), "w2_cpu": worker.cpu / n * 1000}
     if before is not None and after is not None:
         out["w2_db_cpu"] = (after - before) / n * 1000
@@ -111,8 +110,9 @@ async def paced(n: int, enqueue: Callable[[str], Awaitable[str]]) -> dict[str, f
 Enqueue = Callable[[str], Awaitable[str]]
 
 
-def pickup(n: int, args: tuple[str, ...],
-           enqueuer: Callable[[], AbstractAsyncContextManager[Enqueue]]) -> dict[str, float]:
+def pickup(
+    n: int, args: tuple[str, ...], enqueuer: Callable[[], AbstractAsyncContextManager[Enqueue]]
+) -> dict[str, float]:
     """W4: an idle worker (``python args``), n jobs GAP apart; latency percentiles.
 
     ``enqueuer()`` opens the peer's client and yields a function that enqueues one

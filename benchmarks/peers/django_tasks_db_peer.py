@@ -21,9 +21,11 @@ from benchmarks.w4_latency import XID
 
 WORKER = ("db_worker", "-v", "0", "--no-reload")
 TABLE = "django_tasks_database_dbtaskresult"
-SPAN = (f"SELECT extract(epoch FROM min(started_at))::float8, "
-        f"extract(epoch FROM max(finished_at))::float8, "
-        f"count(*) FILTER (WHERE status = 'SUCCESSFUL') FROM {TABLE}")
+SPAN = (
+    f"SELECT extract(epoch FROM min(started_at))::float8, "
+    f"extract(epoch FROM max(finished_at))::float8, "
+    f"count(*) FILTER (WHERE status = 'SUCCESSFUL') FROM {TABLE}"
+)
 
 
 def reset() -> None:
@@ -76,8 +78,7 @@ def w2(scale: Scale) -> dict[str, float]:
     _, last, done = base.epochs(SPAN)
     if done != n:
         raise RuntimeError(f"db_worker left {n - done} of {n} jobs")
-    out = {"w2_rate": n / (last - worker.started), "w2_cpu": worker.cpu / n * 1000,
-           "w2_jobs": n}
+    out = {"w2_rate": n / (last - worker.started), "w2_cpu": worker.cpu / n * 1000, "w2_jobs": n}
     if before is not None and after is not None:
         out["w2_db_cpu"] = (after - before) / n * 1000
     return out
@@ -89,8 +90,10 @@ def w3(scale: Scale) -> dict[str, float]:
 
     n = scale.lab_jobs
     enqueue(n, sleep_ms, 2.0)
-    workers = [Process.start(*WORKER, "--batch", "--no-startup-delay", settings=PEER_SETTINGS)
-               for _ in range(base.SLOTS)]
+    workers = [
+        Process.start(*WORKER, "--batch", "--no-startup-delay", settings=PEER_SETTINGS)
+        for _ in range(base.SLOTS)
+    ]
     for worker in workers:
         worker.wait(progress=writes(TABLE))
         worker.check()

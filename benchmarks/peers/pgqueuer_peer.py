@@ -31,9 +31,11 @@ from benchmarks.w4_latency import XID
 WORKER = ("-m", "benchmarks.peers.pgqueuer_worker")
 DRAIN = (*WORKER, "--drain")
 LOG = "pgqueuer_log"
-DONE = ("SELECT extract(epoch FROM min(created) FILTER (WHERE status = 'picked'))::float8, "
-        "extract(epoch FROM max(created) FILTER (WHERE status = 'successful'))::float8, "
-        "count(*) FILTER (WHERE status = 'successful') FROM pgqueuer_log")
+DONE = (
+    "SELECT extract(epoch FROM min(created) FILTER (WHERE status = 'picked'))::float8, "
+    "extract(epoch FROM max(created) FILTER (WHERE status = 'successful'))::float8, "
+    "count(*) FILTER (WHERE status = 'successful') FROM pgqueuer_log"
+)
 CHUNK = 10_000
 
 
@@ -85,8 +87,11 @@ def setup() -> None:
     if not base.table_has("pgqueuer"):
         import subprocess
 
-        subprocess.run([sys.executable, "-m", "pgqueuer", "--pg-dsn", os.environ[DB_URL_ENV],
-                        "install"], check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "pgqueuer", "--pg-dsn", os.environ[DB_URL_ENV], "install"],
+            check=True,
+            capture_output=True,
+        )
 
 
 def reset() -> None:
@@ -98,7 +103,7 @@ def reset() -> None:
 async def _enqueue_many(entrypoint: str, payloads: list[bytes | None]) -> None:
     async with queries() as q:
         for start in range(0, len(payloads), CHUNK):
-            chunk = payloads[start:start + CHUNK]
+            chunk = payloads[start : start + CHUNK]
             await q.enqueue([entrypoint] * len(chunk), chunk, [0] * len(chunk))
 
 
@@ -115,8 +120,9 @@ def w1(scale: Scale) -> dict[str, float]:
     async def bulk() -> float:
         async with queries() as q:
             start = time.perf_counter()
-            await q.enqueue(["noop"] * n, [json.dumps(payload(i)).encode() for i in range(n)],
-                            [0] * n)
+            await q.enqueue(
+                ["noop"] * n, [json.dumps(payload(i)).encode() for i in range(n)], [0] * n
+            )
             return n / (time.perf_counter() - start)
 
     reset()

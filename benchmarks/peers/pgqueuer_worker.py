@@ -27,9 +27,13 @@ def main() -> None:
 
     mode = QueueExecutionMode.drain if "--drain" in sys.argv else QueueExecutionMode.continuous
     logconfig.setup_fancy_logger(logconfig.LogLevel.INFO)
-    run = pgqueuer.run("benchmarks.peers.pgqueuer_peer:create", batch_size=BATCH,
-                       max_concurrent_tasks=SLOTS, mode=mode,
-                       dequeue_timeout=timedelta(seconds=30))
+    run = pgqueuer.run(
+        "benchmarks.peers.pgqueuer_peer:create",
+        batch_size=BATCH,
+        max_concurrent_tasks=SLOTS,
+        mode=mode,
+        dequeue_timeout=timedelta(seconds=30),
+    )
     try:
         import uvloop
     except ImportError:

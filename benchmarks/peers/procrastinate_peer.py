@@ -33,13 +33,16 @@ APP = f"{MODULE}.app"
 WORKER = ("-m", "procrastinate", "--app", APP, "worker", "--concurrency", str(base.SLOTS))
 DRAIN = (*WORKER, "--one-shot")
 JOBS = "procrastinate_jobs"
-DONE = ("SELECT extract(epoch FROM min(at) FILTER (WHERE type = 'started'))::float8, "
-        "extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded'))::float8, "
-        "count(*) FILTER (WHERE type = 'succeeded') FROM procrastinate_events")
+DONE = (
+    "SELECT extract(epoch FROM min(at) FILTER (WHERE type = 'started'))::float8, "
+    "extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded'))::float8, "
+    "count(*) FILTER (WHERE type = 'succeeded') FROM procrastinate_events"
+)
 CHUNK = 10_000
 
-app = procrastinate.App(connector=procrastinate.PsycopgConnector(
-    conninfo=os.environ.get(DB_URL_ENV, "")))
+app = procrastinate.App(
+    connector=procrastinate.PsycopgConnector(conninfo=os.environ.get(DB_URL_ENV, ""))
+)
 
 
 # The shared job body. Registered by call rather than as decorators: mypy runs
@@ -66,8 +69,11 @@ def setup() -> None:
     if not base.table_has(JOBS):
         import subprocess
 
-        subprocess.run([sys.executable, "-m", "procrastinate", "--app", APP, "schema",
-                        "--apply"], check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "procrastinate", "--app", APP, "schema", "--apply"],
+            check=True,
+            capture_output=True,
+        )
 
 
 def reset() -> None:
@@ -79,7 +85,7 @@ def reset() -> None:
 async def _defer_many(task: Any, kwargs: list[dict[str, Any]]) -> None:
     async with app.open_async():
         for start in range(0, len(kwargs), CHUNK):
-            await task.batch_defer_async(*kwargs[start:start + CHUNK])
+            await task.batch_defer_async(*kwargs[start : start + CHUNK])
 
 
 def w1(scale: Scale) -> dict[str, float]:
@@ -133,8 +139,10 @@ def w4(scale: Scale) -> dict[str, float]:
 
     @contextlib.asynccontextmanager
     async def enqueuer() -> AsyncIterator[base.Enqueue]:
-        async with app.open_async(), await psycopg.AsyncConnection.connect(
-                os.environ[DB_URL_ENV]) as conn:
+        async with (
+            app.open_async(),
+            await psycopg.AsyncConnection.connect(os.environ[DB_URL_ENV]) as conn,
+        ):
 
             async def enqueue(key: str) -> str:
                 async with conn.transaction():

@@ -43,14 +43,21 @@ def describe_skipped(ids: Collection[int]) -> str:
     return f"{named} and {more} more" if more > 0 else named
 
 
-def report(model_admin: admin.ModelAdmin[Any], request: HttpRequest, done: str, changed: int,
-           skipped: Collection[int], why: str) -> None:
+def report(
+    model_admin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    done: str,
+    changed: int,
+    skipped: Collection[int],
+    why: str,
+) -> None:
     """One success message for the changed rows, one warning naming the skipped ones."""
     if changed:
         model_admin.message_user(request, done, messages.SUCCESS)
     if skipped:
         model_admin.message_user(
-            request, f"Skipped {jobs(len(skipped))} {why}: {describe_skipped(skipped)}.",
+            request,
+            f"Skipped {jobs(len(skipped))} {why}: {describe_skipped(skipped)}.",
             messages.WARNING,
         )
 
@@ -60,7 +67,9 @@ def log_change(request: HttpRequest, ids: Collection[int], message: str) -> None
     if ids:
         LogEntry.objects.log_actions(
             # The admin only runs actions for a logged-in staff user, so pk is set.
-            user_id=cast(int, request.user.pk), action_flag=CHANGE, change_message=message,
+            user_id=cast(int, request.user.pk),
+            action_flag=CHANGE,
+            change_message=message,
             queryset=Job.objects.filter(pk__in=ids).only("id", "task", "status").order_by("id"),
         )
 
@@ -70,23 +79,29 @@ def selected_ids(queryset: QuerySet[Job]) -> list[int]:
 
 
 @admin.action(permissions=["retry"], description="Retry selected jobs now")
-def retry_jobs(model_admin: admin.ModelAdmin[Any], request: HttpRequest,
-               queryset: QuerySet[Job]) -> None:
+def retry_jobs(
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Job]
+) -> None:
     """Dead jobs, and queued ones waiting for a later run_at, run again now."""
     ids = selected_ids(queryset)
     with transaction.atomic():
         retried = Job.objects.retry(ids)
         log_change(request, retried, "Retried: queued now, attempts reset.")
-    report(model_admin, request,
-           f"Retried {jobs(len(retried))}: queued now, attempts reset.",
-           len(retried), sorted(set(ids) - set(retried)),
-           "that cannot be retried (only dead jobs, and queued jobs waiting for a later "
-           "run_at, can be; a dead job whose unique_key is live again cannot)")
+    report(
+        model_admin,
+        request,
+        f"Retried {jobs(len(retried))}: queued now, attempts reset.",
+        len(retried),
+        sorted(set(ids) - set(retried)),
+        "that cannot be retried (only dead jobs, and queued jobs waiting for a later "
+        "run_at, can be; a dead job whose unique_key is live again cannot)",
+    )
 
 
 @admin.action(permissions=["cancel"], description="Cancel selected queued jobs")
-def cancel_jobs(model_admin: admin.ModelAdmin[Any], request: HttpRequest,
-                queryset: QuerySet[Job]) -> None:
+def cancel_jobs(
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Job]
+) -> None:
     """Queued jobs leave the queue as dead, with the operator's reason and name."""
     given = request.POST.get("reason", "").strip() or "no reason given"
     reason = f"{given} (by {request.user.get_username()} in the admin)"
@@ -94,22 +109,38 @@ def cancel_jobs(model_admin: admin.ModelAdmin[Any], request: HttpRequest,
     with transaction.atomic():
         cancelled = Job.objects.cancel(ids, reason=reason)
         log_change(request, cancelled, f"Cancelled: {reason}")
-    report(model_admin, request, f"Cancelled {jobs(len(cancelled))}: {reason}.",
-           len(cancelled), sorted(set(ids) - set(cancelled)), "that were not queued")
+    report(
+        model_admin,
+        request,
+        f"Cancelled {jobs(len(cancelled))}: {reason}.",
+        len(cancelled),
+        sorted(set(ids) - set(cancelled)),
+        "that were not queued",
+    )
 
 
 @admin.action(permissions=["delete"], description="Delete selected finished jobs")
-def delete_finished_jobs(model_admin: admin.ModelAdmin[Any], request: HttpRequest,
-                         queryset: QuerySet[Job]) -> None:
+def delete_finished_jobs(
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Job]
+) -> None:
     """Done and dead jobs are deleted; queued and running ones are left alone."""
     ids = selected_ids(queryset)
     with transaction.atomic():
         # Lock the finished rows first, so that a job retried meanwhile is neither
         # logged nor deleted; log before deleting, as log_deletions requires.
-        deleted = set(Job.objects.select_for_update().filter(pk__in=ids, status__in=FINISHED)
-                      .values_list("id", flat=True))
+        deleted = set(
+            Job.objects.select_for_update()
+            .filter(pk__in=ids, status__in=FINISHED)
+            .values_list("id", flat=True)
+        )
         finished = Job.objects.filter(pk__in=deleted).only("id", "task", "status").order_by("id")
         model_admin.log_deletions(request, finished)
         finished.delete()
-    report(model_admin, request, f"Deleted {jobs(len(deleted))}.", len(deleted),
-           sorted(set(ids) - deleted), "that were not finished (only done and dead jobs can be)")
+    report(
+        model_admin,
+        request,
+        f"Deleted {jobs(len(deleted))}.",
+        len(deleted),
+        sorted(set(ids) - deleted),
+        "that were not finished (only done and dead jobs can be)",
+    )

@@ -120,9 +120,13 @@ class TaskFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         # "id >= the TASK_WINDOW-th newest id" is a range on the primary key; the
         # plainer "id IN (newest ids)" makes PostgreSQL hash-join the whole table.
-        window_start = Job.objects.order_by("-id").values("id")[TASK_WINDOW - 1:TASK_WINDOW]
-        tasks = (Job.objects.filter(id__gte=Coalesce(Subquery(window_start), Value(0)))
-                 .order_by("task").values_list("task", flat=True).distinct())
+        window_start = Job.objects.order_by("-id").values("id")[TASK_WINDOW - 1 : TASK_WINDOW]
+        tasks = (
+            Job.objects.filter(id__gte=Coalesce(Subquery(window_start), Value(0)))
+            .order_by("task")
+            .values_list("task", flat=True)
+            .distinct()
+        )
         return _with_selected(list(tasks), self.value())
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Model]) -> QuerySet[Model]:

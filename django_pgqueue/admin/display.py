@@ -67,10 +67,15 @@ def error_history(errors: list[dict[str, Any]] | None) -> SafeString:
         "<code>{}: {}</code></p>{}</div>",
         (
             (
-                entry.get("attempt", "?"), entry.get("at", "?"),
-                entry.get("exception", "?"), entry.get("message", ""),
-                format_html('<pre class="pgqueue-pre pgqueue-traceback">{}</pre>',
-                            entry["traceback"]) if entry.get("traceback") else "",
+                entry.get("attempt", "?"),
+                entry.get("at", "?"),
+                entry.get("exception", "?"),
+                entry.get("message", ""),
+                format_html(
+                    '<pre class="pgqueue-pre pgqueue-traceback">{}</pre>', entry["traceback"]
+                )
+                if entry.get("traceback")
+                else "",
             )
             for entry in errors
         ),

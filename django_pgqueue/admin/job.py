@@ -41,8 +41,16 @@ else:  # ModelAdmin is generic only in django-stubs, not at runtime.
 
 
 class JobAdmin(_ModelAdmin):
-    list_display = ("id", "task", "queue", "status_badge", "attempts_of_max", "run_at_display",
-                    "age", "error_excerpt")
+    list_display = (
+        "id",
+        "task",
+        "queue",
+        "status_badge",
+        "attempts_of_max",
+        "run_at_display",
+        "age",
+        "error_excerpt",
+    )
     list_display_links = ("id", "task")
     list_filter = ("status", QueueFilter, TaskFilter)
     # A number is looked up as an id alone (get_search_results); other terms match
@@ -60,16 +68,39 @@ class JobAdmin(_ModelAdmin):
     action_form = actions.JobActionForm
     actions = (actions.retry_jobs, actions.cancel_jobs, actions.delete_finished_jobs)
     fieldsets = (
-        (None, {"fields": ("id", "task", "queue", "priority", "status", "attempts_of_max",
-                           "unique_key", "concurrency_key")}),
-        ("Timing", {"fields": ("created_at", "run_at_display", "started_at", "attempted_at",
-                               "done_at")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "task",
+                    "queue",
+                    "priority",
+                    "status",
+                    "attempts_of_max",
+                    "unique_key",
+                    "concurrency_key",
+                )
+            },
+        ),
+        (
+            "Timing",
+            {"fields": ("created_at", "run_at_display", "started_at", "attempted_at", "done_at")},
+        ),
         ("Lease", {"fields": ("locked_until", "lease_left", "locked_by", "worker_list")}),
         ("Call", {"fields": ("args_json", "kwargs_json", "result_json")}),
         ("Errors", {"fields": ("last_error", "error_history")}),
     )
-    readonly_fields = ("attempts_of_max", "run_at_display", "lease_left", "worker_list",
-                       "args_json", "kwargs_json", "result_json", "error_history")
+    readonly_fields = (
+        "attempts_of_max",
+        "run_at_display",
+        "lease_left",
+        "worker_list",
+        "args_json",
+        "kwargs_json",
+        "result_json",
+        "error_history",
+    )
 
     # -- permissions -------------------------------------------------------------
 
@@ -82,7 +113,8 @@ class JobAdmin(_ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
         # Deleting a queued or running job would lose work silently.
         return super().has_delete_permission(request, obj) and (
-            obj is None or obj.status in FINISHED)
+            obj is None or obj.status in FINISHED
+        )
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.retry_job")
@@ -92,8 +124,11 @@ class JobAdmin(_ModelAdmin):
 
     def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
         # action_location exists from Django 6.1, which warns about an override without it.
-        found = (super().get_actions(request) if action_location is None
-                 else super().get_actions(request, action_location))
+        found = (
+            super().get_actions(request)
+            if action_location is None
+            else super().get_actions(request, action_location)
+        )
         # The site-wide "delete selected" would delete running jobs too; ours skips them.
         found.pop("delete_selected", None)
         return found
@@ -103,16 +138,18 @@ class JobAdmin(_ModelAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
 
-    def changelist_view(self, request: HttpRequest,
-                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         response = super().changelist_view(request, extra_context)
         if isinstance(response, TemplateResponse) and response.context_data is not None:
             # Added after the changelist ran, so the queue filter's stats() is reused.
             response.context_data["queue_summary"] = summarise(request_stats(request))
         return response
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job],
-                           search_term: str) -> tuple[QuerySet[Job], bool]:
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
         # "id = n OR task ILIKE ..." would scan the table; an id is found on the key.
         match = JOB_ID.fullmatch(search_term.strip())
         if match:
@@ -121,8 +158,9 @@ class JobAdmin(_ModelAdmin):
 
     @admin.display(description="status")
     def status_badge(self, obj: Job) -> SafeString:
-        return format_html('<span class="pgqueue-status pgqueue-{}">{}</span>',
-                           obj.status, obj.status)
+        return format_html(
+            '<span class="pgqueue-status pgqueue-{}">{}</span>', obj.status, obj.status
+        )
 
     @admin.display(description="attempts")
     def attempts_of_max(self, obj: Job) -> str:
@@ -133,8 +171,12 @@ class JobAdmin(_ModelAdmin):
         note = display.run_at_note(obj.status, obj.run_at, timezone.now())
         when = timezone.localtime(obj.run_at).strftime("%Y-%m-%d %H:%M:%S")
         overdue = note.startswith("overdue")
-        return format_html('{} <span class="pgqueue-note{}">{}</span>', when,
-                           " pgqueue-overdue" if overdue else "", f"({note})" if note else "")
+        return format_html(
+            '{} <span class="pgqueue-note{}">{}</span>',
+            when,
+            " pgqueue-overdue" if overdue else "",
+            f"({note})" if note else "",
+        )
 
     @admin.display(description="age")
     def age(self, obj: Job) -> str:
@@ -142,8 +184,9 @@ class JobAdmin(_ModelAdmin):
 
     @admin.display(description="last error")
     def error_excerpt(self, obj: Job) -> SafeString:
-        return format_html('<span title="{}">{}</span>', obj.last_error,
-                           display.excerpt(obj.last_error))
+        return format_html(
+            '<span title="{}">{}</span>', obj.last_error, display.excerpt(obj.last_error)
+        )
 
     # -- the job page ---------------------------------------------------------------------
 
@@ -155,8 +198,10 @@ class JobAdmin(_ModelAdmin):
         seconds = (obj.locked_until - timezone.now()).total_seconds()
         if seconds >= 0:
             return f"held by {obj.locked_by} for {display.duration(seconds)} more"
-        return (f"held by {obj.locked_by}, expired {display.duration(-seconds)} ago: "
-                "the reaper will put the job back")
+        return (
+            f"held by {obj.locked_by}, expired {display.duration(-seconds)} ago: "
+            "the reaper will put the job back"
+        )
 
     @admin.display(description="workers that claimed it")
     def worker_list(self, obj: Job) -> str:

@@ -23,39 +23,56 @@ OPTION_RULES: dict[str, tuple[validation.Rule[Any], str]] = {
 }
 
 
-def check_backend(alias: str, options: Mapping[str, Any],
-                  queues: Collection[Any]) -> list[checks.CheckMessage]:
+def check_backend(
+    alias: str, options: Mapping[str, Any], queues: Collection[Any]
+) -> list[checks.CheckMessage]:
     """Everything that would make backend ``alias`` fail at its first enqueue."""
     name = f"TASKS[{alias!r}]"
     errors: list[checks.CheckMessage] = []
     if not apps.is_installed("django_pgqueue"):
-        errors.append(checks.Error(
-            f"{name} uses PgQueueBackend, but django_pgqueue is not installed.",
-            hint="Add 'django_pgqueue' to INSTALLED_APPS and run migrate.",
-            id="django_pgqueue.E101"))
+        errors.append(
+            checks.Error(
+                f"{name} uses PgQueueBackend, but django_pgqueue is not installed.",
+                hint="Add 'django_pgqueue' to INSTALLED_APPS and run migrate.",
+                id="django_pgqueue.E101",
+            )
+        )
     errors += _check_database(name)
     unknown = sorted(set(options) - set(OPTION_RULES))
     if unknown:
-        errors.append(checks.Error(
-            f"{name}['OPTIONS'] has unknown key(s) {', '.join(map(repr, unknown))}.",
-            hint=f"PgQueueBackend reads: {', '.join(sorted(OPTION_RULES))}.",
-            id="django_pgqueue.E103"))
+        errors.append(
+            checks.Error(
+                f"{name}['OPTIONS'] has unknown key(s) {', '.join(map(repr, unknown))}.",
+                hint=f"PgQueueBackend reads: {', '.join(sorted(OPTION_RULES))}.",
+                id="django_pgqueue.E103",
+            )
+        )
     for key, (rule, check_id) in OPTION_RULES.items():
         value = options.get(key)
         if value is not None and not rule.is_valid(value):
-            errors.append(checks.Error(
-                f"{name}['OPTIONS'][{key!r}] = {value!r}: expected {rule.expected}.",
-                id=check_id))
+            errors.append(
+                checks.Error(
+                    f"{name}['OPTIONS'][{key!r}] = {value!r}: expected {rule.expected}.",
+                    id=check_id,
+                )
+            )
     bad_queues = sorted(map(repr, (q for q in queues if not validation.QUEUE.is_valid(q))))
     if bad_queues:
-        errors.append(checks.Error(
-            f"{name}['QUEUES'] has invalid queue name(s) {', '.join(bad_queues)}.",
-            hint="A queue name is 1-64 letters, digits, _ . : -.",
-            id="django_pgqueue.E105"))
+        errors.append(
+            checks.Error(
+                f"{name}['QUEUES'] has invalid queue name(s) {', '.join(bad_queues)}.",
+                hint="A queue name is 1-64 letters, digits, _ . : -.",
+                id="django_pgqueue.E105",
+            )
+        )
     if TASKS_APP is not None and not apps.is_installed(TASKS_APP):
-        errors.append(checks.Error(
-            f"{name} uses the django-tasks backport, but {TASKS_APP!r} is not installed.",
-            hint=f"Add {TASKS_APP!r} to INSTALLED_APPS.", id="django_pgqueue.E106"))
+        errors.append(
+            checks.Error(
+                f"{name} uses the django-tasks backport, but {TASKS_APP!r} is not installed.",
+                hint=f"Add {TASKS_APP!r} to INSTALLED_APPS.",
+                id="django_pgqueue.E106",
+            )
+        )
     return errors
 
 
@@ -70,8 +87,11 @@ def _check_database(name: str) -> list[checks.CheckMessage]:
         vendor = f"{connections[alias].vendor} ({alias!r})"
     else:
         return []
-    return [checks.Error(
-        f"{name} uses PgQueueBackend, which needs PostgreSQL, but PGQUEUE['DATABASE'] "
-        f"is {vendor}.",
-        hint="Point PGQUEUE['DATABASE'] at a PostgreSQL database.",
-        id="django_pgqueue.E102")]
+    return [
+        checks.Error(
+            f"{name} uses PgQueueBackend, which needs PostgreSQL, but PGQUEUE['DATABASE'] "
+            f"is {vendor}.",
+            hint="Point PGQUEUE['DATABASE'] at a PostgreSQL database.",
+            id="django_pgqueue.E102",
+        )
+    ]

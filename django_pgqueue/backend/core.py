@@ -50,12 +50,15 @@ class PgQueueBackend(BaseTaskBackend):
         """Django's checks, then the queue's own: a valid queue name and valid options."""
         super().validate_task(task)
         if not validation.QUEUE.is_valid(task.queue_name):
-            raise InvalidTask(f"Queue name {task.queue_name!r} is not valid for django-pgqueue: "
-                              f"expected {validation.QUEUE.expected}.")
+            raise InvalidTask(
+                f"Queue name {task.queue_name!r} is not valid for django-pgqueue: "
+                f"expected {validation.QUEUE.expected}."
+            )
         validate_extras(task)
 
-    def enqueue[**P, R](self, task: Task[P, R], args: list[Any],
-                        kwargs: dict[str, Any]) -> TaskResult[P, R]:
+    def enqueue[**P, R](
+        self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]
+    ) -> TaskResult[P, R]:
         """Insert the job in the caller's transaction and return its READY result.
 
         With a ``unique_key`` that a queued or running job already holds, nothing is
@@ -70,10 +73,16 @@ class PgQueueBackend(BaseTaskBackend):
         plain_kwargs: Any = normalize_json(kwargs)
         try:
             job = Job.objects.enqueue(
-                task.module_path, plain_args, plain_kwargs, using=self.database,
-                queue=task.queue_name, priority=task.priority, run_at=task.run_after,
-                max_attempts=_first_set(getattr(task, "max_attempts", None),
-                                        self.options.get("MAX_ATTEMPTS")),
+                task.module_path,
+                plain_args,
+                plain_kwargs,
+                using=self.database,
+                queue=task.queue_name,
+                priority=task.priority,
+                run_at=task.run_after,
+                max_attempts=_first_set(
+                    getattr(task, "max_attempts", None), self.options.get("MAX_ATTEMPTS")
+                ),
                 unique_key=getattr(task, "unique_key", None),
                 concurrency_key=getattr(task, "concurrency_key", None),
                 backoff=_first_set(getattr(task, "backoff", None), self.options.get("BACKOFF")),
@@ -88,10 +97,18 @@ class PgQueueBackend(BaseTaskBackend):
             live = load_job(job.id, self.database)
             return job_result(live, self.alias, task if live.task == task.module_path else None)
         result: TaskResult[P, R] = TaskResult(
-            task=task, id=str(job.id), status=TaskResultStatus.READY,
-            enqueued_at=job.created_at, started_at=None, finished_at=None,
-            last_attempted_at=None, args=job.args, kwargs=job.kwargs, backend=self.alias,
-            errors=[], worker_ids=[],
+            task=task,
+            id=str(job.id),
+            status=TaskResultStatus.READY,
+            enqueued_at=job.created_at,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=job.args,
+            kwargs=job.kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
         )
         task_enqueued.send(type(self), task_result=result)
         return result

@@ -63,7 +63,8 @@ def module_task(job: Job) -> Task[Any, Any]:
         raise TaskResultDoesNotExist(f"job {job.id}: {exc}") from None
     if not isinstance(target, Task):
         raise TaskResultDoesNotExist(
-            f"job {job.id} runs {job.task!r}, which is not a Tasks-framework Task")
+            f"job {job.id} runs {job.task!r}, which is not a Tasks-framework Task"
+        )
     return target
 
 
@@ -76,12 +77,18 @@ def job_task(base: Task[Any, Any], job: Job, alias: str) -> Task[Any, Any]:
     ``run_at`` that is not later than ``created_at`` reads back as ``None``.
     """
     changes: dict[str, Any] = {
-        "priority": job.priority, "queue_name": job.queue, "backend": alias,
+        "priority": job.priority,
+        "queue_name": job.queue,
+        "backend": alias,
         "run_after": job.run_at if job.run_at > job.created_at else None,
     }
     if isinstance(base, PgQueueTask):
-        changes.update(max_attempts=job.max_attempts, unique_key=job.unique_key,
-                       concurrency_key=job.concurrency_key, backoff=job.backoff)
+        changes.update(
+            max_attempts=job.max_attempts,
+            unique_key=job.unique_key,
+            concurrency_key=job.concurrency_key,
+            backoff=job.backoff,
+        )
     return dataclasses.replace(base, **changes)
 
 
@@ -106,9 +113,16 @@ def job_result(job: Job, alias: str, task: Task[Any, Any] | None = None) -> Task
     """The TaskResult of ``job`` as backend ``alias`` reports it."""
     task = job_task(task if task is not None else module_task(job), job, alias)
     result: TaskResult[Any, Any] = TaskResult(
-        task=task, id=str(job.id), status=STATUSES[job.status],
-        enqueued_at=job.created_at, started_at=job.started_at, finished_at=job.done_at,
-        last_attempted_at=job.attempted_at, args=job.args, kwargs=job.kwargs, backend=alias,
+        task=task,
+        id=str(job.id),
+        status=STATUSES[job.status],
+        enqueued_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.done_at,
+        last_attempted_at=job.attempted_at,
+        args=job.args,
+        kwargs=job.kwargs,
+        backend=alias,
         errors=[task_error(entry) for entry in job.errors or []],
         worker_ids=[str(worker) for worker in job.worker_ids or []],
     )

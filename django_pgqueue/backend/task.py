@@ -45,23 +45,40 @@ class PgQueueTask(_TaskBase):
     #: else PGQUEUE["BACKOFF_BASE"]).
     backoff: float | None = dataclasses.field(default=None, compare=False)
 
-    def using(self, *, priority: int | None = None, queue_name: str | None = None,
-              run_after: datetime | None = None, backend: str | None = None,
-              max_attempts: int | None = None, unique_key: str | None = None,
-              concurrency_key: str | None = None, backoff: float | None = None) -> PgQueueTask:
+    def using(
+        self,
+        *,
+        priority: int | None = None,
+        queue_name: str | None = None,
+        run_after: datetime | None = None,
+        backend: str | None = None,
+        max_attempts: int | None = None,
+        unique_key: str | None = None,
+        concurrency_key: str | None = None,
+        backoff: float | None = None,
+    ) -> PgQueueTask:
         """A copy with other options; ``None`` keeps the current value (as in Django)."""
         changes: dict[str, Any] = {
-            "priority": priority, "queue_name": queue_name, "run_after": run_after,
-            "backend": backend, "max_attempts": max_attempts, "unique_key": unique_key,
-            "concurrency_key": concurrency_key, "backoff": backoff,
+            "priority": priority,
+            "queue_name": queue_name,
+            "run_after": run_after,
+            "backend": backend,
+            "max_attempts": max_attempts,
+            "unique_key": unique_key,
+            "concurrency_key": concurrency_key,
+            "backoff": backoff,
         }
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-def options[T: _TaskBase](task: T, *, max_attempts: int | None = None,
-                          unique_key: str | None = None,
-                          concurrency_key: str | None = None,
-                          backoff: float | None = None) -> T:
+def options[T: _TaskBase](
+    task: T,
+    *,
+    max_attempts: int | None = None,
+    unique_key: str | None = None,
+    concurrency_key: str | None = None,
+    backoff: float | None = None,
+) -> T:
     """``task`` with django-pgqueue's delivery options set.
 
     The typed spelling of ``task.using(max_attempts=..., unique_key=...,
@@ -70,16 +87,30 @@ def options[T: _TaskBase](task: T, *, max_attempts: int | None = None,
     tests) becomes a :class:`PgQueueTask`, and backends other than ours ignore the
     options.
     """
-    ours = task if isinstance(task, PgQueueTask) else PgQueueTask(
-        **{f.name: getattr(task, f.name) for f in dataclasses.fields(task)})
-    return cast(T, ours.using(max_attempts=max_attempts, unique_key=unique_key,
-                              concurrency_key=concurrency_key, backoff=backoff))
+    ours = (
+        task
+        if isinstance(task, PgQueueTask)
+        else PgQueueTask(**{f.name: getattr(task, f.name) for f in dataclasses.fields(task)})
+    )
+    return cast(
+        T,
+        ours.using(
+            max_attempts=max_attempts,
+            unique_key=unique_key,
+            concurrency_key=concurrency_key,
+            backoff=backoff,
+        ),
+    )
 
 
 def validate_extras(task: Any) -> None:
     """Raise InvalidTask if ``task`` carries a delivery option the queue would refuse."""
-    rules = (("max_attempts", validation.ATTEMPTS), ("backoff", validation.BACKOFF),
-             ("unique_key", validation.KEY), ("concurrency_key", validation.KEY))
+    rules = (
+        ("max_attempts", validation.ATTEMPTS),
+        ("backoff", validation.BACKOFF),
+        ("unique_key", validation.KEY),
+        ("concurrency_key", validation.KEY),
+    )
     for name, rule in rules:
         value = getattr(task, name, None)
         if value is not None and not rule.is_valid(value):

@@ -66,8 +66,9 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
     _send(task_started, backend, result)
     try:
         if task.takes_context:
-            context = PgQueueTaskContext(task_result=result, job_attempt=job.attempt,
-                                         max_attempts=job.max_attempts)
+            context = PgQueueTaskContext(
+                task_result=result, job_attempt=job.attempt, max_attempts=job.max_attempts
+            )
             value = task.call(context, *job.args, **job.kwargs)
         else:
             value = task.call(*job.args, **job.kwargs)
@@ -107,15 +108,20 @@ def _backend_for(task: Task[Any, Any]) -> BaseTaskBackend:
     return backend
 
 
-def _finished(backend: BaseTaskBackend, result: TaskResult[Any, Any],
-              exc: BaseException | None) -> None:
+def _finished(
+    backend: BaseTaskBackend, result: TaskResult[Any, Any], exc: BaseException | None
+) -> None:
     object.__setattr__(result, "finished_at", timezone.now())
     if exc is None:
         object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
     else:
         cls = type(exc)
-        result.errors.append(TaskError(exception_class_path=f"{cls.__module__}.{cls.__qualname__}",
-                                       traceback="".join(traceback.format_exception(exc))))
+        result.errors.append(
+            TaskError(
+                exception_class_path=f"{cls.__module__}.{cls.__qualname__}",
+                traceback="".join(traceback.format_exception(exc)),
+            )
+        )
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
     _send(task_finished, backend, result)
 
@@ -126,5 +132,6 @@ def _send(signal: Signal, backend: BaseTaskBackend, result: TaskResult[Any, Any]
     # that runs the task again.
     for receiver, response in signal.send_robust(type(backend), task_result=result):
         if isinstance(response, Exception):
-            logger.error("job %s: signal receiver %r raised", result.id, receiver,
-                         exc_info=response)
+            logger.error(
+                "job %s: signal receiver %r raised", result.id, receiver, exc_info=response
+            )

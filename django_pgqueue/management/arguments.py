@@ -25,8 +25,9 @@ _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 FINISHED_STATUSES = FINISHED
 
 
-def _number[N: (int, float)](parse: Callable[[str], N], low: N, *, inclusive: bool,
-                              expected: str) -> Callable[[str], N]:
+def _number[N: (int, float)](
+    parse: Callable[[str], N], low: N, *, inclusive: bool, expected: str
+) -> Callable[[str], N]:
     """An argparse type: ``parse`` the value and require it above (or at) ``low``."""
 
     def convert(value: str) -> N:
@@ -35,8 +36,11 @@ def _number[N: (int, float)](parse: Callable[[str], N], low: N, *, inclusive: bo
         except ValueError:
             number = None
         # NaN and infinity are floats too, and no sane count of seconds.
-        if number is None or not math.isfinite(number) or not (
-                number >= low if inclusive else number > low):
+        if (
+            number is None
+            or not math.isfinite(number)
+            or not (number >= low if inclusive else number > low)
+        ):
             raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}")
         return number
 
@@ -46,10 +50,10 @@ def _number[N: (int, float)](parse: Callable[[str], N], low: N, *, inclusive: bo
 
 positive_int = _number(int, 1, inclusive=True, expected="a whole number of at least 1")
 non_negative_int = _number(int, 0, inclusive=True, expected="a whole number, 0 or more")
-positive_seconds = _number(float, 0.0, inclusive=False,
-                           expected="a number of seconds above 0")
-non_negative_seconds = _number(float, 0.0, inclusive=True,
-                               expected="a number of seconds, 0 or more")
+positive_seconds = _number(float, 0.0, inclusive=False, expected="a number of seconds above 0")
+non_negative_seconds = _number(
+    float, 0.0, inclusive=True, expected="a number of seconds, 0 or more"
+)
 
 
 def duration(value: str) -> float:
@@ -57,7 +61,8 @@ def duration(value: str) -> float:
     match = _DURATION.fullmatch(value.strip().lower())
     if not match or float(match[1]) <= 0:
         raise argparse.ArgumentTypeError(
-            f"expected a duration such as 30s, 15m, 12h, 7d or 2w, got {value!r}")
+            f"expected a duration such as 30s, 15m, 12h, 7d or 2w, got {value!r}"
+        )
     return float(match[1]) * _UNIT_SECONDS[match[2]]
 
 
@@ -65,8 +70,8 @@ def queue_list(value: str) -> tuple[str, ...]:
     queues = tuple(q.strip() for q in value.split(",") if q.strip())
     if not queues or not all(validation.QUEUE.is_valid(q) for q in queues):
         raise argparse.ArgumentTypeError(
-            f"expected comma-separated queue names, each {validation.QUEUE.expected}; "
-            f"got {value!r}")
+            f"expected comma-separated queue names, each {validation.QUEUE.expected}; got {value!r}"
+        )
     return queues
 
 

@@ -5,44 +5,172 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('task', models.CharField(help_text='Dotted path of a registered task.', max_length=255)),
-                ('args', models.JSONField(blank=True, default=list)),
-                ('kwargs', models.JSONField(blank=True, default=dict)),
-                ('queue', models.CharField(db_default='default', default='default', max_length=64)),
-                ('priority', models.SmallIntegerField(db_default=0, default=0, help_text='-100 to 100; higher runs first.')),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('done', 'Done'), ('dead', 'Dead')], db_default='queued', default='queued', max_length=16)),
-                ('attempts', models.IntegerField(db_default=0, default=0, help_text='Runs started so far, including the current one.')),
-                ('max_attempts', models.IntegerField(db_default=3, default=3)),
-                ('run_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), help_text='Not claimed before this time.')),
-                ('locked_until', models.DateTimeField(blank=True, help_text='Lease: the claim holds until this time.', null=True)),
-                ('locked_by', models.CharField(blank=True, help_text='Worker holding the lease.', max_length=255, null=True)),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('started_at', models.DateTimeField(blank=True, help_text="First attempt's start.", null=True)),
-                ('attempted_at', models.DateTimeField(blank=True, help_text="Last attempt's start.", null=True)),
-                ('done_at', models.DateTimeField(blank=True, help_text='When it became done or dead.', null=True)),
-                ('last_error', models.TextField(blank=True, db_default='', default='')),
-                ('errors', models.JSONField(blank=True, default=list, help_text='One entry per failed attempt: attempt, at, exception, message, traceback.')),
-                ('worker_ids', models.JSONField(blank=True, default=list, help_text='Workers that claimed it, in order.')),
-                ('unique_key', models.CharField(blank=True, max_length=255, null=True)),
-                ('concurrency_key', models.CharField(blank=True, max_length=255, null=True)),
-                ('result', models.JSONField(blank=True, null=True)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                (
+                    "task",
+                    models.CharField(help_text="Dotted path of a registered task.", max_length=255),
+                ),
+                ("args", models.JSONField(blank=True, default=list)),
+                ("kwargs", models.JSONField(blank=True, default=dict)),
+                ("queue", models.CharField(db_default="default", default="default", max_length=64)),
+                (
+                    "priority",
+                    models.SmallIntegerField(
+                        db_default=0, default=0, help_text="-100 to 100; higher runs first."
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("done", "Done"),
+                            ("dead", "Dead"),
+                        ],
+                        db_default="queued",
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "attempts",
+                    models.IntegerField(
+                        db_default=0,
+                        default=0,
+                        help_text="Runs started so far, including the current one.",
+                    ),
+                ),
+                ("max_attempts", models.IntegerField(db_default=3, default=3)),
+                (
+                    "run_at",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        help_text="Not claimed before this time.",
+                    ),
+                ),
+                (
+                    "locked_until",
+                    models.DateTimeField(
+                        blank=True, help_text="Lease: the claim holds until this time.", null=True
+                    ),
+                ),
+                (
+                    "locked_by",
+                    models.CharField(
+                        blank=True, help_text="Worker holding the lease.", max_length=255, null=True
+                    ),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
+                ),
+                (
+                    "started_at",
+                    models.DateTimeField(blank=True, help_text="First attempt's start.", null=True),
+                ),
+                (
+                    "attempted_at",
+                    models.DateTimeField(blank=True, help_text="Last attempt's start.", null=True),
+                ),
+                (
+                    "done_at",
+                    models.DateTimeField(
+                        blank=True, help_text="When it became done or dead.", null=True
+                    ),
+                ),
+                ("last_error", models.TextField(blank=True, db_default="", default="")),
+                (
+                    "errors",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="One entry per failed attempt: attempt, at, exception, message, traceback.",
+                    ),
+                ),
+                (
+                    "worker_ids",
+                    models.JSONField(
+                        blank=True, default=list, help_text="Workers that claimed it, in order."
+                    ),
+                ),
+                ("unique_key", models.CharField(blank=True, max_length=255, null=True)),
+                ("concurrency_key", models.CharField(blank=True, max_length=255, null=True)),
+                ("result", models.JSONField(blank=True, null=True)),
             ],
             options={
-                'db_table': 'pgqueue_job',
-                'ordering': ('-id',),
-                'indexes': [models.Index(models.OrderBy(models.F('priority'), descending=True), models.F('run_at'), models.F('id'), condition=models.Q(('status', 'queued')), name='pgqueue_job_ready'), models.Index(condition=models.Q(('status', 'running')), fields=['locked_until'], name='pgqueue_job_leases'), models.Index(condition=models.Q(('status__in', ['done', 'dead'])), fields=['done_at'], name='pgqueue_job_finished')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('status__in', ['queued', 'running', 'done', 'dead'])), name='pgqueue_job_status_valid'), models.CheckConstraint(condition=models.Q(('priority__gte', -100), ('priority__lte', 100)), name='pgqueue_job_priority_range'), models.CheckConstraint(condition=models.Q(('attempts__gte', 0)), name='pgqueue_job_attempts_gte_0'), models.CheckConstraint(condition=models.Q(('max_attempts__gte', 1)), name='pgqueue_job_max_attempts_gte_1'), models.CheckConstraint(condition=models.Q(('queue', ''), _negated=True), name='pgqueue_job_queue_not_empty'), models.CheckConstraint(condition=models.Q(models.Q(('locked_until__isnull', False), ('status', 'running')), models.Q(('status', 'running'), _negated=True), _connector='OR'), name='pgqueue_job_running_has_lease'), models.UniqueConstraint(condition=models.Q(('status__in', ['queued', 'running']), ('unique_key__isnull', False)), fields=('unique_key',), name='pgqueue_job_unique_live'), models.UniqueConstraint(condition=models.Q(('concurrency_key__isnull', False), ('status', 'running')), fields=('concurrency_key',), name='pgqueue_job_one_running_per_key')],
+                "db_table": "pgqueue_job",
+                "ordering": ("-id",),
+                "indexes": [
+                    models.Index(
+                        models.OrderBy(models.F("priority"), descending=True),
+                        models.F("run_at"),
+                        models.F("id"),
+                        condition=models.Q(("status", "queued")),
+                        name="pgqueue_job_ready",
+                    ),
+                    models.Index(
+                        condition=models.Q(("status", "running")),
+                        fields=["locked_until"],
+                        name="pgqueue_job_leases",
+                    ),
+                    models.Index(
+                        condition=models.Q(("status__in", ["done", "dead"])),
+                        fields=["done_at"],
+                        name="pgqueue_job_finished",
+                    ),
+                ],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("status__in", ["queued", "running", "done", "dead"])),
+                        name="pgqueue_job_status_valid",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("priority__gte", -100), ("priority__lte", 100)),
+                        name="pgqueue_job_priority_range",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("attempts__gte", 0)), name="pgqueue_job_attempts_gte_0"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("max_attempts__gte", 1)),
+                        name="pgqueue_job_max_attempts_gte_1",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("queue", ""), _negated=True),
+                        name="pgqueue_job_queue_not_empty",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(("locked_until__isnull", False), ("status", "running")),
+                            models.Q(("status", "running"), _negated=True),
+                            _connector="OR",
+                        ),
+                        name="pgqueue_job_running_has_lease",
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(
+                            ("status__in", ["queued", "running"]), ("unique_key__isnull", False)
+                        ),
+                        fields=("unique_key",),
+                        name="pgqueue_job_unique_live",
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(
+                            ("concurrency_key__isnull", False), ("status", "running")
+                        ),
+                        fields=("concurrency_key",),
+                        name="pgqueue_job_one_running_per_key",
+                    ),
+                ],
             },
         ),
     ]

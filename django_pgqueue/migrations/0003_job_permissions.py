@@ -4,14 +4,16 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_pgqueue', '0002_autovacuum'),
+        ("django_pgqueue", "0002_autovacuum"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='job',
-            options={'ordering': ('-id',), 'permissions': (('retry_job', 'Can retry jobs'), ('cancel_job', 'Can cancel jobs'))},
+            name="job",
+            options={
+                "ordering": ("-id",),
+                "permissions": (("retry_job", "Can retry jobs"), ("cancel_job", "Can cancel jobs")),
+            },
         ),
     ]

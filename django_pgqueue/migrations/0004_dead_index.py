@@ -4,14 +4,17 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_pgqueue', '0003_job_permissions'),
+        ("django_pgqueue", "0003_job_permissions"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(models.OrderBy(models.F('id'), descending=True), condition=models.Q(('status', 'dead')), name='pgqueue_job_dead'),
+            model_name="job",
+            index=models.Index(
+                models.OrderBy(models.F("id"), descending=True),
+                condition=models.Q(("status", "dead")),
+                name="pgqueue_job_dead",
+            ),
         ),
     ]

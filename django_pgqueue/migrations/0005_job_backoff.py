@@ -4,19 +4,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_pgqueue', '0004_dead_index'),
+        ("django_pgqueue", "0004_dead_index"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='backoff',
-            field=models.FloatField(blank=True, help_text="Seconds before this job's first retry, doubling after each; empty: PGQUEUE['BACKOFF_BASE'].", null=True),
+            model_name="job",
+            name="backoff",
+            field=models.FloatField(
+                blank=True,
+                help_text="Seconds before this job's first retry, doubling after each; empty: PGQUEUE['BACKOFF_BASE'].",
+                null=True,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=models.Q(('backoff__isnull', True), ('backoff__gte', 0), _connector='OR'), name='pgqueue_job_backoff_gte_0'),
+            model_name="job",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("backoff__isnull", True), ("backoff__gte", 0), _connector="OR"),
+                name="pgqueue_job_backoff_gte_0",
+            ),
         ),
     ]

@@ -57,51 +57,93 @@ DROP FUNCTION IF EXISTS pgqueue_error_line(text, text);
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_pgqueue', '0005_job_backoff'),
+        ("django_pgqueue", "0005_job_backoff"),
     ]
 
     operations = [
         migrations.RunSQL(FUNCTIONS, reverse_sql=DROP_FUNCTIONS),
         migrations.AddField(
-            model_name='job',
-            name='error_count',
-            field=models.IntegerField(db_default=0, default=0, help_text='Entries ever added to the error history; the oldest are dropped once there are more than the history keeps.'),
+            model_name="job",
+            name="error_count",
+            field=models.IntegerField(
+                db_default=0,
+                default=0,
+                help_text="Entries ever added to the error history; the oldest are dropped once there are more than the history keeps.",
+            ),
         ),
         migrations.AddField(
-            model_name='job',
-            name='lease_token',
-            field=models.BigIntegerField(db_default=0, default=0, help_text="The token of the latest claim, chosen by the claiming worker and never used by it before; the run's outcome and renewals are fenced on it."),
+            model_name="job",
+            name="lease_token",
+            field=models.BigIntegerField(
+                db_default=0,
+                default=0,
+                help_text="The token of the latest claim, chosen by the claiming worker and never used by it before; the run's outcome and renewals are fenced on it.",
+            ),
         ),
         migrations.AlterField(
-            model_name='job',
-            name='errors',
-            field=models.JSONField(blank=True, default=list, help_text='The newest entries of the error history: attempt, at, exception, message, traceback.'),
+            model_name="job",
+            name="errors",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="The newest entries of the error history: attempt, at, exception, message, traceback.",
+            ),
         ),
         migrations.AlterField(
-            model_name='job',
-            name='worker_ids',
-            field=models.JSONField(blank=True, default=list, help_text='Workers that claimed it, in order (the newest 100).'),
+            model_name="job",
+            name="worker_ids",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="Workers that claimed it, in order (the newest 100).",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=models.Q(('attempts__lte', models.F('max_attempts'))), name='pgqueue_job_attempts_lte_max'),
+            model_name="job",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("attempts__lte", models.F("max_attempts"))),
+                name="pgqueue_job_attempts_lte_max",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=models.Q(('max_attempts__lte', 1000000)), name='pgqueue_job_max_attempts_lte_limit'),
+            model_name="job",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("max_attempts__lte", 1000000)),
+                name="pgqueue_job_max_attempts_lte_limit",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=models.Q(('error_count__gte', 0), ('error_count__lte', 1000000000)), name='pgqueue_job_error_count_range'),
+            model_name="job",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("error_count__gte", 0), ("error_count__lte", 1000000000)),
+                name="pgqueue_job_error_count_range",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=django.db.models.lookups.Exact(models.Func(models.F('errors'), function='jsonb_typeof', output_field=models.CharField()), models.Value('array')), name='pgqueue_job_errors_is_list'),
+            model_name="job",
+            constraint=models.CheckConstraint(
+                condition=django.db.models.lookups.Exact(
+                    models.Func(
+                        models.F("errors"), function="jsonb_typeof", output_field=models.CharField()
+                    ),
+                    models.Value("array"),
+                ),
+                name="pgqueue_job_errors_is_list",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=django.db.models.lookups.Exact(models.Func(models.F('worker_ids'), function='jsonb_typeof', output_field=models.CharField()), models.Value('array')), name='pgqueue_job_worker_ids_is_list'),
+            model_name="job",
+            constraint=models.CheckConstraint(
+                condition=django.db.models.lookups.Exact(
+                    models.Func(
+                        models.F("worker_ids"),
+                        function="jsonb_typeof",
+                        output_field=models.CharField(),
+                    ),
+                    models.Value("array"),
+                ),
+                name="pgqueue_job_worker_ids_is_list",
+            ),
         ),
     ]

@@ -44,17 +44,34 @@ def _decoded(row: dict[str, Any]) -> ClaimedJob:
     except (ValueError, RecursionError) as exc:
         args, kwargs = [], {}
         problem = f"the stored arguments cannot be decoded: {type(exc).__name__}: {exc}"
-    return ClaimedJob(id=row["id"], run=row["run"], task=row["task"], args=args, kwargs=kwargs,
-                      queue=row["queue"], priority=row["priority"], attempt=row["attempt"],
-                      max_attempts=row["max_attempts"], concurrency_key=row["concurrency_key"],
-                      unique_key=row["unique_key"], backoff=row["backoff"], problem=problem)
+    return ClaimedJob(
+        id=row["id"],
+        run=row["run"],
+        task=row["task"],
+        args=args,
+        kwargs=kwargs,
+        queue=row["queue"],
+        priority=row["priority"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        concurrency_key=row["concurrency_key"],
+        unique_key=row["unique_key"],
+        backoff=row["backoff"],
+        problem=problem,
+    )
 
 
-def claim(worker: str, limit: int, queues: Sequence[str] | None, lease: float,
-          alias: str) -> list[ClaimedJob]:
+def claim(
+    worker: str, limit: int, queues: Sequence[str] | None, lease: float, alias: str
+) -> list[ClaimedJob]:
     """Lease up to ``limit`` ready jobs to ``worker`` in one statement, committed at once."""
-    params = {"worker": worker, "limit": limit, "queues": list(queues) if queues else None,
-              "lease": lease, "token": next_token()}
+    params = {
+        "worker": worker,
+        "limit": limit,
+        "queues": list(queues) if queues else None,
+        "lease": lease,
+        "token": next_token(),
+    }
     for _ in range(5):
         try:
             if connections[alias].in_atomic_block:
@@ -80,10 +97,16 @@ def complete(worker: str, successes: Sequence[Success], alias: str) -> set[int]:
     """Mark runs done with their results; the ids recorded (the rest were fenced out)."""
     if not successes:
         return set()
-    rows = runner.fetch("complete", {
-        "worker": worker, "ids": [s.job_id for s in successes],
-        "runs": [s.run for s in successes], "results": [s.result for s in successes],
-    }, alias)
+    rows = runner.fetch(
+        "complete",
+        {
+            "worker": worker,
+            "ids": [s.job_id for s in successes],
+            "runs": [s.run for s in successes],
+            "results": [s.result for s in successes],
+        },
+        alias,
+    )
     return {row["id"] for row in rows}
 
 
@@ -91,22 +114,39 @@ def fail(worker: str, failures: Sequence[Failure], alias: str) -> dict[int, str]
     """Record failed runs (retry later, or dead); {id: new status} of those recorded."""
     if not failures:
         return {}
-    rows = runner.fetch("fail", {
-        "worker": worker, "ids": [f.job_id for f in failures], "runs": [f.run for f in failures],
-        "delays": [f.delay for f in failures], "exceptions": [f.exception for f in failures],
-        "messages": [f.message for f in failures], "tracebacks": [f.traceback for f in failures],
-        "finals": [f.final for f in failures],
-    }, alias)
+    rows = runner.fetch(
+        "fail",
+        {
+            "worker": worker,
+            "ids": [f.job_id for f in failures],
+            "runs": [f.run for f in failures],
+            "delays": [f.delay for f in failures],
+            "exceptions": [f.exception for f in failures],
+            "messages": [f.message for f in failures],
+            "tracebacks": [f.traceback for f in failures],
+            "finals": [f.final for f in failures],
+        },
+        alias,
+    )
     return {row["id"]: row["status"] for row in rows}
 
 
-def heartbeat(worker: str, runs: Sequence[tuple[int, int]], lease: float,
-              alias: str) -> set[tuple[int, int]]:
+def heartbeat(
+    worker: str, runs: Sequence[tuple[int, int]], lease: float, alias: str
+) -> set[tuple[int, int]]:
     """Extend the leases ``worker`` holds on these (id, run) pairs; those still held."""
     if not runs:
         return set()
-    rows = runner.fetch("heartbeat", {"worker": worker, "ids": [r[0] for r in runs],
-                                      "runs": [r[1] for r in runs], "lease": lease}, alias)
+    rows = runner.fetch(
+        "heartbeat",
+        {
+            "worker": worker,
+            "ids": [r[0] for r in runs],
+            "runs": [r[1] for r in runs],
+            "lease": lease,
+        },
+        alias,
+    )
     return {(row["id"], row["run"]) for row in rows}
 
 
@@ -114,10 +154,26 @@ def release(worker: str, runs: Sequence[tuple[int, int]], reason: str, alias: st
     """Put running jobs (id, run) back in the queue without spending the attempt."""
     if not runs:
         return set()
-    rows = runner.fetch("release", {"worker": worker, "ids": [r[0] for r in runs],
-                                    "runs": [r[1] for r in runs], "reason": reason}, alias)
+    rows = runner.fetch(
+        "release",
+        {
+            "worker": worker,
+            "ids": [r[0] for r in runs],
+            "runs": [r[1] for r in runs],
+            "reason": reason,
+        },
+        alias,
+    )
     return {row["id"] for row in rows}
 
 
-__all__ = ["ONE_RUNNING_PER_KEY", "JobStatus", "claim", "complete", "fail", "heartbeat",
-           "next_token", "release"]
+__all__ = [
+    "ONE_RUNNING_PER_KEY",
+    "JobStatus",
+    "claim",
+    "complete",
+    "fail",
+    "heartbeat",
+    "next_token",
+    "release",
+]

@@ -42,15 +42,17 @@ def insert(spec: JobSpec, alias: str) -> Inserted:
         rows = runner.fetch("enqueue", params, alias)
         if rows:
             row = rows[0]
-            return Inserted(row["id"], row["created_at"], row["run_at"], JobStatus.QUEUED,
-                            duplicate=False)
+            return Inserted(
+                row["id"], row["created_at"], row["run_at"], JobStatus.QUEUED, duplicate=False
+            )
         # A live job holds the unique_key. If it finished between the two
         # statements, the insert is worth another try.
         existing = runner.fetch("live_job_by_unique_key", {"unique_key": spec.unique_key}, alias)
         if existing:
             row = existing[0]
-            return Inserted(row["id"], row["created_at"], row["run_at"], row["status"],
-                            duplicate=True)
+            return Inserted(
+                row["id"], row["created_at"], row["run_at"], row["status"], duplicate=True
+            )
     raise IntegrityError(f"could not enqueue or find a live job for {spec.unique_key!r}")
 
 
@@ -61,11 +63,14 @@ def insert_many(specs: Sequence[JobSpec], alias: str) -> list[int]:
     if len(specs) >= COPY_THRESHOLD and all(s.unique_key is None for s in specs):
         return _copy_many(specs, alias)
     columns = {
-        "tasks": [s.task for s in specs], "args": [s.args for s in specs],
-        "kwargs": [s.kwargs for s in specs], "queues": [s.queue for s in specs],
+        "tasks": [s.task for s in specs],
+        "args": [s.args for s in specs],
+        "kwargs": [s.kwargs for s in specs],
+        "queues": [s.queue for s in specs],
         "priorities": [s.priority for s in specs],
         "max_attempts": [s.max_attempts for s in specs],
-        "run_ats": [s.run_at for s in specs], "unique_keys": [s.unique_key for s in specs],
+        "run_ats": [s.run_at for s in specs],
+        "unique_keys": [s.unique_key for s in specs],
         "concurrency_keys": [s.concurrency_key for s in specs],
         "backoffs": [s.backoff for s in specs],
     }
@@ -78,10 +83,31 @@ def _copy_many(specs: Sequence[JobSpec], alias: str) -> list[int]:
     with transaction.atomic(using=alias):
         reserved = runner.fetch_one("reserve_ids", {"count": len(specs)}, alias)
         ids, now = reserved["ids"], reserved["now"]
-        runner.copy("copy_jobs", (
-            (job_id, s.task, s.args, s.kwargs, s.queue, s.priority, JobStatus.QUEUED.value, 0,
-             s.max_attempts, s.run_at or now, "", "[]", "[]", s.concurrency_key, s.backoff)
-            for job_id, s in zip(ids, specs, strict=True)), alias)
-        runner.fetch("notify_queues", {"queues": sorted({s.queue for s in specs}),
-                                       **notify_params()}, alias)
+        runner.copy(
+            "copy_jobs",
+            (
+                (
+                    job_id,
+                    s.task,
+                    s.args,
+                    s.kwargs,
+                    s.queue,
+                    s.priority,
+                    JobStatus.QUEUED.value,
+                    0,
+                    s.max_attempts,
+                    s.run_at or now,
+                    "",
+                    "[]",
+                    "[]",
+                    s.concurrency_key,
+                    s.backoff,
+                )
+                for job_id, s in zip(ids, specs, strict=True)
+            ),
+            alias,
+        )
+        runner.fetch(
+            "notify_queues", {"queues": sorted({s.queue for s in specs}), **notify_params()}, alias
+        )
     return list(ids)

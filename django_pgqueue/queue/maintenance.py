@@ -38,7 +38,7 @@ def retry(job_ids: Sequence[int], alias: str) -> list[int]:
     retried: list[int] = []
     with transaction.atomic(using=alias):
         for start in range(0, len(ordered), RETRY_BATCH):
-            retried += _retry_batch(ordered[start:start + RETRY_BATCH], alias)
+            retried += _retry_batch(ordered[start : start + RETRY_BATCH], alias)
     return sorted(retried)
 
 
@@ -67,8 +67,9 @@ def cancel(job_ids: Sequence[int], reason: str, alias: str) -> list[int]:
     return sorted(row["id"] for row in rows)
 
 
-def prune(before: dt.datetime, statuses: Sequence[str], batch_size: int, dry_run: bool,
-          alias: str) -> int:
+def prune(
+    before: dt.datetime, statuses: Sequence[str], batch_size: int, dry_run: bool, alias: str
+) -> int:
     """Delete finished jobs whose done_at is before ``before``, in batches; the count."""
     params = {"statuses": list(statuses), "limit": batch_size, "before": before}
     if dry_run:
@@ -94,13 +95,18 @@ def relax_commit(relaxed: bool, alias: str) -> None:
 def stats(alias: str) -> list[QueueStats]:
     """Counts by queue and status, the oldest ready job's age, recent deaths."""
     return [
-        QueueStats(queue=row["queue"], status=row["status"], jobs=row["jobs"],
-                   oldest_ready_age=(None if row["oldest_ready_age"] is None
-                                     else float(row["oldest_ready_age"])),
-                   dead_last_24h=row["dead_last_24h"], lease_expired=row["lease_expired"])
+        QueueStats(
+            queue=row["queue"],
+            status=row["status"],
+            jobs=row["jobs"],
+            oldest_ready_age=(
+                None if row["oldest_ready_age"] is None else float(row["oldest_ready_age"])
+            ),
+            dead_last_24h=row["dead_last_24h"],
+            lease_expired=row["lease_expired"],
+        )
         for row in runner.fetch("stats", {}, alias)
     ]
 
 
-__all__ = ["FINISHED", "RETRY_BATCH", "cancel", "prune", "reap", "relax_commit", "retry",
-           "stats"]
+__all__ = ["FINISHED", "RETRY_BATCH", "cancel", "prune", "reap", "relax_commit", "retry", "stats"]

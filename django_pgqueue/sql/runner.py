@@ -37,20 +37,24 @@ def _ready(alias: str) -> BaseDatabaseWrapper:
 
 def _log(wrapper: BaseDatabaseWrapper, name: str, text: str, started: float) -> None:
     if wrapper.queries_logged:
-        wrapper.queries_log.append({"sql": f"/* pgqueue: {name} */ {text}",
-                                    "time": f"{time.monotonic() - started:.3f}"})
+        wrapper.queries_log.append(
+            {"sql": f"/* pgqueue: {name} */ {text}", "time": f"{time.monotonic() - started:.3f}"}
+        )
 
 
-def fetch(name: str, params: dict[str, Any], alias: str, *,
-          prepare: bool | None = None) -> list[Row]:
+def fetch(
+    name: str, params: dict[str, Any], alias: str, *, prepare: bool | None = None
+) -> list[Row]:
     """Run statement ``name``; its rows (none for a statement that returns none).
 
     ``prepare=False`` for the statements PostgreSQL cannot prepare (``SET``)."""
     wrapper = _ready(alias)
     text = query(name)
     started = time.monotonic()
-    with wrapper.wrap_database_errors, psycopg.Cursor(wrapper.connection,
-                                                      row_factory=dict_row) as cursor:
+    with (
+        wrapper.wrap_database_errors,
+        psycopg.Cursor(wrapper.connection, row_factory=dict_row) as cursor,
+    ):
         cursor.execute(text, params, prepare=conf.get().PREPARE if prepare is None else prepare)
         rows = cursor.fetchall() if cursor.description else []
     _log(wrapper, name, text, started)
@@ -68,8 +72,11 @@ def copy(name: str, rows: Iterable[Sequence[Any]], alias: str) -> int:
     wrapper = _ready(alias)
     started = time.monotonic()
     count = 0
-    with wrapper.wrap_database_errors, psycopg.Cursor(wrapper.connection) as cursor, \
-            cursor.copy(query(name)) as stream:
+    with (
+        wrapper.wrap_database_errors,
+        psycopg.Cursor(wrapper.connection) as cursor,
+        cursor.copy(query(name)) as stream,
+    ):
         for row in rows:
             stream.write_row(row)
             count += 1

@@ -40,8 +40,9 @@ class Completer(ServiceThread):
 
     critical = True
 
-    def __init__(self, worker_id: str, alias: str, on_settled: OnSettled,
-                 supervision: Supervision) -> None:
+    def __init__(
+        self, worker_id: str, alias: str, on_settled: OnSettled, supervision: Supervision
+    ) -> None:
         super().__init__(alias, "pgqueue-completer", supervision)
         self.worker_id = worker_id
         self._on_settled = on_settled
@@ -101,8 +102,10 @@ class Completer(ServiceThread):
         failures = [o for o in batch if isinstance(o, Failure)]
         # Both or neither: a retried batch must not find half of it recorded.
         with transaction.atomic(using=self.alias):
-            return (Job.objects.complete(self.worker_id, successes, using=self.alias),
-                    Job.objects.fail(self.worker_id, failures, using=self.alias))
+            return (
+                Job.objects.complete(self.worker_id, successes, using=self.alias),
+                Job.objects.fail(self.worker_id, failures, using=self.alias),
+            )
 
     def _record_each(self, batch: list[Outcome]) -> tuple[set[int], dict[int, str]]:
         """One outcome at a time, replacing any the database refuses by a final
@@ -116,17 +119,26 @@ class Completer(ServiceThread):
                 if is_transient(exc):
                     raise
                 reason = clean_text(f"{type(exc).__name__}: {exc}")
-                logger.error("job %s: its outcome could not be stored (%s); burying it",
-                             outcome.job_id, reason.splitlines()[0])
-                replacement = Failure(outcome.job_id, outcome.run, OutcomeNotStored.__name__,
-                                      reason, "", delay=0.0, final=True)
+                logger.error(
+                    "job %s: its outcome could not be stored (%s); burying it",
+                    outcome.job_id,
+                    reason.splitlines()[0],
+                )
+                replacement = Failure(
+                    outcome.job_id,
+                    outcome.run,
+                    OutcomeNotStored.__name__,
+                    reason,
+                    "",
+                    delay=0.0,
+                    final=True,
+                )
                 try:
                     one_done, one_failed = self._record([replacement])
                 except Exception as again:
                     if is_transient(again):
                         raise
-                    logger.exception("job %s: not even its failure could be stored",
-                                     outcome.job_id)
+                    logger.exception("job %s: not even its failure could be stored", outcome.job_id)
                     continue
             done |= one_done
             failed.update(one_failed)

@@ -78,11 +78,13 @@ class WorkerConfig:
     def describe(self) -> str:
         """One line for the start banner."""
         queues = ",".join(self.queues) if self.queues else "*"
-        return (f"worker {self.worker_id}: queues={queues} concurrency={self.concurrency} "
-                f"prefetch={self.prefetch} "
-                f"lease={self.lease:g}s heartbeat={self.heartbeat_interval:g}s "
-                f"poll={self.poll_interval:g}s listen={'on' if self.listen else 'off'} "
-                f"job_timeout={self.job_timeout or 'none'} "
-                f"shutdown_timeout={self.shutdown_timeout:g}s reap={self.reap_interval:g}s "
-                f"prune_after={self.prune_after or 'off'} burst={self.burst} "
-                f"max_jobs={self.max_jobs or 'unlimited'} database={self.database}")
+        return (
+            f"worker {self.worker_id}: queues={queues} concurrency={self.concurrency} "
+            f"prefetch={self.prefetch} "
+            f"lease={self.lease:g}s heartbeat={self.heartbeat_interval:g}s "
+            f"poll={self.poll_interval:g}s listen={'on' if self.listen else 'off'} "
+            f"job_timeout={self.job_timeout or 'none'} "
+            f"shutdown_timeout={self.shutdown_timeout:g}s reap={self.reap_interval:g}s "
+            f"prune_after={self.prune_after or 'off'} burst={self.burst} "
+            f"max_jobs={self.max_jobs or 'unlimited'} database={self.database}"
+        )

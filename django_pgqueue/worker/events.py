@@ -17,8 +17,20 @@ from typing import Any
 
 logger = logging.getLogger("django_pgqueue")
 
-NAMES = frozenset({"claimed", "started", "finished", "recorded", "heartbeat", "listening",
-                   "idle", "reaped", "stopping", "stopped"})
+NAMES = frozenset(
+    {
+        "claimed",
+        "started",
+        "finished",
+        "recorded",
+        "heartbeat",
+        "listening",
+        "idle",
+        "reaped",
+        "stopping",
+        "stopped",
+    }
+)
 Subscriber = Callable[..., None]
 
 

@@ -52,18 +52,24 @@ def _safe(render: Any, exc: BaseException) -> str:
         return f"<{class_path(exc)} whose message could not be rendered>"
 
 
-def failure(job: ClaimedJob, exc: BaseException, *, final: bool = False,
-            trace: str | None = None) -> Failure:
+def failure(
+    job: ClaimedJob, exc: BaseException, *, final: bool = False, trace: str | None = None
+) -> Failure:
     """A failure outcome for ``job``, with the retry delay from the backoff settings."""
     settings = conf.get()
     base = settings.BACKOFF_BASE if job.backoff is None else job.backoff
     return Failure(
-        job_id=job.id, run=job.run, exception=class_path(exc), message=_safe(str, exc),
-        traceback=clean_text(trace) if trace is not None else _safe(
-            lambda e: "".join(traceback.format_exception(e)), exc),
+        job_id=job.id,
+        run=job.run,
+        exception=class_path(exc),
+        message=_safe(str, exc),
+        traceback=clean_text(trace)
+        if trace is not None
+        else _safe(lambda e: "".join(traceback.format_exception(e)), exc),
         # A job's own backoff may exceed the global cap: its first delay is honoured.
-        delay=retry_delay(job.attempt, base, max(settings.BACKOFF_MAX, base),
-                          settings.BACKOFF_JITTER),
+        delay=retry_delay(
+            job.attempt, base, max(settings.BACKOFF_MAX, base), settings.BACKOFF_JITTER
+        ),
         final=final,
     )
 
@@ -85,8 +91,10 @@ def check_arguments(target: Any, args: Any, kwargs: Any) -> None:
     """
     func = getattr(target, "func", target)
     if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
-        raise TypeError(f"malformed arguments: args must be a JSON list and kwargs a JSON "
-                        f"object, got {type(args).__name__} and {type(kwargs).__name__}")
+        raise TypeError(
+            f"malformed arguments: args must be a JSON list and kwargs a JSON "
+            f"object, got {type(args).__name__} and {type(kwargs).__name__}"
+        )
     signature = _signature(func)
     if signature is not None:
         try:
@@ -119,8 +127,9 @@ def execute(job: ClaimedJob) -> Success | Failure:
     except BaseException as exc:
         # Whatever a task raises (sys.exit(), KeyboardInterrupt raised by hand:
         # real signals only reach the main thread) fails the job, not the thread.
-        logger.info("job %s (%s) failed on attempt %s: %s", job.id, job.task, job.attempt,
-                    class_path(exc))
+        logger.info(
+            "job %s (%s) failed on attempt %s: %s", job.id, job.task, job.attempt, class_path(exc)
+        )
         return failure(job, exc)
     return success(job, result)
 

@@ -149,8 +149,15 @@ class Ledger:
         """Runs whose thread started before ``started_before`` and is still running,
         not yet marked: marks and returns them."""
         with self._lock:
-            late = [h for h in self._held.values() if h.running and h.ours and not h.overdue
-                    and h.started is not None and h.started < started_before]
+            late = [
+                h
+                for h in self._held.values()
+                if h.running
+                and h.ours
+                and not h.overdue
+                and h.started is not None
+                and h.started < started_before
+            ]
             for held in late:
                 held.overdue = True
         return [h.job for h in late]

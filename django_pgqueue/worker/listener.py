@@ -23,9 +23,15 @@ class Listener(ServiceThread):
     """Calls ``wake()`` whenever a job is committed to one of ``queues`` (None: any),
     and ``on_listening()`` each time it (re)connects."""
 
-    def __init__(self, alias: str, channel: str, queues: tuple[str, ...] | None,
-                 wake: Callable[[], None], on_listening: Callable[[], None],
-                 supervision: Supervision) -> None:
+    def __init__(
+        self,
+        alias: str,
+        channel: str,
+        queues: tuple[str, ...] | None,
+        wake: Callable[[], None],
+        on_listening: Callable[[], None],
+        supervision: Supervision,
+    ) -> None:
         super().__init__(alias, "pgqueue-listener", supervision)
         self.channel = channel
         self.queues = frozenset(queues) if queues else None
@@ -38,7 +44,8 @@ class Listener(ServiceThread):
         # transaction-pooled PgBouncer) connection.
         wrapper = connections[self.alias]
         conn: psycopg.Connection[tuple[object, ...]] = wrapper.get_new_connection(
-            wrapper.get_connection_params())
+            wrapper.get_connection_params()
+        )
         conn.autocommit = True
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         return conn

@@ -32,14 +32,21 @@ class JobPool:
     outcome)`` receives what happened.
     """
 
-    def __init__(self, size: int, on_start: Callable[[ClaimedJob], bool],
-                 on_done: Callable[[ClaimedJob, Outcome], None], epoch: ConnectionEpoch) -> None:
+    def __init__(
+        self,
+        size: int,
+        on_start: Callable[[ClaimedJob], bool],
+        on_done: Callable[[ClaimedJob, Outcome], None],
+        epoch: ConnectionEpoch,
+    ) -> None:
         self._jobs: queue.SimpleQueue[ClaimedJob | None] = queue.SimpleQueue()
         self._on_start = on_start
         self._on_done = on_done
         self._epoch = epoch
-        self._threads = [threading.Thread(target=self._loop, name=f"pgqueue-job-{n}",
-                                          daemon=True) for n in range(size)]
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"pgqueue-job-{n}", daemon=True)
+            for n in range(size)
+        ]
 
     def start(self) -> None:
         for thread in self._threads:

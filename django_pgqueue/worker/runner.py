@@ -70,22 +70,42 @@ class Worker:
         supervision = Supervision(fatal=self.fail_fast, epoch=self.epoch)
         self.completer = Completer(config.worker_id, config.database, self._settled, supervision)
         self.pool = JobPool(config.concurrency, self._job_starting, self._job_done, self.epoch)
-        self.listener = (Listener(config.database, config.channel, config.queues,
-                                  self.waker.set, lambda: self.events.emit("listening"),
-                                  supervision) if config.listen else None)
-        self.maintenance = Timers(config.database, self._timers(), supervision,
-                                  name="pgqueue-maintenance")
+        self.listener = (
+            Listener(
+                config.database,
+                config.channel,
+                config.queues,
+                self.waker.set,
+                lambda: self.events.emit("listening"),
+                supervision,
+            )
+            if config.listen
+            else None
+        )
+        self.maintenance = Timers(
+            config.database, self._timers(), supervision, name="pgqueue-maintenance"
+        )
         # The heartbeat on a thread of its own: a long prune or reap must never
         # delay the renewals that keep running jobs from being taken back.
-        self.heartbeat = Timers(config.database, [
-            Timer("heartbeat", config.heartbeat_interval, self._heartbeat)], supervision,
-            name="pgqueue-heartbeat", critical=True)
+        self.heartbeat = Timers(
+            config.database,
+            [Timer("heartbeat", config.heartbeat_interval, self._heartbeat)],
+            supervision,
+            name="pgqueue-heartbeat",
+            critical=True,
+        )
 
     def _timers(self) -> list[Timer]:
         c = self.config
-        timers = [Timer("reaper", c.reap_interval, self._reap),
-                  Timer("throughput", c.stats_interval, self._log_throughput,
-                        due=time.monotonic() + c.stats_interval)]
+        timers = [
+            Timer("reaper", c.reap_interval, self._reap),
+            Timer(
+                "throughput",
+                c.stats_interval,
+                self._log_throughput,
+                due=time.monotonic() + c.stats_interval,
+            ),
+        ]
         if c.job_timeout:
             timers.append(Timer("job timeout", min(1.0, c.job_timeout / 4), self._mark_overdue))
         if c.prune_after:
@@ -171,8 +191,9 @@ class Worker:
                     continue
             refill_from = None
             try:
-                jobs = Job.objects.claim(c.worker_id, limit=free, queues=c.queues,
-                                         lease=c.lease, using=c.database)
+                jobs = Job.objects.claim(
+                    c.worker_id, limit=free, queues=c.queues, lease=c.lease, using=c.database
+                )
             except Exception as exc:
                 if not self._claim_failed(exc):
                     return
@@ -187,8 +208,7 @@ class Worker:
                     continue  # there may be more ready right now
             else:
                 self.events.emit("idle")
-                if (c.burst and not self.ledger.own_work_left()
-                        and not self.completer.pending):
+                if c.burst and not self.ledger.own_work_left() and not self.completer.pending:
                     logger.info("burst: nothing ready and nothing running, exiting")
                     return
             # Nothing (more) ready: sleep until NOTIFY, a finished job, or the poll.
@@ -227,17 +247,29 @@ class Worker:
     def _job_done(self, job: ClaimedJob, outcome: Outcome) -> None:
         held = self.ledger.finish(job)
         if held is None:
-            logger.warning("job %s finished after it was given back (shutdown) or its lease "
-                           "was lost; its outcome is dropped", job.id)
+            logger.warning(
+                "job %s finished after it was given back (shutdown) or its lease "
+                "was lost; its outcome is dropped",
+                job.id,
+            )
         else:
             if held.overdue:
                 ran = time.monotonic() - (held.started or 0.0)
-                outcome = failure(job, JobTimeout(
-                    f"job ran {ran:.1f}s, past the worker's job timeout of "
-                    f"{self.config.job_timeout:g}s; what it returned is discarded"), trace="")
+                outcome = failure(
+                    job,
+                    JobTimeout(
+                        f"job ran {ran:.1f}s, past the worker's job timeout of "
+                        f"{self.config.job_timeout:g}s; what it returned is discarded"
+                    ),
+                    trace="",
+                )
             elif logger.isEnabledFor(logging.DEBUG):
-                logger.debug("job %s %s %s", job.id, job.task,
-                             "succeeded" if isinstance(outcome, Success) else "failed")
+                logger.debug(
+                    "job %s %s %s",
+                    job.id,
+                    job.task,
+                    "succeeded" if isinstance(outcome, Success) else "failed",
+                )
             self.completer.put(outcome)
         self.events.emit("finished", job=job, outcome=outcome)
         # Wake the claim loop only when a claim is worth making: enough slots
@@ -259,27 +291,34 @@ class Worker:
             self.events.emit("heartbeat", kept=set(), lost=[])
             return
         sent = time.monotonic()
-        kept = Job.objects.heartbeat(self.config.worker_id, keys, lease=self.config.lease,
-                                     using=self.config.database)
+        kept = Job.objects.heartbeat(
+            self.config.worker_id, keys, lease=self.config.lease, using=self.config.database
+        )
         lost = self.ledger.renewed(kept, keys, lease_until=sent + self.config.lease)
         if lost:
-            logger.warning("lost the lease on jobs %s: they may run again elsewhere",
-                           sorted(job_id for job_id, _ in lost))
+            logger.warning(
+                "lost the lease on jobs %s: they may run again elsewhere",
+                sorted(job_id for job_id, _ in lost),
+            )
         self.events.emit("heartbeat", kept=kept, lost=lost)
 
     def _reap(self) -> None:
         result = Job.objects.reap(using=self.config.database)
         if result.returned or result.buried:
-            logger.info("reaper: %d jobs with expired leases returned to the queue, %d buried",
-                        result.returned, result.buried)
+            logger.info(
+                "reaper: %d jobs with expired leases returned to the queue, %d buried",
+                result.returned,
+                result.buried,
+            )
         self.events.emit("reaped", result=result)
 
     def _prune(self) -> None:
         assert self.config.prune_after is not None
         deleted = Job.objects.prune(self.config.prune_after, using=self.config.database)
         if deleted:
-            logger.info("pruner: deleted %d finished jobs older than %gs", deleted,
-                        self.config.prune_after)
+            logger.info(
+                "pruner: deleted %d finished jobs older than %gs", deleted, self.config.prune_after
+            )
 
     def _mark_overdue(self) -> None:
         assert self.config.job_timeout is not None
@@ -287,17 +326,28 @@ class Worker:
             logger.warning(
                 "job %s (%s) exceeded the job timeout of %gs: it will be recorded as failed; "
                 "until its thread returns it keeps its slot, its lease and its concurrency key",
-                job.id, job.task, self.config.job_timeout)
+                job.id,
+                job.task,
+                self.config.job_timeout,
+            )
 
     def _log_throughput(self) -> None:
         now = time.monotonic()
         done, running = self.ledger.take_window()
         elapsed, self._window_start = now - self._window_start, now
         overdue = sum(1 for held in running if held.overdue)
-        logger.info("throughput: %d jobs in %.0fs (%.1f/s), %d running%s; totals: claimed %d, "
-                    "succeeded %d, buried %d", done, elapsed, done / elapsed if elapsed else 0,
-                    len(running), f" ({overdue} past the job timeout)" if overdue else "",
-                    self.ledger.claimed, self.ledger.succeeded, self.ledger.buried)
+        logger.info(
+            "throughput: %d jobs in %.0fs (%.1f/s), %d running%s; totals: claimed %d, "
+            "succeeded %d, buried %d",
+            done,
+            elapsed,
+            done / elapsed if elapsed else 0,
+            len(running),
+            f" ({overdue} past the job timeout)" if overdue else "",
+            self.ledger.claimed,
+            self.ledger.succeeded,
+            self.ledger.buried,
+        )
 
 
 __all__ = ["JobTimeout", "Worker"]

@@ -43,9 +43,12 @@ def bookkeeping_thread(alias: str, on: bool = True) -> None:
 
 
 def _relax_new_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
-    if getattr(_bookkeeping, "on", False) and connection.vendor == "postgresql":
-        if conf.get().ASYNC_COMMIT:
-            Job.objects.relax_commit(using=connection.alias)
+    if (
+        getattr(_bookkeeping, "on", False)
+        and connection.vendor == "postgresql"
+        and conf.get().ASYNC_COMMIT
+    ):
+        Job.objects.relax_commit(using=connection.alias)
 
 
 connection_created.connect(_relax_new_connection, dispatch_uid="pgqueue-relax-commit")
@@ -163,8 +166,9 @@ class ServiceThread(threading.Thread):
         logger.exception("%s: unexpected error", self.name)
         reset_connection(self.alias)
         if self.critical:
-            self.supervision.fatal(f"the {self.name} thread failed: {type(exc).__name__}: "
-                                   f"{first_line(exc)}")
+            self.supervision.fatal(
+                f"the {self.name} thread failed: {type(exc).__name__}: {first_line(exc)}"
+            )
             return False
         logger.warning("%s: restarting", self.name)
         return True
@@ -188,8 +192,15 @@ class Timers(ServiceThread):
     keep their schedule.
     """
 
-    def __init__(self, alias: str, timers: list[Timer], supervision: Supervision, *,
-                 name: str, critical: bool = False) -> None:
+    def __init__(
+        self,
+        alias: str,
+        timers: list[Timer],
+        supervision: Supervision,
+        *,
+        name: str,
+        critical: bool = False,
+    ) -> None:
         super().__init__(alias, name, supervision)
         self.timers = timers
         self.critical = critical

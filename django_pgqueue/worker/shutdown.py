@@ -49,8 +49,9 @@ def schema_problem_at_start(alias: str) -> str | None:
     """One line if django_pgqueue's migrations are not all applied to ``alias``."""
     try:
         executor = MigrationExecutor(connections[alias])
-        targets = [node for node in executor.loader.graph.leaf_nodes()
-                   if node[0] == "django_pgqueue"]
+        targets = [
+            node for node in executor.loader.graph.leaf_nodes() if node[0] == "django_pgqueue"
+        ]
         plan = executor.migration_plan(targets)
     except Exception as exc:
         if is_transient(exc):  # the claim loop waits for the database
@@ -62,8 +63,10 @@ def schema_problem_at_start(alias: str) -> str | None:
     if not plan:
         return None
     names = ", ".join(migration.name for migration, _ in plan)
-    return (f"django_pgqueue's migrations are not all applied to database {alias!r} "
-            f"({names}): run `manage.py migrate`")
+    return (
+        f"django_pgqueue's migrations are not all applied to database {alias!r} "
+        f"({names}): run `manage.py migrate`"
+    )
 
 
 def jobs(count: int) -> str:
@@ -125,9 +128,11 @@ class Shutdown:
             if thread is not None:
                 thread.join(max(0.0, min(2.0, self.hard_deadline - time.monotonic())))
         if unwritten:
-            logger.error("could not record the outcomes of jobs %s (the database is "
-                         "unreachable): the reaper returns them once their leases expire",
-                         unwritten)
+            logger.error(
+                "could not record the outcomes of jobs %s (the database is "
+                "unreachable): the reaper returns them once their leases expire",
+                unwritten,
+            )
         # Idle job threads exit now; one still inside an overrunning job is a
         # daemon and ends with the process.
         leftovers = w.ledger.running()
@@ -148,9 +153,14 @@ class Shutdown:
             w.ledger.give_back([job.key for job in overdue])
             self._fail_overdue(overdue)
         status = 1 if w.fatal_reason else 0
-        logger.info("stopped %s: claimed %d, succeeded %d, buried %d%s", self.worker_id,
-                    w.ledger.claimed, w.ledger.succeeded, w.ledger.buried,
-                    f"; exit status {status}" if status else "")
+        logger.info(
+            "stopped %s: claimed %d, succeeded %d, buried %d%s",
+            self.worker_id,
+            w.ledger.claimed,
+            w.ledger.succeeded,
+            w.ledger.buried,
+            f"; exit status {status}" if status else "",
+        )
         return status
 
     def _wait_for_running_jobs(self) -> None:
@@ -170,8 +180,11 @@ class Shutdown:
                 return
             if not logged:
                 logged = True
-                logger.info("waiting up to %.1fs for %s to finish", limit - now,
-                            jobs(len(w.ledger.running())))
+                logger.info(
+                    "waiting up to %.1fs for %s to finish",
+                    limit - now,
+                    jobs(len(w.ledger.running())),
+                )
             w.waker.wait(min(0.05, limit - now))
             w.waker.clear()
 
@@ -180,34 +193,53 @@ class Shutdown:
         delay = 0.1
         while True:
             try:
-                released = Job.objects.release(self.worker_id, keys, reason=reason,
-                                               using=self.alias)
+                released = Job.objects.release(
+                    self.worker_id, keys, reason=reason, using=self.alias
+                )
             except Exception as exc:
                 reset_connection(self.alias)
                 if not is_transient(exc) or time.monotonic() + delay >= until:
-                    logger.error("could not give jobs %s back (%s): the reaper returns them "
-                                 "once their leases expire", sorted(k[0] for k in keys),
-                                 first_line(exc))
+                    logger.error(
+                        "could not give jobs %s back (%s): the reaper returns them "
+                        "once their leases expire",
+                        sorted(k[0] for k in keys),
+                        first_line(exc),
+                    )
                     return
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)
                 continue
-            logger.warning("shutdown: put %s back in the queue: %s", jobs(len(released)),
-                           sorted(released))
+            logger.warning(
+                "shutdown: put %s back in the queue: %s", jobs(len(released)), sorted(released)
+            )
             return
 
     def _fail_overdue(self, overdue: list[ClaimedJob]) -> None:
         timeout = self.worker.config.job_timeout
-        outcomes = [failure(job, JobTimeout(
-            f"job ran past the worker's job timeout of {timeout:g}s and had not returned "
-            "when its worker exited"), trace="") for job in overdue]
+        outcomes = [
+            failure(
+                job,
+                JobTimeout(
+                    f"job ran past the worker's job timeout of {timeout:g}s and had not returned "
+                    "when its worker exited"
+                ),
+                trace="",
+            )
+            for job in overdue
+        ]
         try:
             Job.objects.fail(self.worker_id, outcomes, using=self.alias)
         except Exception as exc:
             reset_connection(self.alias)
-            logger.error("could not record jobs %s as timed out (%s): the reaper returns them "
-                         "once their leases expire", [job.id for job in overdue],
-                         first_line(exc))
+            logger.error(
+                "could not record jobs %s as timed out (%s): the reaper returns them "
+                "once their leases expire",
+                [job.id for job in overdue],
+                first_line(exc),
+            )
         else:
-            logger.warning("shutdown: recorded %s as timed out: %s", jobs(len(overdue)),
-                           [job.id for job in overdue])
+            logger.warning(
+                "shutdown: recorded %s as timed out: %s",
+                jobs(len(overdue)),
+                [job.id for job in overdue],
+            )

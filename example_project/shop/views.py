@@ -20,8 +20,9 @@ class OutOfStock(Exception):
 def create_order(request: HttpRequest) -> JsonResponse:
     """The order and its confirmation job commit together, or not at all."""
     with transaction.atomic():
-        order = Order.objects.create(email=request.POST["email"],
-                                     total_cents=int(request.POST["total_cents"]))
+        order = Order.objects.create(
+            email=request.POST["email"], total_cents=int(request.POST["total_cents"])
+        )
         result = send_confirmation.enqueue(order.pk)
     return JsonResponse({"order": order.pk, "job": result.id}, status=201)
 

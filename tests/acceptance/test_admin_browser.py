@@ -32,8 +32,7 @@ try:
 except ImportError:  # until selenium is a dev dependency everywhere; CI must have it
     if os.environ.get("CI"):
         raise
-    pytest.skip("selenium is not installed (pip install 'selenium>=4.20')",
-                allow_module_level=True)
+    pytest.skip("selenium is not installed (pip install 'selenium>=4.20')", allow_module_level=True)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -48,12 +47,26 @@ def worker_burst(db_url: str) -> Callable[[], None]:
     The one place the test starts a worker: it runs until nothing is ready and
     none of its jobs is running, then exits.
     """
+
     def burst() -> None:
         done = subprocess.run(
-            [sys.executable, "-m", "django", "runworker", "--burst", "--no-listen",
-             "--settings=tests.settings", "--verbosity=0"],
-            cwd=ROOT, env={**os.environ, "DATABASE_URL": db_url}, capture_output=True,
-            text=True, timeout=60, check=False)
+            [
+                sys.executable,
+                "-m",
+                "django",
+                "runworker",
+                "--burst",
+                "--no-listen",
+                "--settings=tests.settings",
+                "--verbosity=0",
+            ],
+            cwd=ROOT,
+            env={**os.environ, "DATABASE_URL": db_url},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
 
     return burst
@@ -62,8 +75,10 @@ def worker_burst(db_url: str) -> Callable[[], None]:
 def settle(burst: Callable[[], None], timeout: float = 30.0) -> None:
     """Bursts until nothing runs or is due within seconds (retries back off 50-200 ms)."""
     deadline = time.monotonic() + timeout
-    while Job.objects.running().exists() or Job.objects.queued().filter(
-            run_at__lt=timezone.now() + dt.timedelta(seconds=5)).exists():
+    while (
+        Job.objects.running().exists()
+        or Job.objects.queued().filter(run_at__lt=timezone.now() + dt.timedelta(seconds=5)).exists()
+    ):
         assert time.monotonic() < deadline, "jobs did not settle"
         burst()
         time.sleep(0.25)  # let a failed job's backoff pass before the next burst
@@ -84,25 +99,31 @@ def wait_for(browser: WebDriver, condition: Callable[[WebDriver], object], what:
 
 def status_of(browser: WebDriver, job_id: int) -> str:
     row = browser.find_element(
-        By.XPATH, f"//table[@id='result_list']//tr[th[@class='field-id']/a[text()='{job_id}']]")
+        By.XPATH, f"//table[@id='result_list']//tr[th[@class='field-id']/a[text()='{job_id}']]"
+    )
     return str(row.find_element(By.CSS_SELECTOR, "td.field-status_badge").text)
 
 
 def screenshot(browser: WebDriver, path: Path) -> None:
     """The whole page, not just the first screenful (Chrome DevTools' full-page capture)."""
     width, height = browser.execute_script(
-        "const e = document.documentElement; return [e.scrollWidth, e.scrollHeight];")
-    shot = browser.execute_cdp_cmd("Page.captureScreenshot", {
-        "format": "png", "captureBeyondViewport": True,
-        "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1},
-    })
+        "const e = document.documentElement; return [e.scrollWidth, e.scrollHeight];"
+    )
+    shot = browser.execute_cdp_cmd(
+        "Page.captureScreenshot",
+        {
+            "format": "png",
+            "captureBeyondViewport": True,
+            "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1},
+        },
+    )
     path.write_bytes(base64.b64decode(shot["data"]))
     assert path.stat().st_size > 10_000, f"{path} looks empty"
 
 
 def test_operator_finds_reads_and_retries_a_dead_job(
-        browser: WebDriver, live_server: LiveServer, artifacts: Path,
-        worker_burst: Callable[[], None]) -> None:
+    browser: WebDriver, live_server: LiveServer, artifacts: Path, worker_burst: Callable[[], None]
+) -> None:
     User.objects.create_superuser("night", password="night-pw")
     viewer = User.objects.create_user("viewer", password="viewer-pw", is_staff=True)
     grant(viewer, "view_job")
@@ -116,8 +137,10 @@ def test_operator_finds_reads_and_retries_a_dead_job(
     assert Job.objects.get(pk=job.pk).status == "dead"
 
     login(browser, live_server, "night", "night-pw")
-    assert browser.find_element(
-        By.CSS_SELECTOR, "tr.pgqueue-total td[data-stat=dead_last_24h]").text == "2"
+    assert (
+        browser.find_element(By.CSS_SELECTOR, "tr.pgqueue-total td[data-stat=dead_last_24h]").text
+        == "2"
+    )
     screenshot(browser, artifacts / "changelist.png")
 
     # Filter the dead jobs, open ours and read why it died.
@@ -125,7 +148,8 @@ def test_operator_finds_reads_and_retries_a_dead_job(
     wait_for(browser, lambda b: "status__exact=dead" in b.current_url, "the dead filter")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")) == 2
     browser.find_element(
-        By.XPATH, f"//table[@id='result_list']//th[@class='field-id']/a[text()='{job.pk}']").click()
+        By.XPATH, f"//table[@id='result_list']//th[@class='field-id']/a[text()='{job.pk}']"
+    ).click()
     wait_for(browser, lambda b: f"/{job.pk}/change/" in b.current_url, "the job page")
     history = browser.find_element(By.CSS_SELECTOR, ".field-error_history").text
     assert "Traceback (most recent call last)" in history
@@ -142,7 +166,8 @@ def test_operator_finds_reads_and_retries_a_dead_job(
     browser.find_element(By.CSS_SELECTOR, "button[name=index]").click()
     wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "ul.messagelist"), "a message")
     assert browser.find_element(By.CSS_SELECTOR, "ul.messagelist li.success").text == (
-        "Retried 1 job: queued now, attempts reset.")
+        "Retried 1 job: queued now, attempts reset."
+    )
 
     browser.get(f"{live_server.url}{LIST}?q={job.pk}")
     assert status_of(browser, job.pk) == "queued"
@@ -157,7 +182,9 @@ def test_operator_finds_reads_and_retries_a_dead_job(
     assert not browser.find_elements(By.NAME, "action")
     assert not browser.find_elements(By.NAME, "_selected_action")
     browser.get(f"{live_server.url}{LIST}{job.pk}/change/")
-    assert "admin-flaky: planned failure 1 of 2" in browser.find_element(
-        By.CSS_SELECTOR, ".field-error_history").text
+    assert (
+        "admin-flaky: planned failure 1 of 2"
+        in browser.find_element(By.CSS_SELECTOR, ".field-error_history").text
+    )
     assert not browser.find_elements(By.NAME, "_save")
     assert not browser.find_elements(By.CSS_SELECTOR, "a.deletelink")

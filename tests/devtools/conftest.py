@@ -27,8 +27,11 @@ def server() -> Iterator[EmbeddedPostgres]:
 
 def child_env(**extra: str) -> dict[str, str]:
     """Our environment for a child process, without the session's database."""
-    env = {name: value for name, value in os.environ.items()
-           if name not in ("DATABASE_URL", "PGQUEUE_EMBEDDED_OWNER_PID")}
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("DATABASE_URL", "PGQUEUE_EMBEDDED_OWNER_PID")
+    }
     return {**env, **extra}
 
 

@@ -64,8 +64,14 @@ def assert_gone_after_sigkill(owner: subprocess.Popen[str], data_dir: Path) -> N
 
 
 def test_the_server_and_its_folder_go_when_the_owner_is_sigkilled() -> None:
-    owner = subprocess.Popen([sys.executable, "-c", OWNER], cwd=ROOT, env=child_env(),
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER],
+        cwd=ROOT,
+        env=child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert owner.stdout is not None
     data_dir = Path(owner.stdout.readline().strip())
     assert_gone_after_sigkill(owner, data_dir)
@@ -75,13 +81,30 @@ def test_a_sigkilled_pytest_session_leaves_no_server(tmp_path: Path) -> None:
     (tmp_path / "test_wait.py").write_text(SESSION)
     report = tmp_path / "data_dir"
     session = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir",
-         str(ROOT), "-q", str(tmp_path / "test_wait.py")],
-        cwd=ROOT, env=child_env(REPORT_TO=str(report)), stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            "--rootdir",
+            str(ROOT),
+            "-q",
+            str(tmp_path / "test_wait.py"),
+        ],
+        cwd=ROOT,
+        env=child_env(REPORT_TO=str(report)),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
-        wait_for(lambda: report.exists() or session.poll() is not None, 60,
-                 "the session to start its server")
+        wait_for(
+            lambda: report.exists() or session.poll() is not None,
+            60,
+            "the session to start its server",
+        )
     finally:
         if session.poll() is not None:
             pytest.fail(f"the session ended early:\n{session.communicate()[0]}")
@@ -97,25 +120,44 @@ def open_tmp() -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.mark.parametrize("module", ["tests.settings", "example_project.settings",
-                                    "benchmarks.settings", "benchmarks.peer_settings"])
-def test_importing_settings_without_database_url_starts_no_server(module: str,
-                                                                  open_tmp: Path) -> None:
-    probe = (f"import importlib, os\n"
-             f"try:\n    importlib.import_module({module!r})\n"
-             f"except Exception as exc:\n    print('import failed:', exc)\n"
-             f"print('DATABASE_URL' in os.environ)\n")
+@pytest.mark.parametrize(
+    "module",
+    [
+        "tests.settings",
+        "example_project.settings",
+        "benchmarks.settings",
+        "benchmarks.peer_settings",
+    ],
+)
+def test_importing_settings_without_database_url_starts_no_server(
+    module: str, open_tmp: Path
+) -> None:
+    probe = (
+        f"import importlib, os\n"
+        f"try:\n    importlib.import_module({module!r})\n"
+        f"except Exception as exc:\n    print('import failed:', exc)\n"
+        f"print('DATABASE_URL' in os.environ)\n"
+    )
     # A server started on import would put its data directory (and, as root in older
     # versions, a copy of the binaries) in TMPDIR, and export its URL.
-    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT,
-                          env=child_env(TMPDIR=str(open_tmp)), capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        env=child_env(TMPDIR=str(open_tmp)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     *messages, exported = done.stdout.strip().splitlines()
     assert exported == "False", done.stdout
     # Those that need a database say so; tests.settings imports (mypy reads it).
-    expected = [] if module == "tests.settings" else [
-        "import failed: Set the DATABASE_URL environment variable"]
+    expected = (
+        []
+        if module == "tests.settings"
+        else ["import failed: Set the DATABASE_URL environment variable"]
+    )
     assert messages == expected
     assert list(open_tmp.iterdir()) == []
     assert processes_mentioning(str(open_tmp)) == []

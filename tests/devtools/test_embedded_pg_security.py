@@ -41,24 +41,37 @@ def test_root_owned_binaries_nobody_else_can_write_are_accepted(tmp_path: Path) 
 
 
 @as_root
-@pytest.mark.parametrize("plant", ["folder owned by nobody", "folder writable by others",
-                                   "program owned by nobody", "program writable by group",
-                                   "parent writable by others", "symlink out of the tree"])
+@pytest.mark.parametrize(
+    "plant",
+    [
+        "folder owned by nobody",
+        "folder writable by others",
+        "program owned by nobody",
+        "program writable by group",
+        "parent writable by others",
+        "symlink out of the tree",
+    ],
+)
 def test_binaries_another_user_could_change_are_refused(tmp_path: Path, plant: str) -> None:
     cache = tmp_path / "cache"
     tree = fake_binaries(cache)
     postgres = tree / "bin" / "postgres"
-    culprit = {"folder owned by nobody": tree, "folder writable by others": tree,
-               "program owned by nobody": postgres, "program writable by group": postgres,
-               "parent writable by others": cache,
-               "symlink out of the tree": tree / "lib" / "libevil.so"}[plant]
+    culprit = {
+        "folder owned by nobody": tree,
+        "folder writable by others": tree,
+        "program owned by nobody": postgres,
+        "program writable by group": postgres,
+        "parent writable by others": cache,
+        "symlink out of the tree": tree / "lib" / "libevil.so",
+    }[plant]
     if "owned by nobody" in plant:
         os.chown(culprit, NOBODY, NOBODY)
     elif plant == "symlink out of the tree":
         culprit.symlink_to(tmp_path / "elsewhere.so")
     else:
-        culprit.chmod(culprit.stat().st_mode | (stat.S_IWOTH if "others" in plant
-                                                 else stat.S_IWGRP))
+        culprit.chmod(
+            culprit.stat().st_mode | (stat.S_IWOTH if "others" in plant else stat.S_IWGRP)
+        )
     with pytest.raises(EmbeddedPostgresError) as refused:
         install_dir(cache)  # the cache already holds this version: no copy, a check
     message = str(refused.value)
@@ -68,8 +81,9 @@ def test_binaries_another_user_could_change_are_refused(tmp_path: Path, plant: s
 
 
 @pytest.mark.slow
-def test_a_connection_without_the_password_is_refused(server: EmbeddedPostgres,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_connection_without_the_password_is_refused(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("PGPASSWORD", raising=False)
     monkeypatch.setenv("PGPASSFILE", os.devnull)
     with psycopg.connect(server.url) as conn:  # the owner's URL carries the password

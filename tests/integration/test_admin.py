@@ -43,7 +43,8 @@ def grant(user: User, *codenames: str) -> None:
     content_type = ContentType.objects.get_for_model(Job)
     for codename in codenames:
         permission, _ = Permission.objects.get_or_create(
-            codename=codename, content_type=content_type, defaults={"name": codename})
+            codename=codename, content_type=content_type, defaults={"name": codename}
+        )
         user.user_permissions.add(permission)
 
 
@@ -57,8 +58,17 @@ def staff_client(name: str, *codenames: str) -> Client:
 
 def post_action(client: Client, action: str, ids: list[int], **extra: str) -> list[str]:
     """Run an admin action on ``ids``; returns the messages shown after the redirect."""
-    response = client.post(URL, {"action": action, "_selected_action": [str(i) for i in ids],
-                                 "index": "0", "select_across": "0", **extra}, follow=True)
+    response = client.post(
+        URL,
+        {
+            "action": action,
+            "_selected_action": [str(i) for i in ids],
+            "index": "0",
+            "select_across": "0",
+            **extra,
+        },
+        follow=True,
+    )
     assert response.status_code == 200
     return [str(message) for message in response.context["messages"]]
 
@@ -74,8 +84,13 @@ def jobs() -> dict[str, Job]:
     Job.objects.claim("worker-7")
     waiting = noop.using(delay=3600, unique_key="later").enqueue()
     ready = noop.using(priority=-5).enqueue("x", n=1)
-    return {"dead": Job.objects.get(pk=dead.pk), "done": Job.objects.get(pk=done.pk),
-            "running": Job.objects.get(pk=running.pk), "waiting": waiting, "ready": ready}
+    return {
+        "dead": Job.objects.get(pk=dead.pk),
+        "done": Job.objects.get(pk=done.pk),
+        "running": Job.objects.get(pk=running.pk),
+        "waiting": waiting,
+        "ready": ready,
+    }
 
 
 def row_ids(content: bytes) -> list[int]:
@@ -86,10 +101,20 @@ def row_ids(content: bytes) -> list[int]:
 # -- display helpers (no database) ---------------------------------------------------------
 
 
-@pytest.mark.parametrize(("seconds", "text"), [
-    (0, "0 s"), (45.9, "45 s"), (60, "1 min"), (200, "3 min 20 s"), (3600, "1 h"),
-    (7205, "2 h"), (7260, "2 h 1 min"), (90000, "1 d 1 h"), (-5, "0 s"),
-])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0 s"),
+        (45.9, "45 s"),
+        (60, "1 min"),
+        (200, "3 min 20 s"),
+        (3600, "1 h"),
+        (7205, "2 h"),
+        (7260, "2 h 1 min"),
+        (90000, "1 d 1 h"),
+        (-5, "0 s"),
+    ],
+)
 def test_duration_reads_in_at_most_two_units(seconds: float, text: str) -> None:
     assert duration(seconds) == text
 
@@ -114,8 +139,9 @@ committed = pytest.mark.django_db(transaction=True)
 
 
 @committed
-def test_changelist_lists_newest_first_with_every_column(admin_client: Client,
-                                                         jobs: dict[str, Job]) -> None:
+def test_changelist_lists_newest_first_with_every_column(
+    admin_client: Client, jobs: dict[str, Job]
+) -> None:
     response = admin_client.get(URL)
     assert response.status_code == 200
     assert row_ids(response.content) == sorted((j.pk for j in jobs.values()), reverse=True)
@@ -133,12 +159,13 @@ def test_changelist_lists_newest_first_with_every_column(admin_client: Client,
 @committed
 def test_summary_counts_each_queue_by_status(admin_client: Client, jobs: dict[str, Job]) -> None:
     Job.objects.filter(pk=jobs["running"].pk).update(
-        locked_until=timezone.now() - dt.timedelta(seconds=5))
-    Job.objects.filter(pk=jobs["ready"].pk).update(
-        run_at=timezone.now() - dt.timedelta(minutes=10))
+        locked_until=timezone.now() - dt.timedelta(seconds=5)
+    )
+    Job.objects.filter(pk=jobs["ready"].pk).update(run_at=timezone.now() - dt.timedelta(minutes=10))
     summary = admin_client.get(URL).context["queue_summary"]
-    assert [(line.queue, line.counts, line.dead_last_24h, line.lease_expired)
-            for line in summary] == [
+    assert [
+        (line.queue, line.counts, line.dead_last_24h, line.lease_expired) for line in summary
+    ] == [
         ("default", {"queued": 2, "running": 1, "done": 1, "dead": 0}, 0, 1),
         ("emails", {"queued": 0, "running": 0, "done": 0, "dead": 1}, 1, 0),
         ("all queues", {"queued": 2, "running": 1, "done": 1, "dead": 1}, 1, 1),
@@ -148,8 +175,9 @@ def test_summary_counts_each_queue_by_status(admin_client: Client, jobs: dict[st
 
 
 @committed
-def test_filters_by_status_queue_and_task_and_search(admin_client: Client,
-                                                     jobs: dict[str, Job]) -> None:
+def test_filters_by_status_queue_and_task_and_search(
+    admin_client: Client, jobs: dict[str, Job]
+) -> None:
     def ids(query: str) -> list[int]:
         response = admin_client.get(URL + query)
         assert response.status_code == 200
@@ -165,7 +193,10 @@ def test_filters_by_status_queue_and_task_and_search(admin_client: Client,
     filters = admin_client.get(URL).context["cl"].filter_specs
     assert [c for c, _ in filters[1].lookup_choices] == ["default", "emails"]
     assert [c for c, _ in filters[2].lookup_choices] == [
-        "tests.testapp.tasks.add", "tests.testapp.tasks.always_fails", "tests.testapp.tasks.noop"]
+        "tests.testapp.tasks.add",
+        "tests.testapp.tasks.always_fails",
+        "tests.testapp.tasks.noop",
+    ]
 
 
 def insert_finished(count: int) -> None:
@@ -175,7 +206,9 @@ def insert_finished(count: int) -> None:
             "INSERT INTO pgqueue_job (task, args, kwargs, errors, worker_ids, queue, status, "
             "attempts, done_at) SELECT 'tests.testapp.tasks.noop', '[]', '{}', '[]', '[]', "
             "'q' || (n %% 3), 'done', 1, now() "
-            "FROM generate_series(1, %s) AS n", [count])
+            "FROM generate_series(1, %s) AS n",
+            [count],
+        )
         cursor.execute("ANALYZE pgqueue_job")
 
 
@@ -203,12 +236,18 @@ def rows_read(sql: str) -> int:
 
 @committed
 def test_changelist_on_100k_rows_never_counts_or_scans_the_whole_table(
-        admin_client: Client) -> None:
+    admin_client: Client,
+) -> None:
     insert_finished(20)
     small, _ = changelist_queries(admin_client)
     insert_finished(100_000 - 20)
-    for query in ("", "?status__exact=done", "?queue=q1&task=tests.testapp.tasks.noop",
-                  "?_facets=1", "?q=%2354321"):
+    for query in (
+        "",
+        "?status__exact=done",
+        "?queue=q1&task=tests.testapp.tasks.noop",
+        "?_facets=1",
+        "?q=%2354321",
+    ):
         sql, html = changelist_queries(admin_client, query)
         # Same number of queries on 20 rows as on 100k: nothing grows with the table.
         assert len(sql) == len(small) <= 8, sql
@@ -228,8 +267,9 @@ def test_changelist_on_100k_rows_never_counts_or_scans_the_whole_table(
 
 
 @committed
-def test_job_page_is_read_only_with_json_traceback_and_lease(admin_client: Client,
-                                                            jobs: dict[str, Job]) -> None:
+def test_job_page_is_read_only_with_json_traceback_and_lease(
+    admin_client: Client, jobs: dict[str, Job]
+) -> None:
     dead = admin_client.get(f"{URL}{jobs['dead'].pk}/change/")
     assert dead.status_code == 200
     html = dead.content.decode()
@@ -243,9 +283,10 @@ def test_job_page_is_read_only_with_json_traceback_and_lease(admin_client: Clien
     running = admin_client.get(f"{URL}{jobs['running'].pk}/change/").content.decode()
     assert re.search(r"held by worker-7 for (2[0-9]|30) s more", running)
     ready = admin_client.get(f"{URL}{jobs['ready'].pk}/change/").content.decode()
-    assert '{\n  &quot;n&quot;: 1\n}' in ready  # kwargs
-    assert admin_client.post(f"{URL}{jobs['dead'].pk}/change/", {"status": "done"}
-                             ).status_code == 403
+    assert "{\n  &quot;n&quot;: 1\n}" in ready  # kwargs
+    assert (
+        admin_client.post(f"{URL}{jobs['dead'].pk}/change/", {"status": "done"}).status_code == 403
+    )
     assert Job.objects.get(pk=jobs["dead"].pk).status == "dead"
     assert admin_client.get(f"{URL}add/").status_code == 403
 
@@ -255,7 +296,8 @@ def test_job_page_is_read_only_with_json_traceback_and_lease(admin_client: Clien
 
 @committed
 def test_retry_requeues_dead_and_waiting_jobs_and_skips_the_rest(
-        admin_client: Client, admin_user: User, jobs: dict[str, Job]) -> None:
+    admin_client: Client, admin_user: User, jobs: dict[str, Job]
+) -> None:
     dead, waiting, running, done = (jobs[k].pk for k in ("dead", "waiting", "running", "done"))
     shown = post_action(admin_client, "retry_jobs", [dead, waiting, running, done])
     assert shown == [
@@ -267,11 +309,16 @@ def test_retry_requeues_dead_and_waiting_jobs_and_skips_the_rest(
     row = Job.objects.get(pk=dead)
     assert (row.status, row.attempts, len(row.errors)) == ("queued", 0, 1)  # history kept
     assert Job.objects.get(pk=waiting).run_at <= timezone.now()
-    assert list(LogEntry.objects.order_by("object_id").values_list(
-        "user_id", "object_id", "action_flag", "change_message")) == sorted([
+    assert list(
+        LogEntry.objects.order_by("object_id").values_list(
+            "user_id", "object_id", "action_flag", "change_message"
+        )
+    ) == sorted(
+        [
             (admin_user.pk, str(dead), CHANGE, "Retried: queued now, attempts reset."),
             (admin_user.pk, str(waiting), CHANGE, "Retried: queued now, attempts reset."),
-        ])
+        ]
+    )
 
 
 @committed
@@ -279,25 +326,32 @@ def test_cancel_records_the_reason_and_who(admin_client: Client, jobs: dict[str,
     ready, running = jobs["ready"].pk, jobs["running"].pk
     reason = "customer refunded (by admin in the admin)"
     shown = post_action(admin_client, "cancel_jobs", [ready, running], reason="customer refunded")
-    assert shown == [f"Cancelled 1 job: {reason}.",
-                     f"Skipped 1 job that were not queued: #{running} running."]
+    assert shown == [
+        f"Cancelled 1 job: {reason}.",
+        f"Skipped 1 job that were not queued: #{running} running.",
+    ]
     row = Job.objects.get(pk=ready)
     assert (row.status, row.last_error) == ("dead", f"Cancelled: {reason}")
     assert list(LogEntry.objects.values_list("object_id", "action_flag", "change_message")) == [
-        (str(ready), CHANGE, f"Cancelled: {reason}")]
+        (str(ready), CHANGE, f"Cancelled: {reason}")
+    ]
 
 
 @committed
 def test_delete_removes_finished_jobs_only(admin_client: Client, jobs: dict[str, Job]) -> None:
     dead, done, ready = jobs["dead"].pk, jobs["done"].pk, jobs["ready"].pk
     shown = post_action(admin_client, "delete_finished_jobs", [dead, done, ready])
-    assert shown == ["Deleted 2 jobs.", "Skipped 1 job that were not finished (only done and "
-                     f"dead jobs can be): #{ready} queued."]
+    assert shown == [
+        "Deleted 2 jobs.",
+        f"Skipped 1 job that were not finished (only done and dead jobs can be): #{ready} queued.",
+    ]
     assert status_counts() == {"queued": 2, "running": 1}
     assert sorted(LogEntry.objects.values_list("object_id", "action_flag")) == sorted(
-        [(str(dead), DELETION), (str(done), DELETION)])
+        [(str(dead), DELETION), (str(done), DELETION)]
+    )
     assert "delete_selected" not in admin_client.get(URL).context["cl"].model_admin.get_actions(
-        admin_client.get(URL).wsgi_request)
+        admin_client.get(URL).wsgi_request
+    )
 
 
 # -- permissions -----------------------------------------------------------------------------
@@ -306,11 +360,17 @@ def test_delete_removes_finished_jobs_only(admin_client: Client, jobs: dict[str,
 @pytest.mark.django_db
 def test_migrations_create_the_retry_and_cancel_permissions() -> None:
     # Not transactional: the database as migrate left it, before any flush.
-    assert sorted(Permission.objects.filter(content_type__app_label="django_pgqueue")
-                  .values_list("codename", "name")) == [
-        ("add_job", "Can add job"), ("cancel_job", "Can cancel jobs"),
-        ("change_job", "Can change job"), ("delete_job", "Can delete job"),
-        ("retry_job", "Can retry jobs"), ("view_job", "Can view job"),
+    assert sorted(
+        Permission.objects.filter(content_type__app_label="django_pgqueue").values_list(
+            "codename", "name"
+        )
+    ) == [
+        ("add_job", "Can add job"),
+        ("cancel_job", "Can cancel jobs"),
+        ("change_job", "Can change job"),
+        ("delete_job", "Can delete job"),
+        ("retry_job", "Can retry jobs"),
+        ("view_job", "Can view job"),
     ]
 
 
@@ -353,4 +413,3 @@ def test_each_action_needs_its_own_permission(jobs: dict[str, Job]) -> None:
     changer = staff_client("changer", "view_job", "change_job")
     assert action_names(changer) == []
     assert 'name="_save"' not in changer.get(f"{URL}{jobs['dead'].pk}/change/").content.decode()
-

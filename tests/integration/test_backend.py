@@ -19,8 +19,9 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-pytest.importorskip("django_pgqueue.backend", reason="needs django.tasks or the backport",
-                    exc_type=ImportError)
+pytest.importorskip(
+    "django_pgqueue.backend", reason="needs django.tasks or the backport", exc_type=ImportError
+)
 
 from django_pgqueue.backend import options
 from django_pgqueue.backend.compat import (
@@ -55,22 +56,38 @@ def enqueued() -> Iterator[list[tuple[type, TaskResult[Any, Any]]]]:
 
 @pytest.mark.parametrize("task", [djtasks.noop_task, djtasks.noop_task_async])
 def test_enqueue_inserts_one_job_and_returns_it_ready(
-        task: Any, enqueued: list[tuple[type, TaskResult[Any, Any]]]) -> None:
+    task: Any, enqueued: list[tuple[type, TaskResult[Any, Any]]]
+) -> None:
     with CaptureQueriesContext(connection) as queries:
         result = task.enqueue(1, two=3)
     assert len(queries) == 1  # one INSERT ... RETURNING, nothing else
     job = Job.objects.get()
     assert result.id == str(job.id)
     assert (result.status, result.task, result.args, result.kwargs, result.backend) == (
-        TaskResultStatus.READY, task, [1], {"two": 3}, "default")
+        TaskResultStatus.READY,
+        task,
+        [1],
+        {"two": 3},
+        "default",
+    )
     assert result.enqueued_at == job.created_at
     assert (result.started_at, result.finished_at, result.last_attempted_at) == (None,) * 3
     assert (result.errors, result.worker_ids, result.attempts, result.is_finished) == (
-        [], [], 0, False)
+        [],
+        [],
+        0,
+        False,
+    )
     with pytest.raises(ValueError, match="Task has not finished yet"):
         _ = result.return_value
     assert (job.task, job.args, job.kwargs, job.queue, job.priority, job.max_attempts) == (
-        task.module_path, [1], {"two": 3}, "default", 0, 3)
+        task.module_path,
+        [1],
+        {"two": 3},
+        "default",
+        0,
+        3,
+    )
     assert enqueued == [(type(task_backends["default"]), result)]
 
 
@@ -82,8 +99,7 @@ def test_aenqueue_inserts_one_job() -> None:
 
 def test_priority_queue_and_run_after_become_the_jobs_columns() -> None:
     when = (timezone.now() + dt.timedelta(hours=1)).replace(microsecond=0)
-    result = djtasks.noop_task.using(priority=-7, queue_name="queue_1",
-                                     run_after=when).enqueue()
+    result = djtasks.noop_task.using(priority=-7, queue_name="queue_1", run_after=when).enqueue()
     job = Job.objects.get(pk=result.id)
     assert (job.priority, job.queue, job.run_at) == (-7, "queue_1", when)
     assert djtasks.noop_task.get_result(result.id) == result
@@ -108,7 +124,8 @@ def test_the_job_is_invisible_to_workers_until_the_caller_commits(db_url: str) -
 
 
 def test_arguments_that_are_not_json_write_nothing(
-        enqueued: list[tuple[type, TaskResult[Any, Any]]]) -> None:
+    enqueued: list[tuple[type, TaskResult[Any, Any]]],
+) -> None:
     with pytest.raises(TypeError, match="Unsupported type"):
         djtasks.noop_task.enqueue(dt.datetime.now(tz=dt.UTC))
     with pytest.raises(TypeError, match="Unsupported type"):
@@ -126,8 +143,11 @@ def test_bytes_and_tuples_are_normalised_as_django_does() -> None:
 
 def test_the_task_is_validated_again_on_enqueue() -> None:
     task = djtasks.noop_task.using(queue_name="queue_1")
-    with override_settings(TASKS={"default": {
-            "BACKEND": "django_pgqueue.backend.PgQueueBackend", "QUEUES": ["default"]}}):
+    with override_settings(
+        TASKS={
+            "default": {"BACKEND": "django_pgqueue.backend.PgQueueBackend", "QUEUES": ["default"]}
+        }
+    ):
         with pytest.raises(InvalidTask, match="Queue 'queue_1' is not valid for backend"):
             task.enqueue()
         with pytest.raises(InvalidTask, match="Queue 'queue_1' is not valid for backend"):
@@ -137,8 +157,10 @@ def test_the_task_is_validated_again_on_enqueue() -> None:
 
 def test_get_result_returns_what_enqueue_returned() -> None:
     tasks: list[Task[..., Any]] = [
-        djtasks.noop_task, djtasks.on_queue_1,
-        options(djtasks.noop_task, max_attempts=9, unique_key="u", concurrency_key="c")]
+        djtasks.noop_task,
+        djtasks.on_queue_1,
+        options(djtasks.noop_task, max_attempts=9, unique_key="u", concurrency_key="c"),
+    ]
     for task in tasks:
         result = task.enqueue(1, k="v")
         with CaptureQueriesContext(connection) as queries:
@@ -160,8 +182,10 @@ def test_a_job_enqueued_late_in_a_transaction_reads_back_equal() -> None:
 
 def test_refresh_of_an_unchanged_job_changes_nothing() -> None:
     result = djtasks.noop_task.enqueue()
-    before = {name: getattr(result, name) for name in ("status", "enqueued_at", "errors",
-                                                       "worker_ids", "started_at")}
+    before = {
+        name: getattr(result, name)
+        for name in ("status", "enqueued_at", "errors", "worker_ids", "started_at")
+    }
     result.refresh()
     async_to_sync(result.arefresh)()
     assert {name: getattr(result, name) for name in before} == before
@@ -180,8 +204,9 @@ def test_backoff_is_reachable_from_the_tasks_api_and_options() -> None:
     assert pgq(task_backends["default"].get_result(result.id).task).backoff == 30
     from django.conf import settings
 
-    with override_settings(TASKS={"default": {**settings.TASKS["default"],
-                                              "OPTIONS": {"BACKOFF": 2.5}}}):
+    with override_settings(
+        TASKS={"default": {**settings.TASKS["default"], "OPTIONS": {"BACKOFF": 2.5}}}
+    ):
         plain = task_backends["default"].enqueue(djtasks.noop_task, [], {})
         chosen = task_backends["default"].enqueue(options(djtasks.noop_task, backoff=0), [], {})
     assert Job.objects.get(pk=plain.id).backoff == 2.5
@@ -190,9 +215,19 @@ def test_backoff_is_reachable_from_the_tasks_api_and_options() -> None:
         options(djtasks.noop_task, backoff=-1).enqueue()
 
 
-@pytest.mark.parametrize("result_id", ["123", "0", "007", "abc", "", "-1",
-                                       "99999999999999999999",
-                                       "12345678-1234-5678-1234-567812345678"])
+@pytest.mark.parametrize(
+    "result_id",
+    [
+        "123",
+        "0",
+        "007",
+        "abc",
+        "",
+        "-1",
+        "99999999999999999999",
+        "12345678-1234-5678-1234-567812345678",
+    ],
+)
 def test_unknown_and_malformed_ids_do_not_exist(result_id: str) -> None:
     djtasks.noop_task.enqueue()
     backend = task_backends["default"]
@@ -219,7 +254,8 @@ def test_a_job_that_is_not_a_tasks_framework_task_has_no_result() -> None:
 
 
 def test_a_live_unique_key_returns_the_live_job_without_a_second_insert(
-        enqueued: list[tuple[type, TaskResult[Any, Any]]]) -> None:
+    enqueued: list[tuple[type, TaskResult[Any, Any]]],
+) -> None:
     keyed = options(djtasks.noop_task, unique_key="receipt:1")
     first = keyed.enqueue(1)
     second = keyed.enqueue(2)
@@ -230,8 +266,13 @@ def test_a_live_unique_key_returns_the_live_job_without_a_second_insert(
 
 
 def test_max_attempts_comes_from_the_task_then_options_then_pgqueue() -> None:
-    tasks = {"default": {"BACKEND": "django_pgqueue.backend.PgQueueBackend",
-                         "QUEUES": ["default", "queue_1"], "OPTIONS": {"MAX_ATTEMPTS": 5}}}
+    tasks = {
+        "default": {
+            "BACKEND": "django_pgqueue.backend.PgQueueBackend",
+            "QUEUES": ["default", "queue_1"],
+            "OPTIONS": {"MAX_ATTEMPTS": 5},
+        }
+    }
     djtasks.noop_task.enqueue()
     with override_settings(TASKS=tasks):
         djtasks.noop_task.enqueue()

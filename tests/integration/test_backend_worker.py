@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("django_pgqueue.backend", reason="needs django.tasks or the backport",
-                    exc_type=ImportError)
+pytest.importorskip(
+    "django_pgqueue.backend", reason="needs django.tasks or the backport", exc_type=ImportError
+)
 
 from django_pgqueue.backend import PgQueueBackend, options
 from django_pgqueue.backend.compat import (
@@ -103,15 +104,23 @@ def tasks_log() -> Iterator[Records]:
 
 
 def test_a_run_is_reported_running_then_successful(
-        signals: list[tuple[str, type, str, list[str]]], tasks_log: Records) -> None:
+    signals: list[tuple[str, type, str, list[str]]], tasks_log: Records
+) -> None:
     enqueued = djtasks.calculate_meaning_of_life.enqueue()
     assert isinstance(run_next("w1"), Success)
-    assert signals == [("started", PgQueueBackend, TaskResultStatus.RUNNING, ["w1"]),
-                       ("finished", PgQueueBackend, TaskResultStatus.SUCCESSFUL, ["w1"])]
+    assert signals == [
+        ("started", PgQueueBackend, TaskResultStatus.RUNNING, ["w1"]),
+        ("finished", PgQueueBackend, TaskResultStatus.SUCCESSFUL, ["w1"]),
+    ]
     assert enqueued.status == TaskResultStatus.READY  # a result is a snapshot...
     enqueued.refresh()  # ...until refreshed from the job row
-    assert (enqueued.status, enqueued.return_value, enqueued.attempts, enqueued.worker_ids,
-            enqueued.errors) == (TaskResultStatus.SUCCESSFUL, 42, 1, ["w1"], [])
+    assert (
+        enqueued.status,
+        enqueued.return_value,
+        enqueued.attempts,
+        enqueued.worker_ids,
+        enqueued.errors,
+    ) == (TaskResultStatus.SUCCESSFUL, 42, 1, ["w1"], [])
     assert enqueued.enqueued_at is not None
     assert enqueued.started_at is not None
     assert enqueued.finished_at is not None
@@ -135,15 +144,20 @@ def test_async_tasks_run_and_tuples_come_back_as_lists() -> None:
 
 
 def test_a_failing_run_is_reported_failed_with_its_error(
-        signals: list[tuple[str, type, str, list[str]]], tasks_log: Records) -> None:
+    signals: list[tuple[str, type, str, list[str]]], tasks_log: Records
+) -> None:
     failed = options(djtasks.failing_task_value_error, max_attempts=1).enqueue()
     assert isinstance(run_next(), Failure)
     assert [s[:3] for s in signals] == [
         ("started", PgQueueBackend, TaskResultStatus.RUNNING),
-        ("finished", PgQueueBackend, TaskResultStatus.FAILED)]
+        ("finished", PgQueueBackend, TaskResultStatus.FAILED),
+    ]
     failed.refresh()
     assert (failed.status, failed.is_finished, failed.attempts) == (
-        TaskResultStatus.FAILED, True, 1)
+        TaskResultStatus.FAILED,
+        True,
+        1,
+    )
     with pytest.raises(ValueError, match="Task failed"):
         _ = failed.return_value
     (error,) = failed.errors
@@ -165,7 +179,8 @@ def test_a_nested_exception_keeps_its_traceback() -> None:
 
 
 def test_a_return_value_that_is_not_json_fails_the_job_at_once(
-        signals: list[tuple[str, type, str, list[str]]]) -> None:
+    signals: list[tuple[str, type, str, list[str]]],
+) -> None:
     bad = djtasks.complex_return_value.enqueue()  # three attempts allowed
     run_next()
     assert signals[-1][:3] == ("finished", PgQueueBackend, TaskResultStatus.FAILED)
@@ -192,7 +207,10 @@ def test_a_pending_retry_reads_ready_with_its_error_then_succeeds() -> None:
     assert isinstance(run_next("w1"), Failure)
     pending = result(flaky)
     assert (pending.status, pending.worker_ids, pending.finished_at) == (
-        TaskResultStatus.READY, ["w1"], None)
+        TaskResultStatus.READY,
+        ["w1"],
+        None,
+    )
     assert pending.started_at is not None
     assert [e.exception_class for e in pending.errors] == [RuntimeError]
     assert pending.errors[0].traceback.endswith("RuntimeError: planned failure on attempt 1\n")
@@ -201,8 +219,13 @@ def test_a_pending_retry_reads_ready_with_its_error_then_succeeds() -> None:
     assert isinstance(run_next("w2"), Success)
     done = result(flaky)
     assert done.status == TaskResultStatus.SUCCESSFUL
-    assert done.return_value == {"attempt": 2, "max_attempts": 3, "is_last_attempt": False,
-                                 "worker_ids": ["w1", "w2"], "errors": ["builtins.RuntimeError"]}
+    assert done.return_value == {
+        "attempt": 2,
+        "max_attempts": 3,
+        "is_last_attempt": False,
+        "worker_ids": ["w1", "w2"],
+        "errors": ["builtins.RuntimeError"],
+    }
     assert done.started_at == pending.started_at  # the first attempt's start
     assert done.last_attempted_at is not None
     assert pending.last_attempted_at is not None
@@ -225,7 +248,8 @@ def test_spent_attempts_read_failed_with_every_error() -> None:
     assert failed.worker_ids == ["w1", "w2"]
     assert [e.traceback.splitlines()[-1] for e in failed.errors] == [
         "RuntimeError: planned failure on attempt 1",
-        "RuntimeError: planned failure on attempt 2"]
+        "RuntimeError: planned failure on attempt 2",
+    ]
     assert Job.objects.get(pk=doomed.id).status == "dead"
 
 
@@ -234,7 +258,10 @@ def test_a_claimed_job_reads_running_and_an_expired_lease_reads_ready_again() ->
     claim("w1", lease=0.05)  # the worker "dies" here: no heartbeat, no outcome
     running = result(task_result)
     assert (running.status, running.worker_ids, running.attempts) == (
-        TaskResultStatus.RUNNING, ["w1"], 1)
+        TaskResultStatus.RUNNING,
+        ["w1"],
+        1,
+    )
     time.sleep(0.1)
     assert Job.objects.reap().returned == 1
     back = result(task_result)
@@ -243,7 +270,8 @@ def test_a_claimed_job_reads_running_and_an_expired_lease_reads_ready_again() ->
     assert error.exception_class_path == "LeaseExpired"
     assert error.traceback == (
         "LeaseExpired: worker w1 stopped renewing its lease before recording an outcome: it "
-        "died, hung or lost the database, and the run may have finished\n")
+        "died, hung or lost the database, and the run may have finished\n"
+    )
     run_next("w2")
     assert result(task_result).worker_ids == ["w1", "w2"]
 
@@ -295,8 +323,16 @@ def test_runworker_runs_tasks_framework_tasks_in_its_threads() -> None:
     added = djtasks.add_async.enqueue(1, 2)
     with_id = djtasks.get_task_id.enqueue()
     failed = options(djtasks.failing_task_value_error, max_attempts=1).enqueue()
-    call_command("runworker", "--burst", "--concurrency", "2", "--no-listen",
-                 "--worker-id", "burst-1", verbosity=0)
+    call_command(
+        "runworker",
+        "--burst",
+        "--concurrency",
+        "2",
+        "--no-listen",
+        "--worker-id",
+        "burst-1",
+        verbosity=0,
+    )
     done = [result(task_result) for task_result in (answer, added, with_id, failed)]
     assert [r.worker_ids for r in done] == [["burst-1"]] * 4
     assert [r.return_value for r in done[:3]] == [42, 3, with_id.id]

@@ -17,16 +17,23 @@ pytestmark = pytest.mark.django_db
 def test_a_queue_name_with_a_trailing_newline_is_refused_everywhere() -> None:
     with pytest.raises(InvalidJob, match=r"queue 'emails\\n' is not a valid queue name"):
         add.using(queue="emails\n").enqueue(1, 2)
-    with override_settings(PGQUEUE={"DEFAULT_QUEUE": "emails\n"}), pytest.raises(
-            ImproperlyConfigured, match=r"PGQUEUE\['DEFAULT_QUEUE'\]"):
+    with (
+        override_settings(PGQUEUE={"DEFAULT_QUEUE": "emails\n"}),
+        pytest.raises(ImproperlyConfigured, match=r"PGQUEUE\['DEFAULT_QUEUE'\]"),
+    ):
         conf.get()
     assert Job.objects.count() == 0
 
 
 def test_a_notify_channel_postgresql_would_cut_is_refused_by_the_settings() -> None:
-    with override_settings(PGQUEUE={"CHANNEL": "c" * 64}), pytest.raises(
-            ImproperlyConfigured, match=r"PGQUEUE\['CHANNEL'\] = 'c+': expected a non-empty "
-                                        r"name of at most 63 bytes"):
+    with (
+        override_settings(PGQUEUE={"CHANNEL": "c" * 64}),
+        pytest.raises(
+            ImproperlyConfigured,
+            match=r"PGQUEUE\['CHANNEL'\] = 'c+': expected a non-empty "
+            r"name of at most 63 bytes",
+        ),
+    ):
         conf.get()
     with override_settings(PGQUEUE={"CHANNEL": "é" * 32}), pytest.raises(ImproperlyConfigured):
         conf.get()  # 64 bytes in UTF-8
@@ -45,13 +52,16 @@ def test_arguments_nested_too_deep_get_the_clear_error_not_a_recursion_error() -
 
 def test_an_integer_json_cannot_carry_is_refused() -> None:
     with pytest.raises(InvalidJobArguments, match=r"args\[0\] is an integer with too many digits"):
-        noop.enqueue(10 ** 5000)
+        noop.enqueue(10**5000)
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"unique_key": "k\udcff"}, "unique_key 'k\\\\udcff' must be a non-empty string"),
-    ({"concurrency_key": "a\x00b"}, "concurrency_key 'a\\\\x00b' must be"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"unique_key": "k\udcff"}, "unique_key 'k\\\\udcff' must be a non-empty string"),
+        ({"concurrency_key": "a\x00b"}, "concurrency_key 'a\\\\x00b' must be"),
+    ],
+)
 def test_keys_postgresql_cannot_store_are_refused(options: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidJob, match=message):
         add.using(**options).enqueue(1, 2)

@@ -23,18 +23,28 @@ def ok(job_id: int, run: int, result: str = "null") -> Success:
 
 
 def boom(job_id: int, run: int, delay: float = 0.0, final: bool = False) -> Failure:
-    return Failure(job_id=job_id, run=run, exception="ValueError", message="boom",
-                   traceback="Traceback...", delay=delay, final=final)
+    return Failure(
+        job_id=job_id,
+        run=run,
+        exception="ValueError",
+        message="boom",
+        traceback="Traceback...",
+        delay=delay,
+        final=final,
+    )
 
 
 def test_claim_leases_the_job_to_the_worker() -> None:
     job = add.enqueue(1, 2)
     (claimed,) = Job.objects.claim("w1", lease=30)
-    assert (claimed.id, claimed.task, claimed.args, claimed.attempt) == (job.pk, job.task,
-                                                                          [1, 2], 1)
+    assert (claimed.id, claimed.task, claimed.args, claimed.attempt) == (
+        job.pk,
+        job.task,
+        [1, 2],
+        1,
+    )
     row = Job.objects.get(pk=job.pk)
-    assert (row.status, row.attempts, row.locked_by, row.worker_ids) == ("running", 1, "w1",
-                                                                           ["w1"])
+    assert (row.status, row.attempts, row.locked_by, row.worker_ids) == ("running", 1, "w1", ["w1"])
     assert row.locked_until is not None
     lease = (row.locked_until - timezone.now()).total_seconds()
     assert 28 < lease <= 30
@@ -167,8 +177,7 @@ def test_release_puts_the_job_back_without_spending_the_attempt() -> None:
     (claimed,) = Job.objects.claim("w")
     assert Job.objects.release("w", [claimed.key]) == {job.pk}
     row = Job.objects.get(pk=job.pk)
-    assert (row.status, row.attempts, row.errors[0]["exception"]) == ("queued", 0,
-                                                                        "WorkerShutdown")
+    assert (row.status, row.attempts, row.errors[0]["exception"]) == ("queued", 0, "WorkerShutdown")
 
 
 def test_claim_statement_locks_only_the_rows_it_returns(db_url: str) -> None:
@@ -177,13 +186,16 @@ def test_claim_statement_locks_only_the_rows_it_returns(db_url: str) -> None:
     with psycopg.connect(db_url) as tx:  # a claim held open in its own transaction
         tx.execute("SET application_name = 'claimer'")
         from django_pgqueue.sql import query
-        rows = tx.execute(query("claim"), {"worker": "w", "limit": 2, "queues": None,
-                                           "lease": 30, "token": 1}).fetchall()
+
+        rows = tx.execute(
+            query("claim"), {"worker": "w", "limit": 2, "queues": None, "lease": 30, "token": 1}
+        ).fetchall()
         assert len(rows) == 2
         with psycopg.connect(db_url, autocommit=True) as other:
             locked = other.execute(
                 "SELECT count(*) FROM pgqueue_job WHERE id NOT IN "
-                "(SELECT id FROM pgqueue_job FOR UPDATE SKIP LOCKED)").fetchone()
+                "(SELECT id FROM pgqueue_job FOR UPDATE SKIP LOCKED)"
+            ).fetchone()
         tx.rollback()
     assert locked == (2,)
 
@@ -193,13 +205,17 @@ def test_claim_plan_uses_the_partial_index_with_many_finished_rows() -> None:
         cursor.execute(
             "INSERT INTO pgqueue_job (task, args, kwargs, status, attempts, max_attempts, "
             "run_at, done_at, errors, worker_ids) SELECT 'tests.testapp.tasks.add', '[]', "
-            "'{}', 'done', 1, 3, now(), now(), '[]', '[]' FROM generate_series(1, 100000)")
+            "'{}', 'done', 1, 3, now(), now(), '[]', '[]' FROM generate_series(1, 100000)"
+        )
         cursor.execute("ANALYZE pgqueue_job")
     Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(20))
     from django_pgqueue.sql import query
+
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + query("claim"), {"worker": "w", "limit": 10, "queues": None,
-                                                      "lease": 30, "token": 1})
+        cursor.execute(
+            "EXPLAIN " + query("claim"),
+            {"worker": "w", "limit": 10, "queues": None, "lease": 30, "token": 1},
+        )
         plan = "\n".join(r[0] for r in cursor.fetchall())
     assert "pgqueue_job_ready" in plan, plan
     assert "Seq Scan" not in plan, plan

@@ -18,11 +18,17 @@ def test_an_unstorable_outcome_is_buried_with_the_reason_and_the_rest_recorded()
     good, bad = add.enqueue(1, 1), add.enqueue(2, 2)
     claimed = {j.id: j for j in Job.objects.claim("w", limit=2)}
     settled: list[tuple[int, int]] = []
-    completer = Completer("w", "default", lambda pairs, done, buried: settled.extend(pairs),
-                          Supervision(fatal=pytest.fail, epoch=ConnectionEpoch()))
-    outcomes: list[Success | Failure] = [Success(good.pk, claimed[good.pk].run, "2"),
-                # jsonb refuses the NUL escape: a DataError, not a lost connection
-                Success(bad.pk, claimed[bad.pk].run, '"a\\u0000b"')]
+    completer = Completer(
+        "w",
+        "default",
+        lambda pairs, done, buried: settled.extend(pairs),
+        Supervision(fatal=pytest.fail, epoch=ConnectionEpoch()),
+    )
+    outcomes: list[Success | Failure] = [
+        Success(good.pk, claimed[good.pk].run, "2"),
+        # jsonb refuses the NUL escape: a DataError, not a lost connection
+        Success(bad.pk, claimed[bad.pk].run, '"a\\u0000b"'),
+    ]
     try:
         completer._write(outcomes)  # settled, not retried forever
     finally:

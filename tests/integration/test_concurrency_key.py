@@ -31,8 +31,10 @@ def runs_by_key() -> dict[str, list[tuple[dt.datetime, dt.datetime]]]:
 def test_jobs_of_one_key_never_overlap_while_other_keys_proceed() -> None:
     specs = []
     for key in ("acme", "globex"):
-        specs += [JobSpec.build(mark, [f"{key}/{i}"], {"sleep": 0.01}, concurrency_key=key)
-                  for i in range(30)]
+        specs += [
+            JobSpec.build(mark, [f"{key}/{i}"], {"sleep": 0.01}, concurrency_key=key)
+            for i in range(30)
+        ]
     specs += [JobSpec.build(mark, [f"free/{i}"], {"sleep": 0.01}) for i in range(60)]
     Job.objects.enqueue_many(specs)
 
@@ -53,8 +55,9 @@ def test_jobs_of_one_key_never_overlap_while_other_keys_proceed() -> None:
 
 def test_racing_claims_never_hold_two_jobs_of_one_key() -> None:
     """Many threads claim at the same instant; the database settles the race."""
-    Job.objects.enqueue_many(JobSpec.build(mark, [f"k/{i}"], concurrency_key="k")
-                             for i in range(40))
+    Job.objects.enqueue_many(
+        JobSpec.build(mark, [f"k/{i}"], concurrency_key="k") for i in range(40)
+    )
     barrier = threading.Barrier(8)
     claimed: list[int] = []
     lock = threading.Lock()

@@ -30,7 +30,12 @@ def test_enqueue_returns_a_queued_job_with_defaults() -> None:
     row = Job.objects.get(pk=job.pk)
     assert (row.task, row.args, row.kwargs) == ("tests.testapp.tasks.add", [2, 3], {})
     assert (row.status, row.queue, row.priority, row.attempts, row.max_attempts) == (
-        "queued", "default", 0, 0, 3)
+        "queued",
+        "default",
+        0,
+        0,
+        3,
+    )
     assert row.run_at <= timezone.now()
     assert job.duplicate is False
 
@@ -89,22 +94,27 @@ def test_jobs_are_written_to_the_queue_database_setting() -> None:
     from django.test import override_settings
     from django.utils.connection import ConnectionDoesNotExist
 
-    with override_settings(PGQUEUE={"DATABASE": "jobs"}), \
-            pytest.raises(ConnectionDoesNotExist, match="The connection 'jobs' doesn't exist"):
+    with (
+        override_settings(PGQUEUE={"DATABASE": "jobs"}),
+        pytest.raises(ConnectionDoesNotExist, match="The connection 'jobs' doesn't exist"),
+    ):
         add.enqueue(1, 2)
     assert Job.objects.count() == 0
 
 
 def test_options_are_stored() -> None:
     at = timezone.now() + dt.timedelta(hours=1)
-    job = add.using(queue="q1", priority=7, max_attempts=9, run_at=at,
-                    unique_key="u1", concurrency_key="c1").enqueue(1, 2)
+    job = add.using(
+        queue="q1", priority=7, max_attempts=9, run_at=at, unique_key="u1", concurrency_key="c1"
+    ).enqueue(1, 2)
     row = Job.objects.get(pk=job.pk)
     assert (row.queue, row.priority, row.max_attempts, row.run_at) == ("q1", 7, 9, at)
     assert (row.unique_key, row.concurrency_key) == ("u1", "c1")
     assert row.backoff is None  # PGQUEUE["BACKOFF_BASE"] applies
-    assert Job.objects.get(pk=add.using(backoff=dt.timedelta(minutes=2)).enqueue(1, 2).pk
-                           ).backoff == 120
+    assert (
+        Job.objects.get(pk=add.using(backoff=dt.timedelta(minutes=2)).enqueue(1, 2).pk).backoff
+        == 120
+    )
 
 
 def test_delay_sets_run_at_in_the_future() -> None:
@@ -129,41 +139,48 @@ def test_duplicate_unique_key_of_live_job_is_not_inserted_and_caller_can_tell() 
     assert Job.objects.count() == 2
 
 
-@pytest.mark.parametrize(("args", "kwargs", "message"), [
-    ([timezone.now()], None, "args[0] is datetime.datetime"),
-    ([1, {"when": dt.date(2026, 1, 1)}], None, "args[1]['when'] is datetime.date"),
-    ([], {"obj": object()}, "kwargs['obj'] is builtins.object"),
-    ([], {"n": float("nan")}, "kwargs['n'] is builtins.float nan"),
-    ([{1: "a"}], None, "args[0] key 1 is builtins.int"),
-    ([b"bytes"], None, "args[0] is builtins.bytes"),
-    (["a\x00b"], None, "args[0] is the string"),
-    ([], {"name": "caf\udcff"}, "kwargs['name'] is the string"),
-])
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ([timezone.now()], None, "args[0] is datetime.datetime"),
+        ([1, {"when": dt.date(2026, 1, 1)}], None, "args[1]['when'] is datetime.date"),
+        ([], {"obj": object()}, "kwargs['obj'] is builtins.object"),
+        ([], {"n": float("nan")}, "kwargs['n'] is builtins.float nan"),
+        ([{1: "a"}], None, "args[0] key 1 is builtins.int"),
+        ([b"bytes"], None, "args[0] is builtins.bytes"),
+        (["a\x00b"], None, "args[0] is the string"),
+        ([], {"name": "caf\udcff"}, "kwargs['name'] is the string"),
+    ],
+)
 def test_non_json_arguments_are_refused_before_anything_is_written(
-        args: list[object], kwargs: dict[str, object] | None, message: str) -> None:
+    args: list[object], kwargs: dict[str, object] | None, message: str
+) -> None:
     with pytest.raises(InvalidJobArguments, match=message.replace("[", r"\[")):
         Job.objects.enqueue(add, args, kwargs)
     assert Job.objects.count() == 0
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"priority": 101}, "priority 101 must be a whole number from -100 to 100"),
-    ({"priority": -101}, "priority -101"),
-    ({"priority": True}, "priority True"),
-    ({"queue": ""}, "queue '' is not a valid queue name"),
-    ({"queue": "has space"}, "queue 'has space'"),
-    ({"max_attempts": 0}, "max_attempts 0"),
-    ({"max_attempts": 2**31}, "max_attempts 2147483648 must be a whole number from 1 to"),
-    ({"delay": float("inf")}, "delay inf must be a number of seconds from 0 to"),
-    ({"delay": 1e12}, "delay 1000000000000.0"),
-    ({"delay": -1}, "delay -1"),
-    ({"run_at": dt.datetime(2026, 1, 1)}, "must be a timezone-aware datetime"),
-    ({"delay": 1, "run_at": timezone.now()}, "give run_at or delay, not both"),
-    ({"unique_key": ""}, "unique_key ''"),
-    ({"backoff": -1}, "backoff -1 must be a number of seconds from 0 to"),
-    ({"backoff": 1e13}, "backoff 10000000000000.0 must be a number of seconds from 0 to"),
-    ({"backoff": float("inf")}, "backoff inf"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"priority": 101}, "priority 101 must be a whole number from -100 to 100"),
+        ({"priority": -101}, "priority -101"),
+        ({"priority": True}, "priority True"),
+        ({"queue": ""}, "queue '' is not a valid queue name"),
+        ({"queue": "has space"}, "queue 'has space'"),
+        ({"max_attempts": 0}, "max_attempts 0"),
+        ({"max_attempts": 2**31}, "max_attempts 2147483648 must be a whole number from 1 to"),
+        ({"delay": float("inf")}, "delay inf must be a number of seconds from 0 to"),
+        ({"delay": 1e12}, "delay 1000000000000.0"),
+        ({"delay": -1}, "delay -1"),
+        ({"run_at": dt.datetime(2026, 1, 1)}, "must be a timezone-aware datetime"),
+        ({"delay": 1, "run_at": timezone.now()}, "give run_at or delay, not both"),
+        ({"unique_key": ""}, "unique_key ''"),
+        ({"backoff": -1}, "backoff -1 must be a number of seconds from 0 to"),
+        ({"backoff": 1e13}, "backoff 10000000000000.0 must be a number of seconds from 0 to"),
+        ({"backoff": float("inf")}, "backoff inf"),
+    ],
+)
 def test_bad_options_raise_a_clear_error(options: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidJob, match=message):
         Job.objects.enqueue(add, [1, 2], **options)
@@ -190,10 +207,18 @@ def test_enqueue_many_below_the_copy_threshold_is_one_statement() -> None:
 
 
 def test_enqueue_many_copies_ten_thousand_jobs_in_a_constant_number_of_statements(
-        db_url: str) -> None:
-    specs = [JobSpec.build(add, [i, i], queue="bulk" if i % 2 else "default",
-                           concurrency_key="k" if i == 7 else None, backoff=2 if i == 8 else None)
-             for i in range(10_000)]
+    db_url: str,
+) -> None:
+    specs = [
+        JobSpec.build(
+            add,
+            [i, i],
+            queue="bulk" if i % 2 else "default",
+            concurrency_key="k" if i == 7 else None,
+            backoff=2 if i == 8 else None,
+        )
+        for i in range(10_000)
+    ]
     with psycopg.connect(db_url, autocommit=True) as listener:
         listener.execute("LISTEN pgqueue_jobs")
         with CaptureQueriesContext(connection) as queries, transaction.atomic():
@@ -201,17 +226,26 @@ def test_enqueue_many_copies_ten_thousand_jobs_in_a_constant_number_of_statement
             ids = Job.objects.enqueue_many(specs)
             assert list(listener.notifies(timeout=0.2, stop_after=1)) == []  # not before commit
         heard = sorted(n.payload for n in listener.notifies(timeout=2, stop_after=2))
-    ours = [q["sql"].split("*/")[0] for q in queries.captured_queries
-            if q["sql"].startswith("/* pgqueue:")]
+    ours = [
+        q["sql"].split("*/")[0]
+        for q in queries.captured_queries
+        if q["sql"].startswith("/* pgqueue:")
+    ]
     # Three statements, not one per job: reserve the ids, COPY, notify.
-    assert ours == ["/* pgqueue: reserve_ids ", "/* pgqueue: copy_jobs ",
-                    "/* pgqueue: notify_queues "]
+    assert ours == [
+        "/* pgqueue: reserve_ids ",
+        "/* pgqueue: copy_jobs ",
+        "/* pgqueue: notify_queues ",
+    ]
     assert heard == ["bulk", "default"]
     assert len(ids) == 10_000 == Job.objects.queued().count()
     assert ids == sorted(ids)
     rows = {job.pk: job for job in Job.objects.filter(pk__in=[ids[0], ids[7], ids[8], ids[9]])}
-    assert (rows[ids[9]].args, rows[ids[9]].queue, rows[ids[9]].status) == ([9, 9], "bulk",
-                                                                             "queued")
+    assert (rows[ids[9]].args, rows[ids[9]].queue, rows[ids[9]].status) == (
+        [9, 9],
+        "bulk",
+        "queued",
+    )
     assert rows[ids[7]].concurrency_key == "k"
     assert rows[ids[8]].backoff == 2
     assert rows[ids[0]].run_at >= before - dt.timedelta(seconds=1)
@@ -229,15 +263,16 @@ def test_a_rolled_back_bulk_copy_leaves_nothing() -> None:
 
 def test_enqueue_many_skips_live_duplicates_and_notifies_once_per_queue(db_url: str) -> None:
     add.using(unique_key="k1").enqueue(0, 0)
-    specs = [JobSpec.build(add, [1, 1], unique_key="k1"),
-             JobSpec.build(add, [2, 2], unique_key="k2", queue="a"),
-             JobSpec.build(add, [3, 3], unique_key="k2", queue="a"),
-             JobSpec.build(add, [4, 4], queue="b")]
+    specs = [
+        JobSpec.build(add, [1, 1], unique_key="k1"),
+        JobSpec.build(add, [2, 2], unique_key="k2", queue="a"),
+        JobSpec.build(add, [3, 3], unique_key="k2", queue="a"),
+        JobSpec.build(add, [4, 4], queue="b"),
+    ]
     with psycopg.connect(db_url, autocommit=True) as listener:
         listener.execute("LISTEN pgqueue_jobs")
         ids = Job.objects.enqueue_many(specs)
         heard = sorted(n.payload for n in listener.notifies(timeout=1, stop_after=2))
     assert len(ids) == 2
-    assert sorted(Job.objects.filter(pk__in=ids).values_list("args", flat=True)) == [[2, 2],
-                                                                                    [4, 4]]
+    assert sorted(Job.objects.filter(pk__in=ids).values_list("args", flat=True)) == [[2, 2], [4, 4]]
     assert heard == ["a", "b"]

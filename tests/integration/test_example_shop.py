@@ -12,8 +12,7 @@ from tests.conftest import status_counts
 
 pytest.importorskip("django_pgqueue.backend", exc_type=ImportError)
 
-pytestmark = [pytest.mark.django_db(transaction=True),
-              pytest.mark.urls("example_project.urls")]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("example_project.urls")]
 
 
 def test_an_order_commits_with_its_confirmation_job_and_the_worker_confirms_it() -> None:
@@ -23,7 +22,10 @@ def test_an_order_commits_with_its_confirmation_job_and_the_worker_confirms_it()
     job = Job.objects.get()
     assert response.json() == {"order": order.pk, "job": str(job.pk)}
     assert (job.task, job.args, job.queue) == (
-        "example_project.shop.tasks.send_confirmation", [order.pk], "emails")
+        "example_project.shop.tasks.send_confirmation",
+        [order.pk],
+        "emails",
+    )
 
     call_command("runworker", "--burst", verbosity=0)
     order.refresh_from_db()

@@ -28,7 +28,9 @@ def insert_raw(task: str, args: str = "[]", kwargs: str = "{}") -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO pgqueue_job (task, args, kwargs, max_attempts, errors, worker_ids) "
-            "VALUES (%s, %s::jsonb, %s::jsonb, 5, '[]', '[]') RETURNING id", [task, args, kwargs])
+            "VALUES (%s, %s::jsonb, %s::jsonb, 5, '[]', '[]') RETURNING id",
+            [task, args, kwargs],
+        )
         (job_id,) = cursor.fetchone()
     return int(job_id)
 
@@ -44,26 +46,48 @@ def run_one() -> Job:
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize(("task", "args", "kwargs", "error"), [
-    ("os.system", '["touch /tmp/pwned"]', "{}",
-     "UnknownTask: 'os.system' is not a registered task, and 'os' is not in an installed app"),
-    ("tests.testapp.tasks.record", '["x"]', "{}",
-     "UnknownTask: 'tests.testapp.tasks.record' is not a registered task"),
-    ("tests.testapp.tasks.add", '{"a": 1}', "{}", "TypeError: malformed arguments"),
-    ("tests.testapp.tasks.add", "[1]", '{"c": 2}',
-     "TypeError: arguments do not match the task's signature"),
-    ("tests.testapp.broken_tasks.send", "[]", "{}",
-     "UnknownTask: 'tests.testapp.broken_tasks.send': importing "
-     "'tests.testapp.broken_tasks' failed: RuntimeError: settings for the mail provider"),
-])
-def test_poison_rows_are_buried_at_once_with_a_reason(task: str, args: str, kwargs: str,
-                                                      error: str) -> None:
+@pytest.mark.parametrize(
+    ("task", "args", "kwargs", "error"),
+    [
+        (
+            "os.system",
+            '["touch /tmp/pwned"]',
+            "{}",
+            "UnknownTask: 'os.system' is not a registered task, and 'os' is not in an "
+            "installed app",
+        ),
+        (
+            "tests.testapp.tasks.record",
+            '["x"]',
+            "{}",
+            "UnknownTask: 'tests.testapp.tasks.record' is not a registered task",
+        ),
+        ("tests.testapp.tasks.add", '{"a": 1}', "{}", "TypeError: malformed arguments"),
+        (
+            "tests.testapp.tasks.add",
+            "[1]",
+            '{"c": 2}',
+            "TypeError: arguments do not match the task's signature",
+        ),
+        (
+            "tests.testapp.broken_tasks.send",
+            "[]",
+            "{}",
+            "UnknownTask: 'tests.testapp.broken_tasks.send': importing "
+            "'tests.testapp.broken_tasks' failed: RuntimeError: settings for the mail provider",
+        ),
+    ],
+)
+def test_poison_rows_are_buried_at_once_with_a_reason(
+    task: str, args: str, kwargs: str, error: str
+) -> None:
     job_id = insert_raw(task, args, kwargs)
     job = run_one()
     assert job.pk == job_id
     assert (job.status, job.attempts) == ("dead", 1)  # final: no retries although 5 allowed
-    assert job.last_error.startswith("django_pgqueue.exceptions." + error) or \
-        job.last_error.startswith(error)
+    assert job.last_error.startswith(
+        "django_pgqueue.exceptions." + error
+    ) or job.last_error.startswith(error)
     assert run_counts() == {}
 
 
@@ -97,13 +121,17 @@ def test_results_are_stored_as_json() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize(("backoff", "first", "second"), [
-    (None, 0.05, 0.1),  # tests.settings: BACKOFF_BASE 0.05, BACKOFF_MAX 0.2
-    (0.08, 0.08, 0.16),  # the job's own base, doubling under the cap
-    (4.0, 4.0, 4.0),  # above the global cap: the job's own delay, not doubled past it
-])
-def test_a_failures_delay_follows_the_jobs_backoff(backoff: float | None, first: float,
-                                                    second: float) -> None:
+@pytest.mark.parametrize(
+    ("backoff", "first", "second"),
+    [
+        (None, 0.05, 0.1),  # tests.settings: BACKOFF_BASE 0.05, BACKOFF_MAX 0.2
+        (0.08, 0.08, 0.16),  # the job's own base, doubling under the cap
+        (4.0, 4.0, 4.0),  # above the global cap: the job's own delay, not doubled past it
+    ],
+)
+def test_a_failures_delay_follows_the_jobs_backoff(
+    backoff: float | None, first: float, second: float
+) -> None:
     from django_pgqueue.worker.executor import failure
 
     always_fails.using(backoff=backoff, max_attempts=5).enqueue("b")
@@ -129,5 +157,7 @@ def test_an_exception_that_cannot_render_its_message_still_fails_the_job() -> No
     raises_unprintable.enqueue()
     job = run_one()
     assert job.status == "queued"
-    assert job.last_error == ("tests.testapp.tasks.Unprintable: <tests.testapp.tasks.Unprintable "
-                              "whose message could not be rendered>")
+    assert job.last_error == (
+        "tests.testapp.tasks.Unprintable: <tests.testapp.tasks.Unprintable "
+        "whose message could not be rendered>"
+    )

@@ -67,32 +67,43 @@ def test_a_claim_lost_with_its_transaction_never_gives_its_token_to_the_next_cla
 
 def plant(**columns: Any) -> int:
     """Insert a job row by hand, as anyone with database access could."""
-    values = {"task": "tests.testapp.tasks.add", "args": "[1, 2]", "kwargs": "{}",
-              "errors": "[]", "worker_ids": "[]", **columns}
+    values = {
+        "task": "tests.testapp.tasks.add",
+        "args": "[1, 2]",
+        "kwargs": "{}",
+        "errors": "[]",
+        "worker_ids": "[]",
+        **columns,
+    }
     names = ", ".join(values)
     marks = ", ".join(["%s"] * len(values))
     with connection.cursor() as cursor:
-        cursor.execute(f"INSERT INTO pgqueue_job ({names}) VALUES ({marks}) RETURNING id",
-                       list(values.values()))
+        cursor.execute(
+            f"INSERT INTO pgqueue_job ({names}) VALUES ({marks}) RETURNING id",
+            list(values.values()),
+        )
         return int(cursor.fetchone()[0])
 
 
-@pytest.mark.parametrize("columns", [
-    {"attempts": 2147483647},
-    {"attempts": 5, "max_attempts": 3},
-    {"max_attempts": 2000000},
-    {"error_count": 2**31 - 1},
-    {"errors": '{"not": "a list"}'},
-    {"worker_ids": '"w"'},
-])
+@pytest.mark.parametrize(
+    "columns",
+    [
+        {"attempts": 2147483647},
+        {"attempts": 5, "max_attempts": 3},
+        {"max_attempts": 2000000},
+        {"error_count": 2**31 - 1},
+        {"errors": '{"not": "a list"}'},
+        {"worker_ids": '"w"'},
+    ],
+)
 def test_counters_and_lists_the_statements_cannot_handle_are_refused_at_the_door(
-        columns: dict[str, object]) -> None:
+    columns: dict[str, object],
+) -> None:
     with pytest.raises(IntegrityError, match="pgqueue_job_"):
         plant(**columns)
 
 
-def test_no_row_the_constraints_allow_makes_the_claim_or_the_outcomes_fail_for_the_others(
-        ) -> None:
+def test_no_row_the_constraints_allow_makes_the_claim_or_the_outcomes_fail_for_the_others() -> None:
     good = [add.enqueue(i, i).pk for i in range(3)]
     spent = plant(attempts=3, max_attempts=3)  # queued with no attempt left
     worn = plant(lease_token=2**63 - 1, error_count=MAX_ERROR_COUNT)
@@ -118,10 +129,16 @@ def test_the_error_history_keeps_the_newest_entries_and_counts_all_of_them() -> 
 
 def test_an_oversized_entry_written_by_hand_cannot_break_the_reaper_for_everyone() -> None:
     huge = '[{"exception": "X", "message": "' + "x" * 200_000 + '"}]'
-    bloated = plant(status="running", locked_until="2000-01-01T00:00:00Z", locked_by="gone",
-                    attempts=1, errors=huge)
-    ordinary = plant(status="running", locked_until="2000-01-01T00:00:00Z", locked_by="gone",
-                     attempts=1)
+    bloated = plant(
+        status="running",
+        locked_until="2000-01-01T00:00:00Z",
+        locked_by="gone",
+        attempts=1,
+        errors=huge,
+    )
+    ordinary = plant(
+        status="running", locked_until="2000-01-01T00:00:00Z", locked_by="gone", attempts=1
+    )
     assert Job.objects.reap().returned == 2
     for pk in (bloated, ordinary):
         row = Job.objects.get(pk=pk)
@@ -132,8 +149,9 @@ def test_an_oversized_entry_written_by_hand_cannot_break_the_reaper_for_everyone
 def test_long_messages_and_tracebacks_are_cut_to_their_limits() -> None:
     job = add.enqueue(1, 1)
     (claimed,) = Job.objects.claim("w")
-    Job.objects.fail("w", [Failure(claimed.id, claimed.run, "E", "m" * 5000, "t" * 50_000 + "END",
-                                   delay=0.0)])
+    Job.objects.fail(
+        "w", [Failure(claimed.id, claimed.run, "E", "m" * 5000, "t" * 50_000 + "END", delay=0.0)]
+    )
     (entry,) = Job.objects.get(pk=job.pk).errors
     assert len(entry["message"]) == 2000
     assert entry["traceback"].endswith("END")  # the end says what failed: it is kept
@@ -145,16 +163,19 @@ def test_retry_of_thousands_of_jobs_is_a_few_statements_and_keeps_one_per_key() 
     count = 2 * RETRY_BATCH + 500
     ids = Job.objects.enqueue_many(
         JobSpec.build(add, [n, n], unique_key=f"k{n // 2}") if n % 2 else JobSpec.build(add, [n, n])
-        for n in range(count))
+        for n in range(count)
+    )
     with connection.cursor() as cursor:  # bury them all at once
         cursor.execute("UPDATE pgqueue_job SET status = 'dead', done_at = now()")
     # Unique keys: only the odd rows have one, so each key is held by one job;
     # add a second dead job per key for the first 100 keys.
     extra = Job.objects.enqueue_many(
-        JobSpec.build(add, [0, 0], unique_key=f"k{n}") for n in range(100))
+        JobSpec.build(add, [0, 0], unique_key=f"k{n}") for n in range(100)
+    )
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE pgqueue_job SET status = 'dead', done_at = now() "
-                       "WHERE id = ANY(%s)", [extra])
+        cursor.execute(
+            "UPDATE pgqueue_job SET status = 'dead', done_at = now() WHERE id = ANY(%s)", [extra]
+        )
     with CaptureQueriesContext(connection) as queries:
         retried = Job.objects.retry([*ids, *extra])
     assert len([q for q in queries if "pgqueue: retry" in q["sql"]]) == 3  # one per batch
@@ -169,4 +190,5 @@ def test_retry_and_cancel_take_a_queryset_or_jobs_as_well_as_ids() -> None:
     assert Job.objects.retry(Job.objects.filter(pk=jobs[0].pk)) == [jobs[0].pk]
     assert Job.objects.cancel([jobs[1]], reason="not needed") == [jobs[1].pk]
     assert Job.objects.cancel(Job.objects.queued(), reason="all") == sorted(
-        [jobs[0].pk, jobs[2].pk])
+        [jobs[0].pk, jobs[2].pk]
+    )

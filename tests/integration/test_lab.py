@@ -15,8 +15,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_eight_claimers_drain_a_thousand_jobs_each_once_except_designed_retries() -> None:
     specs = [JobSpec.build(mark, [f"lab-{n}"], {"sleep": 0.002}) for n in range(998)]
-    specs += [JobSpec.build(flaky, ["lab-flaky"], {"failures": 2}),
-              JobSpec.build(always_fails, ["lab-poison"])]
+    specs += [
+        JobSpec.build(flaky, ["lab-flaky"], {"failures": 2}),
+        JobSpec.build(always_fails, ["lab-poison"]),
+    ]
     Job.objects.enqueue_many(specs)
 
     run_claimers(8, lease=10.0)

@@ -84,8 +84,11 @@ def test_stats_counts_by_queue_and_status_with_oldest_ready_age() -> None:
     Job.objects.filter(queue="a").update(run_at=timezone.now() - dt.timedelta(seconds=60))
     Job.objects.claim("w", queues=["b"])
     stats = {(s.queue, s.status): s for s in Job.objects.stats()}
-    assert {k: s.jobs for k, s in stats.items()} == {("a", "queued"): 3, ("b", "queued"): 1,
-                                                     ("b", "running"): 1}
+    assert {k: s.jobs for k, s in stats.items()} == {
+        ("a", "queued"): 3,
+        ("b", "queued"): 1,
+        ("b", "running"): 1,
+    }
     age = stats["a", "queued"].oldest_ready_age
     assert age is not None
     assert 59 < age < 70

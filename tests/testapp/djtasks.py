@@ -85,10 +85,13 @@ def fails_until(context: TaskContext[Any, Any], failures: int) -> dict[str, Any]
     assert isinstance(context, PgQueueTaskContext)  # what a pgqueue worker passes
     if context.attempt <= failures:
         raise RuntimeError(f"planned failure on attempt {context.attempt}")
-    return {"attempt": context.attempt, "max_attempts": context.max_attempts,
-            "is_last_attempt": context.is_last_attempt,
-            "worker_ids": context.task_result.worker_ids,
-            "errors": [e.exception_class_path for e in context.task_result.errors]}
+    return {
+        "attempt": context.attempt,
+        "max_attempts": context.max_attempts,
+        "is_last_attempt": context.is_last_attempt,
+        "worker_ids": context.task_result.worker_ids,
+        "errors": [e.exception_class_path for e in context.task_result.errors],
+    }
 
 
 @task

@@ -12,8 +12,9 @@ import pytest
 from django.db import connections
 from django.test import override_settings
 
-pytest.importorskip("django_pgqueue.backend", reason="needs django.tasks or the backport",
-                    exc_type=ImportError)
+pytest.importorskip(
+    "django_pgqueue.backend", reason="needs django.tasks or the backport", exc_type=ImportError
+)
 
 from django_pgqueue.backend import PgQueueBackend, PgQueueTask, PgQueueTaskContext, options
 from django_pgqueue.backend.compat import (
@@ -43,8 +44,12 @@ def error_ids(backend: PgQueueBackend) -> list[str]:
 def test_the_backend_claims_every_feature() -> None:
     backend = task_backends["default"]
     assert isinstance(backend, PgQueueBackend)
-    assert (backend.supports_defer, backend.supports_priority, backend.supports_get_result,
-            backend.supports_async_task) == (True, True, True, True)
+    assert (
+        backend.supports_defer,
+        backend.supports_priority,
+        backend.supports_get_result,
+        backend.supports_async_task,
+    ) == (True, True, True, True)
     assert backend.task_class is PgQueueTask
     assert isinstance(djtasks.noop_task, PgQueueTask)
     assert isinstance(djtasks.noop_task_async, Task)  # coroutine functions are accepted
@@ -52,10 +57,16 @@ def test_the_backend_claims_every_feature() -> None:
 
 def test_using_takes_our_options_beside_djangos() -> None:
     when = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
-    task = pgq(djtasks.noop_task).using(priority=5, run_after=when, max_attempts=7,
-                                        unique_key="k", concurrency_key="c")
-    assert (task.priority, task.run_after, task.max_attempts, task.unique_key,
-            task.concurrency_key) == (5, when, 7, "k", "c")
+    task = pgq(djtasks.noop_task).using(
+        priority=5, run_after=when, max_attempts=7, unique_key="k", concurrency_key="c"
+    )
+    assert (
+        task.priority,
+        task.run_after,
+        task.max_attempts,
+        task.unique_key,
+        task.concurrency_key,
+    ) == (5, when, 7, "k", "c")
     again = task.using(queue_name="queue_1")  # None keeps what was set, as in Django
     assert (again.queue_name, again.max_attempts, again.unique_key) == ("queue_1", 7, "k")
     assert pgq(djtasks.noop_task).max_attempts is None  # a copy: the declared task is untouched
@@ -70,26 +81,39 @@ def test_our_options_do_not_take_part_in_equality() -> None:
 
 def test_options_turns_a_task_of_any_backend_into_ours() -> None:
     with override_settings(TASKS=DUMMY_TASKS):
-        plain: Task[Any, Any] = Task(func=djtasks.noop_task.func, priority=0, backend="default",
-                     queue_name="default", run_after=None)
+        plain: Task[Any, Any] = Task(
+            func=djtasks.noop_task.func,
+            priority=0,
+            backend="default",
+            queue_name="default",
+            run_after=None,
+        )
         assert type(plain) is Task
         task = pgq(options(plain, max_attempts=4, concurrency_key="c"))
         assert (task.func, task.max_attempts, task.concurrency_key, task.unique_key) == (
-            plain.func, 4, "c", None)
+            plain.func,
+            4,
+            "c",
+            None,
+        )
     assert pgq(options(djtasks.noop_task, unique_key="u")).unique_key == "u"
 
 
-@pytest.mark.parametrize(("changes", "message"), [
-    ({"max_attempts": 0}, "max_attempts 0 must be a whole number from 1 to 1,000,000"),
-    ({"max_attempts": True}, "max_attempts True must be"),
-    ({"unique_key": ""}, "unique_key '' must be a non-empty string"),
-    ({"concurrency_key": "x" * 256}, "concurrency_key 'xxx"),
-    ({"queue_name": "elsewhere"}, "Queue 'elsewhere' is not valid for backend"),
-    ({"priority": 101}, "priority must be a whole number between -100 and 100"),
-    ({"run_after": dt.datetime(2030, 1, 1)}, "run_after must be an aware datetime"),
-])
-def test_invalid_options_are_refused_when_the_task_is_made(changes: dict[str, Any],
-                                                           message: str) -> None:
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"max_attempts": 0}, "max_attempts 0 must be a whole number from 1 to 1,000,000"),
+        ({"max_attempts": True}, "max_attempts True must be"),
+        ({"unique_key": ""}, "unique_key '' must be a non-empty string"),
+        ({"concurrency_key": "x" * 256}, "concurrency_key 'xxx"),
+        ({"queue_name": "elsewhere"}, "Queue 'elsewhere' is not valid for backend"),
+        ({"priority": 101}, "priority must be a whole number between -100 and 100"),
+        ({"run_after": dt.datetime(2030, 1, 1)}, "run_after must be an aware datetime"),
+    ],
+)
+def test_invalid_options_are_refused_when_the_task_is_made(
+    changes: dict[str, Any], message: str
+) -> None:
     with pytest.raises(InvalidTask, match=message):
         pgq(djtasks.noop_task).using(**changes)
 
@@ -110,43 +134,91 @@ def test_a_task_pickles_with_our_options() -> None:
 
 
 def result_of(task: Task[Any, Any], worker_ids: list[str]) -> TaskResult[Any, Any]:
-    return TaskResult(task=task, id="1", status=TaskResultStatus.RUNNING, enqueued_at=None,
-                      started_at=None, finished_at=None, last_attempted_at=None, args=[],
-                      kwargs={}, backend="default", errors=[], worker_ids=worker_ids)
+    return TaskResult(
+        task=task,
+        id="1",
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=None,
+        started_at=None,
+        finished_at=None,
+        last_attempted_at=None,
+        args=[],
+        kwargs={},
+        backend="default",
+        errors=[],
+        worker_ids=worker_ids,
+    )
 
 
 def test_the_context_attempt_is_the_one_counted_against_max_attempts() -> None:
     # Two claims, the first given back at shutdown: Django would count 2.
     result = result_of(djtasks.noop_task, ["w1", "w2"])
     context = PgQueueTaskContext(task_result=result, job_attempt=1, max_attempts=2)
-    assert (context.attempt, context.task_result.attempts, context.is_last_attempt) == (1, 2,
-                                                                                        False)
+    assert (context.attempt, context.task_result.attempts, context.is_last_attempt) == (1, 2, False)
     last = dataclasses.replace(context, job_attempt=2)
     assert (last.attempt, last.is_last_attempt) == (2, True)
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("1", 1), ("9223372036854775807", 2**63 - 1), (42, 42),
-    ("0", None), ("007", None), ("-1", None), ("+1", None), (" 1", None), ("1.0", None),
-    ("\u0661", None),  # an Arabic-Indic digit: isdigit() but not a job id
-    ("9223372036854775808", None), ("", None), ("abc", None), (True, None),
-    (None, None), ("12345678-1234-5678-1234-567812345678", None),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("1", 1),
+        ("9223372036854775807", 2**63 - 1),
+        (42, 42),
+        ("0", None),
+        ("007", None),
+        ("-1", None),
+        ("+1", None),
+        (" 1", None),
+        ("1.0", None),
+        ("\u0661", None),  # an Arabic-Indic digit: isdigit() but not a job id
+        ("9223372036854775808", None),
+        ("", None),
+        ("abc", None),
+        (True, None),
+        (None, None),
+        ("12345678-1234-5678-1234-567812345678", None),
+    ],
+)
 def test_result_ids_are_canonical_job_ids(raw: object, expected: int | None) -> None:
     assert parse_id(raw) == expected
 
 
-@pytest.mark.parametrize(("entry", "path", "trace"), [
-    ({"exception": "ValueError", "message": "m", "traceback": "Traceback...\nValueError: m\n"},
-     "builtins.ValueError", "Traceback...\nValueError: m\n"),
-    ({"exception": "django_pgqueue.exceptions.UnknownTask", "message": "'x.y' is not",
-      "traceback": ""},
-     "django_pgqueue.exceptions.UnknownTask", "UnknownTask: 'x.y' is not\n"),
-    ({"exception": "LeaseExpired", "message": "worker w stopped renewing its lease",
-      "traceback": ""}, "LeaseExpired", "LeaseExpired: worker w stopped renewing its lease\n"),
-])
-def test_error_history_entries_become_task_errors(entry: dict[str, Any], path: str,
-                                                  trace: str) -> None:
+@pytest.mark.parametrize(
+    ("entry", "path", "trace"),
+    [
+        (
+            {
+                "exception": "ValueError",
+                "message": "m",
+                "traceback": "Traceback...\nValueError: m\n",
+            },
+            "builtins.ValueError",
+            "Traceback...\nValueError: m\n",
+        ),
+        (
+            {
+                "exception": "django_pgqueue.exceptions.UnknownTask",
+                "message": "'x.y' is not",
+                "traceback": "",
+            },
+            "django_pgqueue.exceptions.UnknownTask",
+            "UnknownTask: 'x.y' is not\n",
+        ),
+        (
+            {
+                "exception": "LeaseExpired",
+                "message": "worker w stopped renewing its lease",
+                "traceback": "",
+            },
+            "LeaseExpired",
+            "LeaseExpired: worker w stopped renewing its lease\n",
+        ),
+    ],
+)
+def test_error_history_entries_become_task_errors(
+    entry: dict[str, Any], path: str, trace: str
+) -> None:
     error = task_error(entry)
     assert (error.exception_class_path, error.traceback) == (path, trace)
 
@@ -156,22 +228,23 @@ def test_a_builtin_error_path_imports_as_django_expects() -> None:
 
 
 def test_a_valid_configuration_passes_the_checks() -> None:
-    assert error_ids(backend_with(QUEUES=["default", "emails"],
-                                  OPTIONS={"MAX_ATTEMPTS": 5})) == []
+    assert error_ids(backend_with(QUEUES=["default", "emails"], OPTIONS={"MAX_ATTEMPTS": 5})) == []
 
 
 def test_check_reports_unknown_and_invalid_options() -> None:
-    backend = backend_with(OPTIONS={"MAX_ATTEMPTS": 0, "RETRIES": 2, "BACKOFF": -1,
-                                    "BACKOFF_MAX": 9})
+    backend = backend_with(
+        OPTIONS={"MAX_ATTEMPTS": 0, "RETRIES": 2, "BACKOFF": -1, "BACKOFF_MAX": 9}
+    )
     messages = {str(m.id): m.msg for m in backend.check()}
-    assert set(messages) == {"django_pgqueue.E103", "django_pgqueue.E104",
-                             "django_pgqueue.E107"}
+    assert set(messages) == {"django_pgqueue.E103", "django_pgqueue.E104", "django_pgqueue.E107"}
     assert messages["django_pgqueue.E103"] == (
-        "TASKS['pgq']['OPTIONS'] has unknown key(s) 'BACKOFF_MAX', 'RETRIES'.")
+        "TASKS['pgq']['OPTIONS'] has unknown key(s) 'BACKOFF_MAX', 'RETRIES'."
+    )
     assert "MAX_ATTEMPTS'] = 0" in messages["django_pgqueue.E104"]
     assert messages["django_pgqueue.E107"] == (
         "TASKS['pgq']['OPTIONS']['BACKOFF'] = -1: expected a number of seconds from 0 to "
-        "31,536,000 (a year).")
+        "31,536,000 (a year)."
+    )
 
 
 def test_check_and_enqueue_agree_on_an_option_the_queue_refuses() -> None:
@@ -183,8 +256,7 @@ def test_check_and_enqueue_agree_on_an_option_the_queue_refuses() -> None:
 
 
 def test_check_reports_queue_names_the_queue_cannot_store() -> None:
-    assert error_ids(backend_with(QUEUES=["default", "a b", "x" * 65])) == [
-        "django_pgqueue.E105"]
+    assert error_ids(backend_with(QUEUES=["default", "a b", "x" * 65])) == ["django_pgqueue.E105"]
 
 
 def test_check_reports_the_app_missing() -> None:
@@ -204,8 +276,9 @@ def test_check_reports_a_missing_database() -> None:
 @pytest.fixture
 def sqlite_alias(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A configured (never opened) SQLite database alias."""
-    monkeypatch.setitem(connections.settings, "lite",
-                        {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"})
+    monkeypatch.setitem(
+        connections.settings, "lite", {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+    )
     yield "lite"
     del connections["lite"]
 
@@ -220,8 +293,10 @@ def test_check_reports_a_database_that_is_not_postgresql(sqlite_alias: str) -> N
 def test_djangos_check_framework_runs_ours_for_every_alias() -> None:
     from django.core import checks
 
-    tasks = {"default": PGQUEUE_TASKS["default"],
-             "other": {**PGQUEUE_TASKS["default"], "OPTIONS": {"NOPE": 1}}}
+    tasks = {
+        "default": PGQUEUE_TASKS["default"],
+        "other": {**PGQUEUE_TASKS["default"], "OPTIONS": {"NOPE": 1}},
+    }
     with override_settings(TASKS=tasks):
         ids = [m.id for m in checks.run_checks() if str(m.id).startswith("django_pgqueue.")]
     assert ids == ["django_pgqueue.E103"]

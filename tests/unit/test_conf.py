@@ -21,22 +21,30 @@ def test_override_is_read_again() -> None:
     assert conf.get().LEASE == 30  # tests.settings
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ({"LEASE": 0}, r"PGQUEUE\['LEASE'\] = 0: expected a number of seconds greater than 0"),
-    ({"LEASE": "60"}, r"PGQUEUE\['LEASE'\] = '60'"),
-    ({"MAX_ATTEMPTS": 0}, r"PGQUEUE\['MAX_ATTEMPTS'\] = 0: expected a whole number"),
-    ({"CONCURRENCY": 2.5}, r"PGQUEUE\['CONCURRENCY'\] = 2.5"),
-    ({"BACKOFF_JITTER": 2}, r"expected a fraction between 0 and 1"),
-    ({"QUEUES": []}, r"PGQUEUE\['QUEUES'\] = \(\)"),
-    ({"QUEUES": ["ok", "not ok"]}, r"PGQUEUE\['QUEUES'\]"),
-    ({"DEFAULT_QUEUE": ""}, r"PGQUEUE\['DEFAULT_QUEUE'\] = ''"),
-    ({"LISTEN_NOTIFY": "yes"}, r"expected True or False"),
-    ({"LEASE_SECONDS": 5}, r"unknown key\(s\) 'LEASE_SECONDS'"),
-    ({"QUEUES": "emails"}, r"PGQUEUE\['QUEUES'\] = 'emails': expected None or a non-empty list"),
-    ({"LEASE": 10, "HEARTBEAT_INTERVAL": 10},
-     r"PGQUEUE\['HEARTBEAT_INTERVAL'\] = 10: expected fewer seconds than LEASE \(10\)"),
-    ([("LEASE", 5)], r"PGQUEUE must be a dict, not list"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"LEASE": 0}, r"PGQUEUE\['LEASE'\] = 0: expected a number of seconds greater than 0"),
+        ({"LEASE": "60"}, r"PGQUEUE\['LEASE'\] = '60'"),
+        ({"MAX_ATTEMPTS": 0}, r"PGQUEUE\['MAX_ATTEMPTS'\] = 0: expected a whole number"),
+        ({"CONCURRENCY": 2.5}, r"PGQUEUE\['CONCURRENCY'\] = 2.5"),
+        ({"BACKOFF_JITTER": 2}, r"expected a fraction between 0 and 1"),
+        ({"QUEUES": []}, r"PGQUEUE\['QUEUES'\] = \(\)"),
+        ({"QUEUES": ["ok", "not ok"]}, r"PGQUEUE\['QUEUES'\]"),
+        ({"DEFAULT_QUEUE": ""}, r"PGQUEUE\['DEFAULT_QUEUE'\] = ''"),
+        ({"LISTEN_NOTIFY": "yes"}, r"expected True or False"),
+        ({"LEASE_SECONDS": 5}, r"unknown key\(s\) 'LEASE_SECONDS'"),
+        (
+            {"QUEUES": "emails"},
+            r"PGQUEUE\['QUEUES'\] = 'emails': expected None or a non-empty list",
+        ),
+        (
+            {"LEASE": 10, "HEARTBEAT_INTERVAL": 10},
+            r"PGQUEUE\['HEARTBEAT_INTERVAL'\] = 10: expected fewer seconds than LEASE \(10\)",
+        ),
+        ([("LEASE", 5)], r"PGQUEUE must be a dict, not list"),
+    ],
+)
 def test_bad_settings_name_the_key(value: object, message: str) -> None:
     with override_settings(PGQUEUE=value), pytest.raises(ImproperlyConfigured, match=message):
         conf.get()

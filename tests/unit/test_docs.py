@@ -63,7 +63,8 @@ def own_options(name: str) -> set[str]:
         return {opt for action in parser._actions for opt in action.option_strings}
 
     return options(load_command_class("django_pgqueue", name), name) - options(
-        BaseCommand(), "base")
+        BaseCommand(), "base"
+    )
 
 
 COMMANDS = sorted(module.name for module in pkgutil.iter_modules(commands.__path__))
@@ -81,8 +82,11 @@ def test_every_command_option_is_documented(name: str) -> None:
 
 
 def test_system_check_ids_match_the_code() -> None:
-    in_code = {match for path in PACKAGE.rglob("*.py")
-               for match in CHECK_ID.findall(path.read_text(encoding="utf-8"))}
+    in_code = {
+        match
+        for path in PACKAGE.rglob("*.py")
+        for match in CHECK_ID.findall(path.read_text(encoding="utf-8"))
+    }
     in_docs = set(CHECK_ID.findall((REFERENCE / "checks.md").read_text(encoding="utf-8")))
     assert in_code, "no check ids found in the code"
     assert in_docs == in_code

@@ -9,9 +9,19 @@ from django_pgqueue.worker.ledger import Ledger
 
 
 def job(job_id: int = 1, run: int = 1, attempt: int = 1) -> ClaimedJob:
-    return ClaimedJob(id=job_id, run=run, task="t.t", args=[], kwargs={}, queue="default",
-                      priority=0, attempt=attempt, max_attempts=3, concurrency_key=None,
-                      unique_key=None)
+    return ClaimedJob(
+        id=job_id,
+        run=run,
+        task="t.t",
+        args=[],
+        kwargs={},
+        queue="default",
+        priority=0,
+        attempt=attempt,
+        max_attempts=3,
+        concurrency_key=None,
+        unique_key=None,
+    )
 
 
 def test_a_reclaimed_job_is_a_new_entry_the_old_run_cannot_touch() -> None:

@@ -15,14 +15,17 @@ def test_registered_task_resolves() -> None:
     assert registry.resolve("tests.testapp.tasks.add").target is add
 
 
-@pytest.mark.parametrize(("path", "message"), [
-    ("os.system", "'os' is not in an installed app"),
-    ("subprocess.run", "not in an installed app"),
-    ("nodots", "not a dotted task path"),
-    ("tests.testapp.tasks.record", "is not a registered task"),  # a plain function
-    ("tests.testapp.tasks.missing", "is not a registered task"),
-    ("tests.testapp.nope.task", "cannot be imported"),
-])
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("os.system", "'os' is not in an installed app"),
+        ("subprocess.run", "not in an installed app"),
+        ("nodots", "not a dotted task path"),
+        ("tests.testapp.tasks.record", "is not a registered task"),  # a plain function
+        ("tests.testapp.tasks.missing", "is not a registered task"),
+        ("tests.testapp.nope.task", "cannot be imported"),
+    ],
+)
 def test_unregistered_paths_are_refused(path: str, message: str) -> None:
     with pytest.raises(UnknownTask, match=message):
         registry.resolve(path)

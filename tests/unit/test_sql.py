@@ -4,10 +4,27 @@ import re
 
 from django_pgqueue.sql import QUERIES, query
 
-EXPECTED = {"enqueue", "enqueue_many", "live_job_by_unique_key", "claim", "complete", "fail",
-            "heartbeat", "release", "reap", "retry", "cancel", "prune", "count_prunable",
-            "stats", "relax_commit", "reset_commit", "reserve_ids", "copy_jobs",
-            "notify_queues"}
+EXPECTED = {
+    "enqueue",
+    "enqueue_many",
+    "live_job_by_unique_key",
+    "claim",
+    "complete",
+    "fail",
+    "heartbeat",
+    "release",
+    "reap",
+    "retry",
+    "cancel",
+    "prune",
+    "count_prunable",
+    "stats",
+    "relax_commit",
+    "reset_commit",
+    "reserve_ids",
+    "copy_jobs",
+    "notify_queues",
+}
 
 
 def test_every_named_query_is_loaded_once() -> None:

@@ -34,7 +34,7 @@ def imported(name: str, path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parts, base] if base else parts)
             for alias in node.names:
                 # "from pkg import mod" imports the module; "from pkg import name", pkg.
@@ -59,7 +59,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
         stack.append(node)
         for target in sorted(edges.get(node, ())):
             if state.get(target) == 1:
-                found.append([*stack[stack.index(target):], target])
+                found.append([*stack[stack.index(target) :], target])
             elif target not in state:
                 visit(target)
         stack.pop()
@@ -84,8 +84,11 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 def test_no_status_is_spelled_outside_the_states_home(name: str) -> None:
     if name == "django_pgqueue.records":
         return  # JobStatus lives here
-    literals = [node.value for node in ast.walk(ast.parse(modules()[name].read_text()))
-                if isinstance(node, ast.Constant) and node.value in STATES]
+    literals = [
+        node.value
+        for node in ast.walk(ast.parse(modules()[name].read_text()))
+        if isinstance(node, ast.Constant) and node.value in STATES
+    ]
     assert literals == [], f"{name} spells job states {literals}: use records.JobStatus"
 
 

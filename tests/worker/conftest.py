@@ -23,13 +23,17 @@ ROOT = Path(__file__).resolve().parents[2]
 class WorkerProcess:
     """A ``runworker`` (or other command) subprocess whose output is read as it comes."""
 
-    def __init__(self, db_url: str, *args: str, env: dict[str, str] | None = None,
-                 command: str = "runworker") -> None:
+    def __init__(
+        self, db_url: str, *args: str, env: dict[str, str] | None = None, command: str = "runworker"
+    ) -> None:
         self.args = args
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "django", command, "--settings=tests.settings", *args],
-            cwd=ROOT, env={**os.environ, "DATABASE_URL": db_url, **(env or {})},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=ROOT,
+            env={**os.environ, "DATABASE_URL": db_url, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         self._lines: list[str] = []
         self._changed = threading.Condition()
@@ -55,8 +59,10 @@ class WorkerProcess:
             while text not in "".join(self._lines):
                 left = timeout - (time.monotonic() - start)
                 if left <= 0 or (self.proc.poll() is not None and not self._reader.is_alive()):
-                    raise AssertionError(f"{text!r} not in the worker's output after "
-                                         f"{time.monotonic() - start:.1f}s:\n{self.output}")
+                    raise AssertionError(
+                        f"{text!r} not in the worker's output after "
+                        f"{time.monotonic() - start:.1f}s:\n{self.output}"
+                    )
                 self._changed.wait(min(left, 0.2))
         return time.monotonic() - start
 
@@ -91,8 +97,12 @@ def start_worker(db_url: str) -> Iterator[Callable[..., WorkerProcess]]:
     """Start ``runworker`` (or ``command=...``) subprocesses; any left running are killed."""
     started: list[WorkerProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None, command: str = "runworker",
-              **kwargs: tuple[str, ...]) -> WorkerProcess:
+    def start(
+        *args: str,
+        env: dict[str, str] | None = None,
+        command: str = "runworker",
+        **kwargs: tuple[str, ...],
+    ) -> WorkerProcess:
         worker = WorkerProcess(db_url, *args, *kwargs.get("args", ()), env=env, command=command)
         started.append(worker)
         return worker
@@ -133,11 +143,15 @@ def restart_database(down_for: float, mode: str = "fast") -> bool:
         return True
     port = str(connection.settings_dict.get("PORT") or 5432)
     host = connection.settings_dict.get("HOST") or ""
-    if os.geteuid() != 0 or host not in ("127.0.0.1", "localhost", "") or not shutil.which(
-            "pg_lsclusters"):
+    if (
+        os.geteuid() != 0
+        or host not in ("127.0.0.1", "localhost", "")
+        or not shutil.which("pg_lsclusters")
+    ):
         return False
-    clusters = subprocess.run(["pg_lsclusters", "--no-header"], capture_output=True,
-                              text=True, check=True).stdout.split("\n")
+    clusters = subprocess.run(
+        ["pg_lsclusters", "--no-header"], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
     match = [line.split()[:2] for line in clusters if line.split()[2:3] == [port]]
     if not match:
         return False

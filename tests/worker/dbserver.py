@@ -41,11 +41,15 @@ def server() -> DatabaseServer | None:
         return DatabaseServer(embedded.stop, embedded.start)
     port = str(connection.settings_dict.get("PORT") or 5432)
     host = connection.settings_dict.get("HOST") or ""
-    if os.geteuid() != 0 or host not in ("127.0.0.1", "localhost", "") or not shutil.which(
-            "pg_lsclusters"):
+    if (
+        os.geteuid() != 0
+        or host not in ("127.0.0.1", "localhost", "")
+        or not shutil.which("pg_lsclusters")
+    ):
         return None
-    clusters = subprocess.run(["pg_lsclusters", "--no-header"], capture_output=True,
-                              text=True, check=True).stdout.split("\n")
+    clusters = subprocess.run(
+        ["pg_lsclusters", "--no-header"], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
     match = [line.split()[:2] for line in clusters if line.split()[2:3] == [port]]
     if not match:
         return None
@@ -63,6 +67,8 @@ def server() -> DatabaseServer | None:
 def server_or_skip() -> DatabaseServer:
     found = server()
     if found is None:
-        pytest.skip("cannot stop this database server (not embedded, nor a local cluster we "
-                    "may control as root)")
+        pytest.skip(
+            "cannot stop this database server (not embedded, nor a local cluster we "
+            "may control as root)"
+        )
     return found

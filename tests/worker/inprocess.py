@@ -35,14 +35,20 @@ class Recorder:
             with self._changed:
                 self.seen.append((name, data))
                 self._changed.notify_all()
+
         return take
 
     def count(self, name: str, where: Callable[[dict[str, Any]], bool] = lambda d: True) -> int:
         with self._changed:
             return sum(1 for seen, data in self.seen if seen == name and where(data))
 
-    def wait(self, name: str, count: int = 1, timeout: float = 10.0,
-             where: Callable[[dict[str, Any]], bool] = lambda d: True) -> float:
+    def wait(
+        self,
+        name: str,
+        count: int = 1,
+        timeout: float = 10.0,
+        where: Callable[[dict[str, Any]], bool] = lambda d: True,
+    ) -> float:
         """Wait until ``name`` was emitted ``count`` times (matching ``where``); the seconds."""
         start = time.monotonic()
         with self._changed:
@@ -50,8 +56,10 @@ class Recorder:
                 left = timeout - (time.monotonic() - start)
                 if left <= 0:
                     names = [seen for seen, _ in self.seen]
-                    raise AssertionError(f"timed out after {timeout}s waiting for {count} "
-                                         f"{name!r} events; seen: {names[-30:]}")
+                    raise AssertionError(
+                        f"timed out after {timeout}s waiting for {count} "
+                        f"{name!r} events; seen: {names[-30:]}"
+                    )
                 self._changed.wait(left)
         return time.monotonic() - start
 
@@ -77,8 +85,13 @@ class WorkerThread:
         self._thread.start()
         return self
 
-    def wait(self, name: str, count: int = 1, timeout: float = 10.0,
-             where: Callable[[dict[str, Any]], bool] = lambda d: True) -> float:
+    def wait(
+        self,
+        name: str,
+        count: int = 1,
+        timeout: float = 10.0,
+        where: Callable[[dict[str, Any]], bool] = lambda d: True,
+    ) -> float:
         return self.recorder.wait(name, count, timeout, where)
 
     def join(self, timeout: float) -> int:

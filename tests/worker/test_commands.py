@@ -36,19 +36,26 @@ BAD_ARGUMENTS = [
     ("reapjobs", ["--interval", "x"], "argument --interval: expected a number of seconds"),
     ("prunejobs", [], "the following arguments are required: --older-than"),
     ("prunejobs", ["--older-than", "7 days"], "argument --older-than: expected a duration"),
-    ("prunejobs", ["--older-than", "7d", "--status", "queued"],
-     "argument --status: expected done, dead or done,dead"),
+    (
+        "prunejobs",
+        ["--older-than", "7d", "--status", "queued"],
+        "argument --status: expected done, dead or done,dead",
+    ),
     ("prunejobs", ["--older-than", "7d", "--batch-size", "0"], "argument --batch-size"),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("command", "args", "message"), BAD_ARGUMENTS)
-def test_every_bad_value_is_a_one_line_error(command: str, args: list[str],
-                                             message: str) -> None:
+def test_every_bad_value_is_a_one_line_error(command: str, args: list[str], message: str) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "django", command, "--settings=tests.settings", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -61,14 +68,22 @@ def test_bad_settings_are_a_one_line_error_too() -> None:
     from django.core.management.base import CommandError
     from django.test import override_settings
 
-    with override_settings(PGQUEUE={"LEASE": 3, "HEARTBEAT_INTERVAL": 5}), \
-            pytest.raises(CommandError, match=r"PGQUEUE\['HEARTBEAT_INTERVAL'\] = 5: expected "
-                                              r"fewer seconds than LEASE \(3\)"):
+    with (
+        override_settings(PGQUEUE={"LEASE": 3, "HEARTBEAT_INTERVAL": 5}),
+        pytest.raises(
+            CommandError,
+            match=r"PGQUEUE\['HEARTBEAT_INTERVAL'\] = 5: expected "
+            r"fewer seconds than LEASE \(3\)",
+        ),
+    ):
         call_command("runworker", "--burst")
     # A --lease on the command line can undercut a heartbeat the settings allowed.
-    with override_settings(PGQUEUE={"HEARTBEAT_INTERVAL": 5}), \
-            pytest.raises(CommandError, match="heartbeat interval 5s must be shorter than the "
-                                              "lease 3s"):
+    with (
+        override_settings(PGQUEUE={"HEARTBEAT_INTERVAL": 5}),
+        pytest.raises(
+            CommandError, match="heartbeat interval 5s must be shorter than the lease 3s"
+        ),
+    ):
         call_command("runworker", "--burst", "--lease", "3")
 
 
@@ -82,7 +97,8 @@ def test_runworker_burst_and_max_jobs() -> None:
     call_command("runworker", "--burst", verbosity=0)
     assert status_counts() == {"done": 10}
     assert sorted(int(str(r)) for r in Job.objects.values_list("result", flat=True)) == list(
-        range(1, 11))
+        range(1, 11)
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -121,7 +137,9 @@ def test_queuestats_table_and_json() -> None:
     call_command("queuestats", "--json", stdout=out)
     data = json.loads(out.getvalue())
     assert {(q["queue"], q["status"], q["jobs"]) for q in data["queues"]} == {
-        ("mail", "queued", 2), ("pdf", "running", 1)}
+        ("mail", "queued", 2),
+        ("pdf", "running", 1),
+    }
     assert data["dead_last_24h"] == 0
     assert data["running_past_lease"] == 0
     assert data["oldest_ready_age_seconds"] >= 0

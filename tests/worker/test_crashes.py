@@ -21,9 +21,11 @@ Start = Callable[..., WorkerProcess]
 
 
 def test_sigkilled_worker_jobs_come_back_after_the_lease_and_run_at_most_twice(
-        start_worker: Start) -> None:
-    Job.objects.enqueue_many(JobSpec.build(tracked, [f"kill-{i}"], {"sleep": 0.5})
-                             for i in range(12))
+    start_worker: Start,
+) -> None:
+    Job.objects.enqueue_many(
+        JobSpec.build(tracked, [f"kill-{i}"], {"sleep": 0.5}) for i in range(12)
+    )
     victim = start_worker("--concurrency", "4", "--lease", "2", "--worker-id", "victim")
     wait_for(lambda: running_count() == 4, 20, "the victim to hold 4 jobs")
     wait_for(lambda: sum(run_counts("kill-").values()) == 4, 20, "the 4 jobs to start")
@@ -48,8 +50,9 @@ def test_sigkilled_worker_jobs_come_back_after_the_lease_and_run_at_most_twice(
 
 
 def test_sigterm_lets_running_jobs_finish_and_exits_zero(start_worker: Start) -> None:
-    Job.objects.enqueue_many(JobSpec.build(tracked, [f"term-{i}"], {"sleep": 1.0})
-                             for i in range(3))
+    Job.objects.enqueue_many(
+        JobSpec.build(tracked, [f"term-{i}"], {"sleep": 1.0}) for i in range(3)
+    )
     worker = start_worker("--concurrency", "3", "--shutdown-timeout", "10")
     # Started, not just claimed: a claimed job no thread has taken yet is given back.
     wait_for(lambda: len(run_counts("term-")) == 3, 20, "three running jobs")
@@ -62,10 +65,8 @@ def test_sigterm_lets_running_jobs_finish_and_exits_zero(start_worker: Start) ->
     assert "SIGTERM: finishing running jobs" in worker.output
 
 
-def test_sigterm_puts_jobs_past_the_shutdown_timeout_back_in_the_queue(
-        start_worker: Start) -> None:
-    Job.objects.enqueue_many(JobSpec.build(tracked, [f"long-{i}"], {"sleep": 30})
-                             for i in range(2))
+def test_sigterm_puts_jobs_past_the_shutdown_timeout_back_in_the_queue(start_worker: Start) -> None:
+    Job.objects.enqueue_many(JobSpec.build(tracked, [f"long-{i}"], {"sleep": 30}) for i in range(2))
     worker = start_worker("--concurrency", "2", "--shutdown-timeout", "0.5")
     wait_for(lambda: len(run_counts("long-")) == 2, 20, "two running jobs")
     signalled = time.monotonic()
@@ -78,8 +79,7 @@ def test_sigterm_puts_jobs_past_the_shutdown_timeout_back_in_the_queue(
         assert job.errors[-1]["exception"] == "WorkerShutdown"
 
 
-def test_second_signal_gives_the_running_job_back_and_exits_at_once(
-        start_worker: Start) -> None:
+def test_second_signal_gives_the_running_job_back_and_exits_at_once(start_worker: Start) -> None:
     tracked.enqueue("twice", sleep=30)
     worker = start_worker("--shutdown-timeout", "60")
     wait_for(lambda: run_counts("twice") != {}, 20, "a running job")
@@ -97,14 +97,17 @@ def test_second_signal_gives_the_running_job_back_and_exits_at_once(
 
 
 def test_worker_survives_a_database_restart(start_worker: Start) -> None:
-    Job.objects.enqueue_many(JobSpec.build(tracked, [f"restart-{i}"], {"sleep": 0.05})
-                             for i in range(200))
+    Job.objects.enqueue_many(
+        JobSpec.build(tracked, [f"restart-{i}"], {"sleep": 0.05}) for i in range(200)
+    )
     worker = start_worker("--concurrency", "4", "--lease", "5", "--poll-interval", "0.5")
     wait_for(lambda: Job.objects.done().count() >= 20, 30, "the worker to get going")
     if not restart_database(down_for=1.0):
         worker.kill()
-        pytest.skip("cannot restart this database server (not embedded, nor a local "
-                    "cluster we may restart as root)")
+        pytest.skip(
+            "cannot restart this database server (not embedded, nor a local "
+            "cluster we may restart as root)"
+        )
     connection.close()  # ours was cut too; the next query reconnects
     wait_for(lambda: status_counts() == {"done": 200}, 90, "every job done after the restart")
     worker.signal(signal.SIGTERM)
@@ -117,10 +120,12 @@ def test_worker_survives_a_database_restart(start_worker: Start) -> None:
 
 
 def test_four_workers_drain_five_thousand_jobs_without_running_any_twice(
-        start_worker: Start) -> None:
+    start_worker: Start,
+) -> None:
     Job.objects.enqueue_many(JobSpec.build(tracked, [f"drain-{i}"]) for i in range(5000))
-    workers = [start_worker("--burst", "--concurrency", "4", "--worker-id", f"w{n}")
-               for n in range(4)]
+    workers = [
+        start_worker("--burst", "--concurrency", "4", "--worker-id", f"w{n}") for n in range(4)
+    ]
     for worker in workers:
         assert worker.wait(180) == 0
     assert status_counts() == {"done": 5000}
@@ -133,9 +138,9 @@ def test_four_workers_drain_five_thousand_jobs_without_running_any_twice(
 
 
 def test_sigterm_gives_prefetched_jobs_back_at_once_and_finishes_the_running_ones(
-        start_worker: Start) -> None:
-    Job.objects.enqueue_many(JobSpec.build(tracked, [f"pre-{i}"], {"sleep": 1.5})
-                             for i in range(6))
+    start_worker: Start,
+) -> None:
+    Job.objects.enqueue_many(JobSpec.build(tracked, [f"pre-{i}"], {"sleep": 1.5}) for i in range(6))
     worker = start_worker("--concurrency", "2", "--prefetch", "4", "--shutdown-timeout", "10")
     wait_for(lambda: running_count() == 6, 20, "2 running and 4 prefetched jobs")
     wait_for(lambda: len(run_counts("pre-")) == 2, 20, "two jobs to start")

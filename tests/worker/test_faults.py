@@ -33,17 +33,27 @@ Start = Callable[..., WorkerProcess]
 def runs(prefix: str = "") -> list[tuple[str, float, float]]:
     """(label, started, finished) of every recorded run, as epoch seconds, by start."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT label, extract(epoch FROM started), extract(epoch FROM finished) "
-                       "FROM testapp_run WHERE label LIKE %s ORDER BY started", [prefix + "%"])
+        cursor.execute(
+            "SELECT label, extract(epoch FROM started), extract(epoch FROM finished) "
+            "FROM testapp_run WHERE label LIKE %s ORDER BY started",
+            [prefix + "%"],
+        )
         return [(label, float(a), float(b)) for label, a, b in cursor.fetchall()]
 
 
-def test_a_job_that_never_returns_keeps_its_key_until_its_worker_exits(
-        start_worker: Start) -> None:
+def test_a_job_that_never_returns_keeps_its_key_until_its_worker_exits(start_worker: Start) -> None:
     stuck = tracked.using(concurrency_key="k", max_attempts=1).enqueue("stuck", sleep=60)
     mark.using(concurrency_key="k").enqueue("sibling")
-    worker = start_worker("--job-timeout", "0.5", "--shutdown-timeout", "0",
-                          "--stats-interval", "0.5", "--concurrency", "2")
+    worker = start_worker(
+        "--job-timeout",
+        "0.5",
+        "--shutdown-timeout",
+        "0",
+        "--stats-interval",
+        "0.5",
+        "--concurrency",
+        "2",
+    )
     worker.wait_for_output("exceeded the job timeout of 0.5s")
     worker.wait_for_output("(1 past the job timeout)")  # the throughput line shows it
     assert run_counts() == {"stuck": 1}  # the sibling waits: the key is still taken
@@ -62,7 +72,8 @@ def test_a_job_that_never_returns_keeps_its_key_until_its_worker_exits(
 
 
 def test_a_worker_stopped_past_its_lease_is_fenced_out_of_the_newer_run(
-        start_worker: Start) -> None:
+    start_worker: Start,
+) -> None:
     job = whoami.enqueue("paused", sleep=2.5)
     sleeper = start_worker("--lease", "1", "--worker-id", "sleeper")
     wait_for(lambda: running_count() == 1, 20, "the sleeper to claim the job")
@@ -71,12 +82,20 @@ def test_a_worker_stopped_past_its_lease_is_fenced_out_of_the_newer_run(
     time.sleep(1.5)  # past its lease: nobody renews it
     assert Job.objects.reap().returned == 1
     rescuer = start_worker("--lease", "30", "--worker-id", "rescuer")
-    wait_for(lambda: Job.objects.get(pk=job.pk).locked_by == "rescuer", 20,
-             "the rescuer to claim the job")
+    wait_for(
+        lambda: Job.objects.get(pk=job.pk).locked_by == "rescuer",
+        20,
+        "the rescuer to claim the job",
+    )
     sleeper.signal(signal.SIGCONT)  # its run finishes while the newer one is running
     # Its completer finds the fence closed, or its heartbeat finds the lease gone first.
-    wait_for(lambda: "leases had expired" in sleeper.output
-             or "its outcome is dropped" in sleeper.output, 20, "the stale outcome refused")
+    wait_for(
+        lambda: (
+            "leases had expired" in sleeper.output or "its outcome is dropped" in sleeper.output
+        ),
+        20,
+        "the stale outcome refused",
+    )
     assert Job.objects.get(pk=job.pk).status == "running"  # the stale outcome did not land
     wait_for(lambda: Job.objects.get(pk=job.pk).status == "done", 20, "the newer run to finish")
     assert Job.objects.get(pk=job.pk).result == rescuer.proc.pid
@@ -87,10 +106,12 @@ def test_a_worker_stopped_past_its_lease_is_fenced_out_of_the_newer_run(
 
 
 def test_a_dead_heartbeat_gives_the_jobs_back_before_the_lease_lapses_and_exits_1(
-        start_worker: Start) -> None:
+    start_worker: Start,
+) -> None:
     job = tracked.enqueue("hb", sleep=5)
-    broken = start_worker("--lease", "3", "--worker-id", "broken",
-                          env={"PGQUEUE_TEST_BREAK": "heartbeat"})
+    broken = start_worker(
+        "--lease", "3", "--worker-id", "broken", env={"PGQUEUE_TEST_BREAK": "heartbeat"}
+    )
     wait_for(lambda: run_counts("hb") == {"hb": 1}, 20, "the job to start")
     # A healthy worker stands by: it would take the job the moment it was free.
     healthy = start_worker("--lease", "30", "--worker-id", "healthy", "--poll-interval", "0.1")
@@ -108,11 +129,11 @@ def test_a_dead_heartbeat_gives_the_jobs_back_before_the_lease_lapses_and_exits_
     assert healthy.wait(20) == 0
 
 
-def test_a_failing_listener_is_restarted_and_the_worker_keeps_serving(
-        start_worker: Start) -> None:
+def test_a_failing_listener_is_restarted_and_the_worker_keeps_serving(start_worker: Start) -> None:
     Job.objects.enqueue_many(JobSpec.build(mark, [f"l-{n}"]) for n in range(3))
-    worker = start_worker("--burst", "--poll-interval", "0.2",
-                          env={"PGQUEUE_TEST_BREAK": "listener"})
+    worker = start_worker(
+        "--burst", "--poll-interval", "0.2", env={"PGQUEUE_TEST_BREAK": "listener"}
+    )
     assert worker.wait(30) == 0
     assert "InjectedFailure: listener broken on purpose" in worker.output
     assert "pgqueue-listener: restarting" in worker.output
@@ -132,7 +153,8 @@ def scratch_db(db_url: str) -> Iterator[str]:
 
 
 def test_a_worker_on_an_unmigrated_database_exits_at_once_saying_to_migrate(
-        scratch_db: str, start_worker: Start) -> None:
+    scratch_db: str, start_worker: Start
+) -> None:
     worker = WorkerProcess(scratch_db)
     try:
         assert worker.wait(20) == 1
@@ -143,7 +165,8 @@ def test_a_worker_on_an_unmigrated_database_exits_at_once_saying_to_migrate(
 
 
 def test_a_table_dropped_under_a_running_worker_stops_it_with_one_clear_line(
-        scratch_db: str) -> None:
+    scratch_db: str,
+) -> None:
     migrate = WorkerProcess(scratch_db, "--no-input", "-v", "0", command="migrate")
     assert migrate.wait(60) == 0, migrate.output
     worker = WorkerProcess(scratch_db, "--poll-interval", "0.1", "--no-listen")
@@ -159,10 +182,12 @@ def test_a_table_dropped_under_a_running_worker_stops_it_with_one_clear_line(
 
 
 def test_shutdown_while_the_database_is_away_is_bounded_and_says_what_was_not_recorded(
-        start_worker: Start) -> None:
+    start_worker: Start,
+) -> None:
     server = server_or_skip()
-    Job.objects.enqueue_many(JobSpec.build(tracked, [f"out-{n}"], {"sleep": 1.0},
-                                           max_attempts=1) for n in range(8))
+    Job.objects.enqueue_many(
+        JobSpec.build(tracked, [f"out-{n}"], {"sleep": 1.0}, max_attempts=1) for n in range(8)
+    )
     worker = start_worker("--concurrency", "4", "--lease", "3", "--shutdown-timeout", "2")
     wait_for(lambda: len(run_counts("out-")) == 4, 20, "four jobs to start")
     connections.close_all()
@@ -182,8 +207,11 @@ def test_shutdown_while_the_database_is_away_is_bounded_and_says_what_was_not_re
     assert len(unrecorded) == 4
     # The database is back: those jobs come back through the reaper once their
     # leases expire, and the reaper says what it knows: the run may have finished.
-    wait_for(lambda: (Job.objects.reap(), not Job.objects.running().exists())[1], 15,
-             "the leases to expire")
+    wait_for(
+        lambda: (Job.objects.reap(), not Job.objects.running().exists())[1],
+        15,
+        "the leases to expire",
+    )
     assert set(Job.objects.dead().values_list("id", flat=True)) == unrecorded
     for job in Job.objects.dead():
         assert job.last_error.startswith("LeaseExpired: worker ")
@@ -220,7 +248,8 @@ def durable_enqueue(specs: list[JobSpec]) -> None:
 
 
 def test_after_the_database_restarts_no_job_is_charged_with_a_dead_connection(
-        start_worker: Start) -> None:
+    start_worker: Start,
+) -> None:
     server = server_or_skip()
     durable_enqueue([JobSpec.build(tracked, [f"warm-{n}"]) for n in range(8)])
     worker = start_worker("--concurrency", "4", "--poll-interval", "0.2")
@@ -237,11 +266,9 @@ def test_after_the_database_restarts_no_job_is_charged_with_a_dead_connection(
     assert worker.wait(20) == 0
 
 
-def test_a_crashed_database_under_a_busy_worker_loses_no_committed_job(
-        start_worker: Start) -> None:
+def test_a_crashed_database_under_a_busy_worker_loses_no_committed_job(start_worker: Start) -> None:
     server = server_or_skip()
-    durable_enqueue([JobSpec.build(tracked, [f"crash-{i}"], {"sleep": 0.05})
-                     for i in range(200)])
+    durable_enqueue([JobSpec.build(tracked, [f"crash-{i}"], {"sleep": 0.05}) for i in range(200)])
     worker = start_worker("--concurrency", "4", "--lease", "5", "--poll-interval", "0.5")
     wait_for(lambda: Job.objects.done().count() >= 20, 30, "the worker to get going")
     connections.close_all()

@@ -23,8 +23,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 def started_at(label: str) -> float:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT extract(epoch FROM started) FROM testapp_run WHERE label = %s",
-                       [label])
+        cursor.execute(
+            "SELECT extract(epoch FROM started) FROM testapp_run WHERE label = %s", [label]
+        )
         row = cursor.fetchone()
     return float(row[0])
 
@@ -32,8 +33,11 @@ def started_at(label: str) -> float:
 def intervals(prefix: str) -> dict[str, tuple[float, float]]:
     """label -> (started, finished) of each recorded run, as epoch seconds."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT label, extract(epoch FROM started), extract(epoch FROM finished) "
-                       "FROM testapp_run WHERE label LIKE %s", [prefix + "%"])
+        cursor.execute(
+            "SELECT label, extract(epoch FROM started), extract(epoch FROM finished) "
+            "FROM testapp_run WHERE label LIKE %s",
+            [prefix + "%"],
+        )
         return {label: (float(a), float(b)) for label, a, b in cursor.fetchall()}
 
 
@@ -72,8 +76,9 @@ def test_without_notifications_the_poll_picks_up_within_the_interval() -> None:
 def test_a_long_job_with_a_short_lease_survives_thanks_to_the_heartbeat() -> None:
     tracked.enqueue("long-haul", sleep=3.0)
     # A reaper every 0.2 s: without renewals the lease would lapse and the job be taken back.
-    with worker_thread(lease=1.0, heartbeat_interval=1 / 3, burst=True,
-                       reap_interval=0.2) as worker:
+    with worker_thread(
+        lease=1.0, heartbeat_interval=1 / 3, burst=True, reap_interval=0.2
+    ) as worker:
         assert worker.join(30) == 0
     assert worker.recorder.count("heartbeat", lambda d: bool(d["kept"])) >= 5
     assert worker.recorder.count("reaped") >= 10
@@ -84,12 +89,17 @@ def test_a_long_job_with_a_short_lease_survives_thanks_to_the_heartbeat() -> Non
 
 def test_poison_rows_are_buried_and_the_worker_keeps_going() -> None:
     with connection.cursor() as cursor:
-        for task, args in [("os.system", '["touch /tmp/pgqueue-pwned"]'),
-                           ("tests.testapp.tasks.record", '["not-a-task"]'),
-                           ("tests.testapp.tasks.add", '"not a list"'),
-                           ("tests.testapp.tasks.add", "[1, 2, 3]")]:
-            cursor.execute("INSERT INTO pgqueue_job (task, args, kwargs, errors, worker_ids) "
-                           "VALUES (%s, %s::jsonb, '{}', '[]', '[]')", [task, args])
+        for task, args in [
+            ("os.system", '["touch /tmp/pgqueue-pwned"]'),
+            ("tests.testapp.tasks.record", '["not-a-task"]'),
+            ("tests.testapp.tasks.add", '"not a list"'),
+            ("tests.testapp.tasks.add", "[1, 2, 3]"),
+        ]:
+            cursor.execute(
+                "INSERT INTO pgqueue_job (task, args, kwargs, errors, worker_ids) "
+                "VALUES (%s, %s::jsonb, '{}', '[]', '[]')",
+                [task, args],
+            )
     good = add.enqueue(20, 22)
     with worker_thread(burst=True) as worker:
         assert worker.join(30) == 0
@@ -113,9 +123,12 @@ def test_an_undecodable_row_is_buried_alone_and_its_batch_mates_run() -> None:
     deep = "[" * 3000 + "]" * 3000
     with connection.cursor() as cursor:
         for args in ("[1e5000]", deep):
-            cursor.execute("INSERT INTO pgqueue_job (task, args, kwargs, max_attempts, errors, "
-                           "worker_ids) VALUES ('tests.testapp.tasks.noop', %s::jsonb, '{}', 9, "
-                           "'[]', '[]')", [args])
+            cursor.execute(
+                "INSERT INTO pgqueue_job (task, args, kwargs, max_attempts, errors, "
+                "worker_ids) VALUES ('tests.testapp.tasks.noop', %s::jsonb, '{}', 9, "
+                "'[]', '[]')",
+                [args],
+            )
     with worker_thread(burst=True, concurrency=8) as worker:
         assert worker.join(30) == 0
     assert worker.recorder.count("claimed") >= 1
@@ -157,8 +170,10 @@ def test_a_task_that_leaves_a_transaction_open_fails_and_its_thread_keeps_workin
         assert worker.join(30) == 0
     leaked = Job.objects.get(task=leaks_transaction.path)
     assert leaked.status == "dead"  # max_attempts=1
-    assert leaked.last_error.startswith("django_pgqueue.jobdb.TransactionLeftOpen: the task "
-                                        "returned inside a transaction on 'default'")
+    assert leaked.last_error.startswith(
+        "django_pgqueue.jobdb.TransactionLeftOpen: the task "
+        "returned inside a transaction on 'default'"
+    )
     assert run_counts("leaked") == {}  # its write was rolled back, not lost silently
     assert run_counts("after-") == {f"after-{n}": 1 for n in range(3)}
     framework_leak = Job.objects.get(task=djtasks.leaks_transaction.module_path)

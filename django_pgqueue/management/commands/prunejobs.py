@@ -21,16 +21,28 @@ class Command(PgQueueCommand):
     help = "Delete done and dead jobs older than a bound, in batches."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--older-than", type=duration, required=True,
-                            help="Age bound such as 7d, 12h or 30m (by done_at).")
-        parser.add_argument("--status", type=finished_statuses, default=FINISHED_STATUSES,
-                            help="done, dead, or done,dead (default).")
+        parser.add_argument(
+            "--older-than",
+            type=duration,
+            required=True,
+            help="Age bound such as 7d, 12h or 30m (by done_at).",
+        )
+        parser.add_argument(
+            "--status",
+            type=finished_statuses,
+            default=FINISHED_STATUSES,
+            help="done, dead, or done,dead (default).",
+        )
         parser.add_argument("--batch-size", type=positive_int, default=5000)
         parser.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        count = Job.objects.prune(options["older_than"], statuses=options["status"],
-                                  batch_size=options["batch_size"], dry_run=options["dry_run"],
-                                  using=conf.get().DATABASE)
+        count = Job.objects.prune(
+            options["older_than"],
+            statuses=options["status"],
+            batch_size=options["batch_size"],
+            dry_run=options["dry_run"],
+            using=conf.get().DATABASE,
+        )
         verb = "would delete" if options["dry_run"] else "deleted"
         self.stdout.write(f"{verb} {count} jobs ({','.join(options['status'])})")

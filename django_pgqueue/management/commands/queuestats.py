@@ -39,4 +39,5 @@ class Command(PgQueueCommand):
         self.stdout.write(
             f"oldest ready job: {f'{oldest:.1f}s' if oldest is not None else 'none'}; "
             f"dead in the last 24h: {summary['dead_last_24h']}; "
-            f"running past their lease: {summary['running_past_lease']}")
+            f"running past their lease: {summary['running_past_lease']}"
+        )

@@ -20,9 +20,12 @@ class Command(PgQueueCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--loop", action="store_true", help="Keep reaping until stopped.")
-        parser.add_argument("--interval", type=positive_seconds, default=None,
-                            help="Seconds between passes with --loop "
-                                 "(default: PGQUEUE['REAP_INTERVAL']).")
+        parser.add_argument(
+            "--interval",
+            type=positive_seconds,
+            default=None,
+            help="Seconds between passes with --loop (default: PGQUEUE['REAP_INTERVAL']).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings = conf.get()
@@ -38,8 +41,9 @@ class Command(PgQueueCommand):
                 with contextlib.suppress(Exception):
                     connections[settings.DATABASE].close()
             else:
-                self.stdout.write(f"returned {result.returned} jobs to the queue, "
-                                  f"buried {result.buried}")
+                self.stdout.write(
+                    f"returned {result.returned} jobs to the queue, buried {result.buried}"
+                )
                 if not options["loop"]:
                     return
             time.sleep(interval)

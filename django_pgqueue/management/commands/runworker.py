@@ -35,38 +35,65 @@ class Command(PgQueueCommand):
     help = "Claim and run jobs. Defaults come from settings.PGQUEUE."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--queues", type=queue_list, help="Comma-separated queues to serve "
-                            "(default: PGQUEUE['QUEUES'], or every queue).")
+        parser.add_argument(
+            "--queues",
+            type=queue_list,
+            help="Comma-separated queues to serve (default: PGQUEUE['QUEUES'], or every queue).",
+        )
         parser.add_argument("--concurrency", type=positive_int, help="Jobs run at once.")
-        parser.add_argument("--prefetch", type=non_negative_int,
-                            help="Jobs claimed ahead of free threads (short jobs).")
-        parser.add_argument("--burst", action="store_true", help="Exit once nothing is ready "
-                            "and none of this worker's jobs is running.")
+        parser.add_argument(
+            "--prefetch",
+            type=non_negative_int,
+            help="Jobs claimed ahead of free threads (short jobs).",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Exit once nothing is ready and none of this worker's jobs is running.",
+        )
         parser.add_argument("--max-jobs", type=positive_int, help="Exit after this many jobs.")
         parser.add_argument("--lease", type=positive_seconds, help="Lease length in seconds.")
-        parser.add_argument("--poll-interval", type=positive_seconds,
-                            help="Longest idle sleep between polls, in seconds.")
-        parser.add_argument("--shutdown-timeout", type=non_negative_seconds,
-                            help="Seconds running jobs get to finish after SIGTERM.")
-        parser.add_argument("--job-timeout", type=positive_seconds,
-                            help="Seconds a job may run before it is recorded as failed.")
-        parser.add_argument("--worker-id", type=worker_id, help="Name in locked_by "
-                            "(default: host:pid:random).")
-        parser.add_argument("--no-listen", action="store_true",
-                            help="Do not LISTEN for new jobs; poll only.")
-        parser.add_argument("--stats-interval", type=positive_seconds,
-                            help="Seconds between throughput lines (default 60).")
+        parser.add_argument(
+            "--poll-interval",
+            type=positive_seconds,
+            help="Longest idle sleep between polls, in seconds.",
+        )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=non_negative_seconds,
+            help="Seconds running jobs get to finish after SIGTERM.",
+        )
+        parser.add_argument(
+            "--job-timeout",
+            type=positive_seconds,
+            help="Seconds a job may run before it is recorded as failed.",
+        )
+        parser.add_argument(
+            "--worker-id", type=worker_id, help="Name in locked_by (default: host:pid:random)."
+        )
+        parser.add_argument(
+            "--no-listen", action="store_true", help="Do not LISTEN for new jobs; poll only."
+        )
+        parser.add_argument(
+            "--stats-interval",
+            type=positive_seconds,
+            help="Seconds between throughput lines (default 60).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["verbosity"])
         try:
             config = WorkerConfig.from_settings(
-                queues=options["queues"], concurrency=options["concurrency"],
+                queues=options["queues"],
+                concurrency=options["concurrency"],
                 prefetch=options["prefetch"],
-                burst=options["burst"] or None, max_jobs=options["max_jobs"],
-                lease=options["lease"], poll_interval=options["poll_interval"],
+                burst=options["burst"] or None,
+                max_jobs=options["max_jobs"],
+                lease=options["lease"],
+                poll_interval=options["poll_interval"],
                 shutdown_timeout=options["shutdown_timeout"],
-                job_timeout=options["job_timeout"], worker_id=options["worker_id"],
+                job_timeout=options["job_timeout"],
+                worker_id=options["worker_id"],
                 listen=False if options["no_listen"] else None,
                 stats_interval=options["stats_interval"],
             )
@@ -129,7 +156,8 @@ class ExitGuard:
             self.worker.stop_reason = (
                 f"{name}: finishing running jobs (up to "
                 f"{self.worker.config.shutdown_timeout:g}s), then exiting; send {name} again "
-                "to exit now (running jobs are given back first)")
+                "to exit now (running jobs are given back first)"
+            )
             self._exit_by = now + self.worker.config.shutdown_timeout + MARGIN + 2.0
             self.worker.request_stop()
         else:
@@ -146,6 +174,7 @@ class ExitGuard:
             if self._exit_by is not None and time.monotonic() >= self._exit_by:
                 logging.getLogger("django_pgqueue").error(
                     "shutdown overran its bound: exiting now; the reaper returns what was "
-                    "not given back once its lease expires")
+                    "not given back once its lease expires"
+                )
                 logging.shutdown()
                 os._exit(self.status(1))

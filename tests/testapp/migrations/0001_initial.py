@@ -4,23 +4,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Run',
+            name="Run",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('label', models.CharField(db_index=True, max_length=200)),
-                ('started', models.DateTimeField()),
-                ('finished', models.DateTimeField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("label", models.CharField(db_index=True, max_length=200)),
+                ("started", models.DateTimeField()),
+                ("finished", models.DateTimeField()),
             ],
             options={
-                'db_table': 'testapp_run',
+                "db_table": "testapp_run",
             },
         ),
     ]

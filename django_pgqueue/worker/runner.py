@@ -23,6 +23,7 @@ from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
 from django_pgqueue.worker.executor import failure
+from django_pgqueue.worker.housekeeping import Housekeeping
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.pool import JobPool, Outcome
@@ -66,7 +67,6 @@ class Worker:
         # Jobs claimed and not finished may exceed the threads by the prefetch.
         self._capacity = config.concurrency + config.prefetch
         self._min_batch = max(1, self._capacity // 2)
-        self._window_start = time.monotonic()
         supervision = Supervision(fatal=self.fail_fast, epoch=self.epoch)
         self.completer = Completer(config.worker_id, config.database, self._settled, supervision)
         self.pool = JobPool(config.concurrency, self._job_starting, self._job_done, self.epoch)
@@ -82,35 +82,19 @@ class Worker:
             if config.listen
             else None
         )
+        self.housekeeping = Housekeeping(config, self.ledger, self.events)
         self.maintenance = Timers(
-            config.database, self._timers(), supervision, name="pgqueue-maintenance"
+            config.database, self.housekeeping.timers(), supervision, name="pgqueue-maintenance"
         )
         # The heartbeat on a thread of its own: a long prune or reap must never
         # delay the renewals that keep running jobs from being taken back.
         self.heartbeat = Timers(
             config.database,
-            [Timer("heartbeat", config.heartbeat_interval, self._heartbeat)],
+            [Timer("heartbeat", config.heartbeat_interval, self.housekeeping.heartbeat)],
             supervision,
             name="pgqueue-heartbeat",
             critical=True,
         )
-
-    def _timers(self) -> list[Timer]:
-        c = self.config
-        timers = [
-            Timer("reaper", c.reap_interval, self._reap),
-            Timer(
-                "throughput",
-                c.stats_interval,
-                self._log_throughput,
-                due=time.monotonic() + c.stats_interval,
-            ),
-        ]
-        if c.job_timeout:
-            timers.append(Timer("job timeout", min(1.0, c.job_timeout / 4), self._mark_overdue))
-        if c.prune_after:
-            timers.append(Timer("pruner", c.prune_interval, self._prune))
-        return timers
 
     # -- public -----------------------------------------------------------------
 
@@ -282,72 +266,6 @@ class Worker:
     def _settled(self, keys: list[tuple[int, int]], succeeded: int, buried: int) -> None:
         self.ledger.settled(keys, succeeded, buried)
         self.events.emit("recorded", settled=keys, succeeded=succeeded, buried=buried)
-
-    # -- timers --------------------------------------------------------------------------
-
-    def _heartbeat(self) -> None:
-        keys = self.ledger.lease_keys()
-        if not keys:
-            self.events.emit("heartbeat", kept=set(), lost=[])
-            return
-        sent = time.monotonic()
-        kept = Job.objects.heartbeat(
-            self.config.worker_id, keys, lease=self.config.lease, using=self.config.database
-        )
-        lost = self.ledger.renewed(kept, keys, lease_until=sent + self.config.lease)
-        if lost:
-            logger.warning(
-                "lost the lease on jobs %s: they may run again elsewhere",
-                sorted(job_id for job_id, _ in lost),
-            )
-        self.events.emit("heartbeat", kept=kept, lost=lost)
-
-    def _reap(self) -> None:
-        result = Job.objects.reap(using=self.config.database)
-        if result.returned or result.buried:
-            logger.info(
-                "reaper: %d jobs with expired leases returned to the queue, %d buried",
-                result.returned,
-                result.buried,
-            )
-        self.events.emit("reaped", result=result)
-
-    def _prune(self) -> None:
-        assert self.config.prune_after is not None
-        deleted = Job.objects.prune(self.config.prune_after, using=self.config.database)
-        if deleted:
-            logger.info(
-                "pruner: deleted %d finished jobs older than %gs", deleted, self.config.prune_after
-            )
-
-    def _mark_overdue(self) -> None:
-        assert self.config.job_timeout is not None
-        for job in self.ledger.mark_overdue(time.monotonic() - self.config.job_timeout):
-            logger.warning(
-                "job %s (%s) exceeded the job timeout of %gs: it will be recorded as failed; "
-                "until its thread returns it keeps its slot, its lease and its concurrency key",
-                job.id,
-                job.task,
-                self.config.job_timeout,
-            )
-
-    def _log_throughput(self) -> None:
-        now = time.monotonic()
-        done, running = self.ledger.take_window()
-        elapsed, self._window_start = now - self._window_start, now
-        overdue = sum(1 for held in running if held.overdue)
-        logger.info(
-            "throughput: %d jobs in %.0fs (%.1f/s), %d running%s; totals: claimed %d, "
-            "succeeded %d, buried %d",
-            done,
-            elapsed,
-            done / elapsed if elapsed else 0,
-            len(running),
-            f" ({overdue} past the job timeout)" if overdue else "",
-            self.ledger.claimed,
-            self.ledger.succeeded,
-            self.ledger.buried,
-        )
 
 
 __all__ = ["JobTimeout", "Worker"]

@@ -37,7 +37,7 @@ except ImportError:  # until selenium is a dev dependency everywhere; CI must ha
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 LIST = "/admin/django_pgqueue/job/"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).absolute().parents[2]  # see tests/worker/conftest.py
 
 
 @pytest.fixture

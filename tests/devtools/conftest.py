@@ -11,7 +11,7 @@ import pytest
 
 from devtools.embedded_pg import EmbeddedPostgres
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).absolute().parents[2]  # see tests/worker/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -25,18 +25,18 @@ class TestAppConfig(AppConfig):
         broken = os.environ.get("PGQUEUE_TEST_BREAK")
         if not broken:
             return
+        from django_pgqueue.worker.housekeeping import Housekeeping
         from django_pgqueue.worker.listener import Listener
-        from django_pgqueue.worker.runner import Worker
 
         def fail(*args: Any, **kwargs: Any) -> float:
             raise InjectedFailure(f"{broken} broken on purpose by the fault test")
 
-        def heartbeat_with_leases(worker: Worker) -> None:
-            if worker.ledger.lease_keys():  # breaks once there is a lease to renew
+        def heartbeat_with_leases(housekeeping: Housekeeping) -> None:
+            if housekeeping.ledger.lease_keys():  # breaks once there is a lease to renew
                 fail()
 
         if broken == "heartbeat":
-            Worker._heartbeat = heartbeat_with_leases  # type: ignore[method-assign,assignment]
+            Housekeeping.heartbeat = heartbeat_with_leases  # type: ignore[method-assign,assignment]
         elif broken == "listener":
             Listener.step = fail  # type: ignore[method-assign]
         else:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "django_pgqueue"
+import django_pgqueue
+
+PACKAGE = Path(django_pgqueue.__file__).resolve().parent  # as installed, under tox
 STATES = {"queued", "running", "done", "dead", "cancelled"}
 MAX_LINES = 330
 

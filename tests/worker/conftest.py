@@ -17,7 +17,9 @@ from django.db import connection
 
 from django_pgqueue.models import Job
 
-ROOT = Path(__file__).resolve().parents[2]
+# absolute(), not resolve(): under tox the tests are symlinks into a tree without
+# the package, and worker subprocesses must start there to import the wheel.
+ROOT = Path(__file__).absolute().parents[2]
 
 
 class WorkerProcess:

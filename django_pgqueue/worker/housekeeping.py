@@ -1,0 +1,113 @@
+"""The worker's periodic services: heartbeat, reaper, pruner, job timeouts, throughput.
+
+Each is one method run by a :class:`~django_pgqueue.worker.services.Timers`
+thread: the heartbeat on a thread of its own (a long prune or reap must never
+delay the renewals that keep running jobs from being taken back), the others on
+the maintenance thread. The reaper's statement is idempotent and skips rows
+another worker has locked, and the pruner only deletes finished jobs, so every
+worker runs both.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django_pgqueue.models import Job
+from django_pgqueue.worker.config import WorkerConfig
+from django_pgqueue.worker.events import Events
+from django_pgqueue.worker.ledger import Ledger
+from django_pgqueue.worker.services import Timer
+
+logger = logging.getLogger("django_pgqueue")
+
+
+class Housekeeping:
+    def __init__(self, config: WorkerConfig, ledger: Ledger, events: Events) -> None:
+        self.config = config
+        self.ledger = ledger
+        self.events = events
+        self._window_start = time.monotonic()
+
+    def timers(self) -> list[Timer]:
+        """The maintenance thread's timers (the heartbeat has a thread of its own)."""
+        c = self.config
+        timers = [
+            Timer("reaper", c.reap_interval, self.reap),
+            Timer(
+                "throughput",
+                c.stats_interval,
+                self.log_throughput,
+                due=time.monotonic() + c.stats_interval,
+            ),
+        ]
+        if c.job_timeout:
+            timers.append(Timer("job timeout", min(1.0, c.job_timeout / 4), self.mark_overdue))
+        if c.prune_after:
+            timers.append(Timer("pruner", c.prune_interval, self.prune))
+        return timers
+
+    def heartbeat(self) -> None:
+        """Renew the leases of every run this worker holds, in one statement."""
+        keys = self.ledger.lease_keys()
+        if not keys:
+            self.events.emit("heartbeat", kept=set(), lost=[])
+            return
+        sent = time.monotonic()
+        kept = Job.objects.heartbeat(
+            self.config.worker_id, keys, lease=self.config.lease, using=self.config.database
+        )
+        lost = self.ledger.renewed(kept, keys, lease_until=sent + self.config.lease)
+        if lost:
+            logger.warning(
+                "lost the lease on jobs %s: they may run again elsewhere",
+                sorted(job_id for job_id, _ in lost),
+            )
+        self.events.emit("heartbeat", kept=kept, lost=lost)
+
+    def reap(self) -> None:
+        result = Job.objects.reap(using=self.config.database)
+        if result.returned or result.buried:
+            logger.info(
+                "reaper: %d jobs with expired leases returned to the queue, %d buried",
+                result.returned,
+                result.buried,
+            )
+        self.events.emit("reaped", result=result)
+
+    def prune(self) -> None:
+        assert self.config.prune_after is not None
+        deleted = Job.objects.prune(self.config.prune_after, using=self.config.database)
+        if deleted:
+            logger.info(
+                "pruner: deleted %d finished jobs older than %gs", deleted, self.config.prune_after
+            )
+
+    def mark_overdue(self) -> None:
+        assert self.config.job_timeout is not None
+        for job in self.ledger.mark_overdue(time.monotonic() - self.config.job_timeout):
+            logger.warning(
+                "job %s (%s) exceeded the job timeout of %gs: it will be recorded as failed; "
+                "until its thread returns it keeps its slot, its lease and its concurrency key",
+                job.id,
+                job.task,
+                self.config.job_timeout,
+            )
+
+    def log_throughput(self) -> None:
+        now = time.monotonic()
+        done, running = self.ledger.take_window()
+        elapsed, self._window_start = now - self._window_start, now
+        overdue = sum(1 for held in running if held.overdue)
+        logger.info(
+            "throughput: %d jobs in %.0fs (%.1f/s), %d running%s; totals: claimed %d, "
+            "succeeded %d, buried %d",
+            done,
+            elapsed,
+            done / elapsed if elapsed else 0,
+            len(running),
+            f" ({overdue} past the job timeout)" if overdue else "",
+            self.ledger.claimed,
+            self.ledger.succeeded,
+            self.ledger.buried,
+        )

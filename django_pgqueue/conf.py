@@ -36,9 +36,9 @@ class Settings:
     HEARTBEAT_INTERVAL: float | None = None
     #: Jobs one worker process runs at once (threads).
     CONCURRENCY: int = 10
-    #: Jobs claimed ahead of free threads, so short jobs never wait for a claim.
-    #: Keep 0 for long jobs: a prefetched job waits behind them.
-    PREFETCH: int = 0
+    #: Jobs claimed ahead of free threads, so short jobs never wait for a claim:
+    #: ``"auto"`` follows the jobs' durations (none for long jobs), or a fixed number.
+    PREFETCH: int | str = "auto"
     #: Longest sleep between polls of an idle worker, in seconds.
     POLL_INTERVAL: float = 2.0
     #: Seconds running jobs get to finish after SIGTERM before they are put back.
@@ -128,8 +128,8 @@ def _check(key: str, value: Any) -> None:
         if not _seconds(value, zero=True):
             raise _fail(key, value, "a number of seconds, 0 or more (at most ten years)")
     elif key == "PREFETCH":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise _fail(key, value, "a whole number, 0 or more")
+        if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise _fail(key, value, '"auto" or a whole number, 0 or more')
     elif key == "CONCURRENCY":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise _fail(key, value, "a whole number of at least 1")

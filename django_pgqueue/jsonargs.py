@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -10,6 +11,16 @@ from django_pgqueue.validation import storable as _storable
 
 _encode = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False).encode
 _decode = json.JSONDecoder().decode
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Encoded:
+    """A result already checked and encoded (by an invoker that had to encode it to
+    report it): the executor stores ``text`` instead of encoding the value again."""
+
+    text: str
+
+
 #: Deeper values are refused: Python's own JSON decoder (in the worker) gives up
 #: near the recursion limit, so a value nested deeper could be stored but never run.
 MAX_DEPTH = 200

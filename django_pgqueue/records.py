@@ -147,6 +147,15 @@ class ClaimedJob:
     unique_key: str | None
     backoff: float | None = None
     problem: str | None = None
+    #: What a Tasks-framework result reports, as the claim returned it: epoch
+    #: seconds, and the error history and worker ids as JSON text (decoded only
+    #: by the Tasks backend, which needs them).
+    enqueued_at: float = 0.0
+    run_at: float = 0.0
+    started_at: float = 0.0
+    attempted_at: float = 0.0
+    errors: str | None = None
+    worker_ids: str = "[]"
 
     @property
     def key(self) -> tuple[int, int]:

@@ -30,6 +30,16 @@ INDEXES: list[models.Index] = [
         name="pgqueue_job_ready",
         condition=Q(status=JobStatus.QUEUED),
     ),
+    # The claim of a worker serving chosen queues: one range per queue, in the
+    # claim's order, so a small queue's claim never walks a big queue's backlog.
+    models.Index(
+        "queue",
+        models.F("priority").desc(),
+        "run_at",
+        "id",
+        name="pgqueue_job_ready_by_queue",
+        condition=Q(status=JobStatus.QUEUED),
+    ),
     # The reaper looks only at running rows, oldest lease first.
     models.Index(
         fields=["locked_until"],

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import json
+from datetime import UTC, datetime
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from django_pgqueue import registry
@@ -20,6 +23,7 @@ from django_pgqueue.records import JobStatus
 
 if TYPE_CHECKING:
     from django_pgqueue.models import Job
+    from django_pgqueue.records import ClaimedJob
 
 #: A pending retry is queued, which Django calls READY ("ready to be executed again").
 STATUSES: dict[str, TaskResultStatus] = {
@@ -69,27 +73,88 @@ def module_task(job: Job) -> Task[Any, Any]:
 
 
 def job_task(base: Task[Any, Any], job: Job, alias: str) -> Task[Any, Any]:
-    """``base`` with the options ``job`` was enqueued with.
+    """``base`` with the options the job row ``job`` was enqueued with.
 
     The row keeps no separate "run after": ``run_at`` is when the job (or its
     pending retry) may next run. A job enqueued to run at once gets the
     transaction's ``now()``, which is not later than ``created_at``, so a
     ``run_at`` that is not later than ``created_at`` reads back as ``None``.
     """
+    return task_with(
+        base,
+        alias,
+        job.priority,
+        job.queue,
+        job.run_at if job.run_at > job.created_at else None,
+        job.max_attempts,
+        job.unique_key,
+        job.concurrency_key,
+        job.backoff,
+    )
+
+
+@lru_cache(maxsize=1024)
+def task_with(
+    base: Task[Any, Any],
+    alias: str,
+    priority: int,
+    queue: str,
+    run_after: datetime | None,
+    max_attempts: int,
+    unique_key: str | None,
+    concurrency_key: str | None,
+    backoff: float | None,
+) -> Task[Any, Any]:
+    """``base`` as a job with these options reports it. Cached: a worker asks for the
+    same few combinations for every run of a task."""
     changes: dict[str, Any] = {
-        "priority": job.priority,
-        "queue_name": job.queue,
+        "priority": priority,
+        "queue_name": queue,
         "backend": alias,
-        "run_after": job.run_at if job.run_at > job.created_at else None,
+        "run_after": run_after,
     }
     if isinstance(base, PgQueueTask):
         changes.update(
-            max_attempts=job.max_attempts,
-            unique_key=job.unique_key,
-            concurrency_key=job.concurrency_key,
-            backoff=job.backoff,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
+            concurrency_key=concurrency_key,
+            backoff=backoff,
         )
     return dataclasses.replace(base, **changes)
+
+
+def _moment(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)
+
+
+def running_result(task: Task[Any, Any], job: ClaimedJob, alias: str) -> TaskResult[Any, Any]:
+    """The RUNNING TaskResult of a run this worker just claimed, built from the claim
+    alone: no read of the row."""
+    run_after = _moment(job.run_at) if job.run_at > job.enqueued_at else None
+    return TaskResult(
+        task=task_with(
+            task,
+            alias,
+            job.priority,
+            job.queue,
+            run_after,
+            job.max_attempts,
+            job.unique_key,
+            job.concurrency_key,
+            job.backoff,
+        ),
+        id=str(job.id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=_moment(job.enqueued_at),
+        started_at=_moment(job.started_at),
+        finished_at=None,
+        last_attempted_at=_moment(job.attempted_at),
+        args=job.args,
+        kwargs=job.kwargs,
+        backend=alias,
+        errors=[task_error(entry) for entry in json.loads(job.errors)] if job.errors else [],
+        worker_ids=[str(worker) for worker in json.loads(job.worker_ids)],
+    )
 
 
 def task_error(entry: dict[str, Any]) -> TaskError:

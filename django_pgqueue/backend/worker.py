@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from django.dispatch import Signal
 from django.utils import timezone
 
-from django_pgqueue import conf, registry
+from django_pgqueue import registry
 from django_pgqueue.backend.compat import (
     BaseTaskBackend,
     Task,
@@ -30,11 +30,11 @@ from django_pgqueue.backend.compat import (
     task_started,
 )
 from django_pgqueue.backend.core import PgQueueBackend
-from django_pgqueue.backend.results import job_result, load_job
+from django_pgqueue.backend.results import running_result
 from django_pgqueue.backend.task import PgQueueTaskContext
 from django_pgqueue.exceptions import InvalidJobArguments
 from django_pgqueue.jobdb import raise_if_transaction_left_open
-from django_pgqueue.jsonargs import dumps
+from django_pgqueue.jsonargs import Encoded, dumps
 
 if TYPE_CHECKING:
     from django_pgqueue.records import ClaimedJob
@@ -60,9 +60,7 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
     effects again. ``task_finished`` reports it FAILED either way.
     """
     backend = _backend_for(task)
-    result = job_result(load_job(job.id, conf.get().DATABASE), backend.alias, task)
-    # This worker holds the lease: whatever another reader saw, the run is ours.
-    object.__setattr__(result, "status", TaskResultStatus.RUNNING)
+    result = running_result(task, job, backend.alias)
     _send(task_started, backend, result)
     try:
         if task.takes_context:
@@ -83,13 +81,13 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
     with contextlib.suppress(TypeError, ValueError):
         value = normalize_json(value)
     try:
-        dumps(value, "the return value")
+        encoded = dumps(value, "the return value")
     except InvalidJobArguments as exc:
         _finished(backend, result, exc)
         return value
     object.__setattr__(result, "_return_value", value)
     _finished(backend, result, None)
-    return value
+    return Encoded(encoded)  # checked and encoded once: the executor stores the text
 
 
 def _backend_for(task: Task[Any, Any]) -> BaseTaskBackend:

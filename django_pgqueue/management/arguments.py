@@ -56,6 +56,18 @@ non_negative_seconds = _number(
 )
 
 
+def prefetch(value: str) -> int | str:
+    """``auto`` or a whole number, 0 or more."""
+    if value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return non_negative_int(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected auto or a whole number, 0 or more, got {value!r}"
+        ) from None
+
+
 def duration(value: str) -> float:
     """``90``, ``30s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds."""
     match = _DURATION.fullmatch(value.strip().lower())

@@ -44,21 +44,9 @@ def _decoded(row: dict[str, Any]) -> ClaimedJob:
     except (ValueError, RecursionError) as exc:
         args, kwargs = [], {}
         problem = f"the stored arguments cannot be decoded: {type(exc).__name__}: {exc}"
-    return ClaimedJob(
-        id=row["id"],
-        run=row["run"],
-        task=row["task"],
-        args=args,
-        kwargs=kwargs,
-        queue=row["queue"],
-        priority=row["priority"],
-        attempt=row["attempt"],
-        max_attempts=row["max_attempts"],
-        concurrency_key=row["concurrency_key"],
-        unique_key=row["unique_key"],
-        backoff=row["backoff"],
-        problem=problem,
-    )
+    # The claim returns exactly ClaimedJob's fields, by name: a column added,
+    # dropped or renamed on one side only fails here, loudly.
+    return ClaimedJob(**{**row, "args": args, "kwargs": kwargs, "problem": problem})
 
 
 def claim(
@@ -72,15 +60,17 @@ def claim(
         "lease": lease,
         "token": next_token(),
     }
+    # Serving chosen queues: one index range per queue (see queries.sql).
+    statement = "claim_queues" if queues else "claim"
     for _ in range(5):
         try:
             if connections[alias].in_atomic_block:
                 # Inside the caller's transaction a failed statement would
                 # doom it: a savepoint keeps the retry below possible.
                 with transaction.atomic(using=alias):
-                    rows = runner.fetch("claim", params, alias)
+                    rows = runner.fetch(statement, params, alias)
             else:
-                rows = runner.fetch("claim", params, alias)  # autocommit: one round trip
+                rows = runner.fetch(statement, params, alias)  # autocommit: one round trip
             break
         except IntegrityError as exc:
             # Another claim took a job of the same concurrency_key between our

@@ -1,4 +1,10 @@
-"""The named SQL statements of ``queries.sql``, loaded once at import."""
+"""The named SQL statements of ``queries.sql``, loaded once at import.
+
+A line ``-- include: NAME`` inside a block is replaced by the text of block NAME,
+so two statements that differ in one part (the claim of every queue, and the
+claim of chosen queues) share the rest instead of copying it. Blocks whose
+names start with ``_`` are such parts, not statements.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import re
 from importlib import resources
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"^--\s*include:\s*(\w+)\s*$", re.MULTILINE)
 
 
 def _load() -> dict[str, str]:
@@ -16,7 +23,9 @@ def _load() -> dict[str, str]:
         if name in queries:
             raise RuntimeError(f"queries.sql defines {name!r} twice")
         queries[name] = body.strip().rstrip(";")
-    return queries
+    for name, body in queries.items():
+        queries[name] = _INCLUDE.sub(lambda m: queries[m[1]], body)
+    return {name: body for name, body in queries.items() if not name.startswith("_")}
 
 
 QUERIES: dict[str, str] = _load()

@@ -82,7 +82,7 @@ FROM pgqueue_job
 WHERE unique_key = %(unique_key)s::text AND status IN ('queued', 'running');
 
 -- name: claim
--- One statement: choose, lock and lease up to %(limit)s ready jobs.
+-- One statement: choose, lock and lease up to %(limit)s ready jobs, of any queue.
 -- * The chosen ids are MATERIALIZED so the LIMIT subquery runs exactly once; an
 --   inlined "id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)" may be re-run by
 --   the planner and lock (and claim) more rows than asked.
@@ -97,12 +97,26 @@ WHERE unique_key = %(unique_key)s::text AND status IN ('queued', 'running');
 --   own token cannot.) attempts is capped at max_attempts (a row written by hand
 --   with no attempt left gets a last one), so no row can make this statement
 --   fail for the others.
-WITH candidates AS MATERIALIZED (
+WITH
+-- include: _claim_candidates_all
+-- include: _claim_lease
+
+-- name: claim_queues
+-- The claim of a worker serving chosen queues: the same statement, but each
+-- queue's jobs are read from its own range of pgqueue_job_ready_by_queue (at
+-- most %(limit)s each, locked as they are read) and merged in the claim's order.
+-- A queue's claim then costs the same whatever the other queues hold; filtering
+-- the ready index by queue instead would walk past every other queue's backlog.
+WITH
+-- include: _claim_candidates_by_queue
+-- include: _claim_lease
+
+-- name: _claim_candidates_all
+candidates AS MATERIALIZED (
     SELECT j.id, j.concurrency_key, j.priority, j.run_at
     FROM pgqueue_job AS j
     WHERE j.status = 'queued'
       AND j.run_at <= now()
-      AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
       AND (j.concurrency_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM pgqueue_job AS r
             WHERE r.status = 'running' AND r.concurrency_key = j.concurrency_key))
@@ -110,6 +124,29 @@ WITH candidates AS MATERIALIZED (
     LIMIT %(limit)s::int
     FOR UPDATE OF j SKIP LOCKED
 ),
+
+-- name: _claim_candidates_by_queue
+candidates AS MATERIALIZED (
+    SELECT c.id, c.concurrency_key, c.priority, c.run_at
+    FROM unnest(%(queues)s::text[]) AS q (name)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.concurrency_key, j.priority, j.run_at
+        FROM pgqueue_job AS j
+        WHERE j.status = 'queued'
+          AND j.queue = q.name
+          AND j.run_at <= now()
+          AND (j.concurrency_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM pgqueue_job AS r
+                WHERE r.status = 'running' AND r.concurrency_key = j.concurrency_key))
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT %(limit)s::int
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS c
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT %(limit)s::int
+),
+
+-- name: _claim_lease
 chosen AS MATERIALIZED (
     SELECT id FROM (
         SELECT id, concurrency_key,
@@ -132,13 +169,21 @@ SET status = 'running',
                        ELSE j.worker_ids - 0 END) || to_jsonb(%(worker)s::text)
 FROM chosen
 WHERE j.id = chosen.id
--- Only what running the job needs: every timestamp returned would be parsed
--- into a datetime in Python for each job, a quarter of a busy worker's CPU.
--- args and kwargs come as text, decoded row by row, so that one undecodable row
--- is buried on its own instead of failing the whole batch.
+-- What running the job needs, and what a Tasks-framework result reports (so the
+-- worker never reads the row again). Timestamps come as epoch seconds (float8:
+-- a timestamptz would be parsed into a datetime for every job, a quarter of a
+-- busy worker's CPU); the JSON columns come as text, decoded row by row, so that
+-- one undecodable row is buried on its own instead of failing its whole batch,
+-- and the error history only when there is one.
 RETURNING j.id, j.lease_token AS run, j.task, j.args::text AS args, j.kwargs::text AS kwargs,
           j.queue, j.priority, j.attempts AS attempt, j.max_attempts, j.concurrency_key,
-          j.unique_key, j.backoff;
+          j.unique_key, j.backoff,
+          extract(epoch FROM j.created_at)::float8 AS enqueued_at,
+          extract(epoch FROM j.run_at)::float8 AS run_at,
+          extract(epoch FROM j.started_at)::float8 AS started_at,
+          extract(epoch FROM j.attempted_at)::float8 AS attempted_at,
+          CASE WHEN j.errors = '[]'::jsonb THEN NULL ELSE j.errors::text END AS errors,
+          j.worker_ids::text AS worker_ids;
 
 -- name: complete
 -- Record finished runs in one statement. The fence (still running, the same run,

@@ -25,7 +25,7 @@ class WorkerConfig:
     worker_id: str
     queues: tuple[str, ...] | None
     concurrency: int
-    prefetch: int
+    prefetch: int | str  # "auto": adaptive (worker/prefetch.py)
     lease: float
     heartbeat_interval: float
     poll_interval: float

@@ -18,7 +18,7 @@ from django_pgqueue import conf, registry
 from django_pgqueue.backoff import retry_delay
 from django_pgqueue.exceptions import InvalidJobArguments, UnknownTask
 from django_pgqueue.jobdb import raise_if_transaction_left_open
-from django_pgqueue.jsonargs import dumps
+from django_pgqueue.jsonargs import Encoded, dumps
 from django_pgqueue.records import ClaimedJob, Failure, Success
 from django_pgqueue.validation import storable
 
@@ -136,6 +136,8 @@ def execute(job: ClaimedJob) -> Success | Failure:
 
 def success(job: ClaimedJob, result: Any) -> Success | Failure:
     """A success outcome, or a final failure if the return value is not JSON."""
+    if isinstance(result, Encoded):
+        return Success(job_id=job.id, run=job.run, result=result.text)
     try:
         encoded = dumps(result, "the return value")
     except InvalidJobArguments as exc:

@@ -27,6 +27,7 @@ from django_pgqueue.worker.housekeeping import Housekeeping
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.pool import JobPool, Outcome
+from django_pgqueue.worker.prefetch import Prefetch
 from django_pgqueue.worker.services import (
     Backoff,
     ConnectionEpoch,
@@ -65,8 +66,9 @@ class Worker:
         self.epoch = ConnectionEpoch()
         self.ledger = Ledger(lease=config.lease)
         # Jobs claimed and not finished may exceed the threads by the prefetch.
-        self._capacity = config.concurrency + config.prefetch
-        self._min_batch = max(1, self._capacity // 2)
+        self.prefetch = Prefetch(
+            config.concurrency, None if config.prefetch == "auto" else int(config.prefetch)
+        )
         supervision = Supervision(fatal=self.fail_fast, epoch=self.epoch)
         self.completer = Completer(config.worker_id, config.database, self._settled, supervision)
         self.pool = JobPool(config.concurrency, self._job_starting, self._job_done, self.epoch)
@@ -142,10 +144,17 @@ class Worker:
 
     # -- the claim loop -----------------------------------------------------------
 
+    def _capacity(self) -> int:
+        """Jobs claimed and not finished: the threads, plus the prefetch."""
+        return self.config.concurrency + self.prefetch.limit()
+
+    def _min_batch(self) -> int:
+        return max(1, self._capacity() // 2)
+
     def _free_slots(self) -> tuple[int, int]:
         """(slots free to claim for, jobs running now)."""
         busy = self.ledger.busy
-        free = self._capacity - busy
+        free = self._capacity() - busy
         if self.config.max_jobs is not None:
             free = min(free, self.config.max_jobs - self.ledger.claimed)
         return free, busy
@@ -166,7 +175,7 @@ class Worker:
             if free <= 0:
                 self.waker.wait(c.poll_interval)  # a finishing job wakes us
                 continue
-            if free < self._min_batch and busy:
+            if free < self._min_batch() and busy:
                 # Let a few more slots free up so the claim stays a batch.
                 now = time.monotonic()
                 refill_from = refill_from or now
@@ -237,8 +246,9 @@ class Worker:
                 job.id,
             )
         else:
+            ran = time.monotonic() - (held.started or 0.0)
+            self.prefetch.observe(ran)
             if held.overdue:
-                ran = time.monotonic() - (held.started or 0.0)
                 outcome = failure(
                     job,
                     JobTimeout(
@@ -260,7 +270,7 @@ class Worker:
         # free for a batch, or nothing left running. Waking it for every job
         # costs a thread switch (and a GIL hand-off) per job.
         busy = self.ledger.busy
-        if self._capacity - busy >= self._min_batch or not busy or self.stopping:
+        if self._capacity() - busy >= self._min_batch() or not busy or self.stopping:
             self.waker.set()
 
     def _settled(self, keys: list[tuple[int, int]], succeeded: int, buried: int) -> None:

@@ -105,3 +105,22 @@ def test_the_earliest_lease_end_follows_renewals() -> None:
     assert before + 10 <= end <= time.monotonic() + 10
     ledger.renewed(kept={a.key, b.key}, asked=[a.key], lease_until=end + 5)
     assert ledger.earliest_lease_end() == end  # b was not renewed
+
+
+def test_adaptive_prefetch_runs_ahead_for_short_jobs_and_not_for_long_ones() -> None:
+    from django_pgqueue.worker.prefetch import MAX_PER_THREAD, TARGET_WAIT, Prefetch
+
+    prefetch = Prefetch(concurrency=8, fixed=None)
+    assert prefetch.limit() == 0  # nothing known yet: no more than the threads
+    for _ in range(50):
+        prefetch.observe(0.002)
+    assert prefetch.limit() == min(MAX_PER_THREAD * 8, int(8 * TARGET_WAIT / 0.002))
+    for _ in range(50):
+        prefetch.observe(0.0001)
+    assert prefetch.limit() == MAX_PER_THREAD * 8  # ...capped for tiny ones
+    for _ in range(50):
+        prefetch.observe(2.0)
+    assert prefetch.limit() == 0  # long jobs: nobody waits behind them
+    fixed = Prefetch(concurrency=8, fixed=3)
+    fixed.observe(0.001)
+    assert fixed.limit() == 3

@@ -9,6 +9,7 @@ EXPECTED = {
     "enqueue_many",
     "live_job_by_unique_key",
     "claim",
+    "claim_queues",
     "complete",
     "fail",
     "heartbeat",
@@ -40,6 +41,16 @@ def test_every_parameter_is_typed_so_server_side_binding_works() -> None:
 
 
 def test_claim_is_one_statement_with_skip_locked_and_materialised_ids() -> None:
-    claim = query("claim")
-    assert claim.count("FOR UPDATE OF j SKIP LOCKED") == 1
-    assert "AS MATERIALIZED" in claim
+    for name in ("claim", "claim_queues"):
+        claim = query(name)
+        assert claim.count("FOR UPDATE OF j SKIP LOCKED") == 1, name
+        assert "AS MATERIALIZED" in claim, name
+        assert "-- include:" not in claim, name  # the shared parts are filled in
+        assert claim.count("UPDATE pgqueue_job AS j") == 1, name
+
+
+def test_the_two_claims_differ_only_in_how_they_pick_candidates() -> None:
+    lease = query("claim").split("chosen AS MATERIALIZED")[1]
+    assert query("claim_queues").split("chosen AS MATERIALIZED")[1] == lease
+    assert "unnest(%(queues)s::text[])" in query("claim_queues")
+    assert "%(queues)s" not in query("claim")

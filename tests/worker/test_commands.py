@@ -23,7 +23,7 @@ BAD_ARGUMENTS = [
     ("runworker", ["--concurrency", "0"], "argument --concurrency: expected a whole number"),
     ("runworker", ["--concurrency", "many"], "argument --concurrency: expected a whole number"),
     ("runworker", ["--max-jobs", "-5"], "argument --max-jobs: expected a whole number"),
-    ("runworker", ["--prefetch", "-1"], "argument --prefetch: expected a whole number, 0 or"),
+    ("runworker", ["--prefetch", "-1"], "argument --prefetch: expected auto or a whole number"),
     ("runworker", ["--lease", "0"], "argument --lease: expected a number of seconds above 0"),
     ("runworker", ["--lease", "nan"], "argument --lease: expected a number of seconds"),
     ("runworker", ["--poll-interval", "soon"], "argument --poll-interval: expected a number"),

@@ -16,10 +16,10 @@ from django.core.management.base import CommandError, CommandParser
 
 from django_pgqueue.management.arguments import (
     PgQueueCommand,
-    non_negative_int,
     non_negative_seconds,
     positive_int,
     positive_seconds,
+    prefetch,
     queue_list,
     worker_id,
 )
@@ -43,8 +43,9 @@ class Command(PgQueueCommand):
         parser.add_argument("--concurrency", type=positive_int, help="Jobs run at once.")
         parser.add_argument(
             "--prefetch",
-            type=non_negative_int,
-            help="Jobs claimed ahead of free threads (short jobs).",
+            type=prefetch,
+            help="Jobs claimed ahead of free threads: auto (follows the jobs' durations, "
+            "none for long jobs) or a number (default: PGQUEUE['PREFETCH'], auto).",
         )
         parser.add_argument(
             "--burst",

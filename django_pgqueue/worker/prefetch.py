@@ -1,0 +1,60 @@
+"""How many jobs a worker claims beyond its free threads.
+
+A fixed number (``--prefetch N``), or, by default, one that follows the jobs:
+the worker keeps a moving average of how long its jobs run, and claims ahead
+as many as its threads can start within ``TARGET_WAIT``:
+``concurrency * TARGET_WAIT / average``, at most ``MAX_PER_THREAD`` per thread.
+Short jobs (milliseconds) get a deep prefetch, so a thread never waits for a
+claim round trip between two jobs; jobs of a second or longer get none, so no job
+waits in one worker behind long ones while another worker could run it. Until
+the first job has finished it claims no more than its threads. A prefetched job's
+lease is renewed while it waits, and its job timeout counts from its start.
+"""
+
+from __future__ import annotations
+
+import threading
+
+#: How long a prefetched job may expect to wait for a thread, in seconds.
+TARGET_WAIT = 0.05
+#: The deepest prefetch, per thread.
+MAX_PER_THREAD = 8
+#: Weight of the newest duration in the moving average.
+SMOOTHING = 0.2
+
+
+class Prefetch:
+    def __init__(self, concurrency: int, fixed: int | None) -> None:
+        self.concurrency = concurrency
+        self.fixed = fixed
+        self._average: float | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def adaptive(self) -> bool:
+        return self.fixed is None
+
+    def limit(self) -> int:
+        """Jobs to hold beyond the threads right now."""
+        if self.fixed is not None:
+            return self.fixed
+        average = self._average
+        if average is None:
+            return 0
+        deepest = MAX_PER_THREAD * self.concurrency
+        if average <= 0:
+            return deepest
+        return min(deepest, int(self.concurrency * TARGET_WAIT / average))
+
+    def observe(self, seconds: float) -> None:
+        """A job ran for ``seconds`` (from its start, not its claim)."""
+        if self.fixed is not None:
+            return
+        with self._lock:
+            average = self._average
+            self._average = (
+                seconds if average is None else (average + SMOOTHING * (seconds - average))
+            )
+
+    def describe(self) -> str:
+        return "auto" if self.fixed is None else str(self.fixed)

@@ -1,0 +1,141 @@
+"""The hot path does only what it must: no per-job read on the Tasks path, a queue's
+claim that ignores other queues' backlogs, claims that run ahead for short jobs."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.db.backends.signals import connection_created
+
+from django_pgqueue.models import Job
+from django_pgqueue.records import JobSpec
+from django_pgqueue.sql import query
+from tests.conftest import status_counts
+from tests.testapp import djtasks
+from tests.testapp.tasks import add, mark
+from tests.worker.inprocess import worker_thread
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def statements() -> Iterator[list[str]]:
+    """Every statement any new connection runs, whatever its thread."""
+    seen: list[Any] = []
+
+    def log_everything(sender: Any, connection: Any, **kwargs: Any) -> None:
+        connection.force_debug_cursor = True
+        seen.append(connection)
+
+    connection_created.connect(log_everything)
+    texts: list[str] = []
+    try:
+        yield texts
+    finally:
+        connection_created.disconnect(log_everything)
+        texts += [q["sql"] for conn in seen for q in conn.queries_log]
+
+
+def test_the_tasks_path_reads_nothing_per_job_beyond_the_claim_and_the_batched_outcome(
+    statements: list[str],
+) -> None:
+    count = 200
+    for n in range(count):
+        djtasks.echo.enqueue(n)
+    connection.close()  # so the worker's connections are the only new ones
+    with worker_thread(burst=True, concurrency=8) as worker:
+        assert worker.join(60) == 0
+    assert status_counts() == {"done": count}
+    ours = [s for s in statements if s.startswith("/* pgqueue: ")]
+    other = [s for s in statements if not s.startswith("/* pgqueue: ")]
+    # What is not ours: Django's own set-up of a new connection and the
+    # start-up migration check, never a read of a job.
+    assert not [s for s in other if "pgqueue_job" in s], other
+    names = [s.split()[2] for s in ours]
+    assert names.count("claim") + names.count("complete") < count / 2  # batched
+    assert set(names) <= {"claim", "complete", "fail", "heartbeat", "reap", "relax_commit"}
+
+
+def test_a_running_result_is_built_from_the_claim_with_the_same_content(
+    statements: list[str],
+) -> None:
+    seen: list[Any] = []
+    from django_pgqueue.backend.compat import task_started
+
+    def keep(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        # As it was when the signal was sent: the run goes on to change it.
+        seen.append(dataclasses.replace(copy.copy(task_result), errors=list(task_result.errors)))
+
+    task_started.connect(keep)
+    try:
+        enqueued = djtasks.fails_until.using(priority=5).enqueue(1)
+        with worker_thread(burst=True) as worker:
+            assert worker.join(30) == 0
+    finally:
+        task_started.disconnect(keep)
+    first, second = seen
+    assert (first.id, first.status.name, first.task.priority) == (enqueued.id, "RUNNING", 5)
+    assert first.enqueued_at == enqueued.enqueued_at
+    assert first.errors == []
+    assert [e.exception_class_path for e in second.errors] == ["builtins.RuntimeError"]
+    assert second.worker_ids == ["inproc", "inproc"]
+    assert second.started_at == first.started_at  # the first attempt's start
+    assert second.last_attempted_at > first.last_attempted_at
+
+
+def claim_plan(queue: str) -> dict[str, Any]:
+    """EXPLAIN ANALYZE of one claim for ``queue``, rolled back."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + query("claim_queues"),
+            {"worker": "w", "limit": 1, "queues": [queue], "lease": 30, "token": 1},
+        )
+        (plan,) = cursor.fetchone()
+        transaction.set_rollback(True)
+    return json.loads(plan)[0] if isinstance(plan, str) else plan[0]
+
+
+def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from nodes(child)
+
+
+def test_a_queues_claim_reads_its_own_index_range_whatever_another_queue_holds() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_job (task, args, kwargs, errors, worker_ids, queue, priority) "
+            "SELECT 'tests.testapp.tasks.noop', '[]', '{}', '[]', '[]', 'bulk', 10 "
+            "FROM generate_series(1, 50000)"
+        )
+    Job.objects.enqueue_many(JobSpec.build(add, [n, n], queue="emails") for n in range(10))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE pgqueue_job")
+    for queue, ready in (("emails", 10), ("empty", 0)):
+        plan = claim_plan(queue)["Plan"]
+        scans = [n for n in nodes(plan) if n.get("Index Name") == "pgqueue_job_ready_by_queue"]
+        assert scans, plan
+        read = sum(n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0) for n in scans)
+        assert read <= min(ready, 1) + 1, plan  # not the 50,000 of 'bulk'
+    assert len(Job.objects.claim("w", limit=20, queues=["emails"])) == 10
+
+
+@pytest.mark.slow
+def test_the_worker_claims_ahead_for_short_jobs_and_not_for_long_ones() -> None:
+    Job.objects.enqueue_many(JobSpec.build(mark, [f"s-{n}"]) for n in range(300))
+    with worker_thread(burst=True, concurrency=4) as worker:
+        assert worker.join(60) == 0
+    batches = [len(d["jobs"]) for name, d in worker.recorder.seen if name == "claimed"]
+    assert batches[0] <= 4  # nothing known yet: no more than the threads
+    assert max(batches) > 4  # then it runs ahead of them
+    Job.objects.enqueue_many(JobSpec.build(mark, [f"l-{n}"], {"sleep": 0.3}) for n in range(8))
+    with worker_thread(burst=True, concurrency=4) as worker:
+        assert worker.join(60) == 0
+    batches = [len(d["jobs"]) for name, d in worker.recorder.seen if name == "claimed"]
+    assert max(batches) <= 4  # 0.3 s jobs: nobody waits behind another

@@ -98,7 +98,8 @@ def claim_plan(queue: str) -> dict[str, Any]:
         )
         (plan,) = cursor.fetchone()
         transaction.set_rollback(True)
-    return json.loads(plan)[0] if isinstance(plan, str) else plan[0]
+    found: dict[str, Any] = (json.loads(plan) if isinstance(plan, str) else plan)[0]
+    return found
 
 
 def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:

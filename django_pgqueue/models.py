@@ -17,26 +17,18 @@ from django.db import models
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from django_pgqueue import conf, schema
-from django_pgqueue.exceptions import InvalidJob
-from django_pgqueue.queue import claims, enqueue, maintenance
+from django_pgqueue import schema
+from django_pgqueue.queue import enqueue
+from django_pgqueue.queue.enqueue import Inserted
+from django_pgqueue.queue.manager import QueueOperations
 from django_pgqueue.records import (
     FINISHED,
-    ClaimedJob,
-    Failure,
     JobSpec,
     JobStatus,
-    QueueStats,
-    ReapResult,
-    Success,
 )
 from django_pgqueue.validation import MAX_KEY
 
 __all__ = ["Job", "JobManager", "JobQuerySet", "JobStatus"]
-
-
-#: What retry() and cancel() accept: ids, jobs, or a queryset of jobs.
-Jobs = Iterable["int | Job"] | models.QuerySet["Job"]
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -67,14 +59,10 @@ class JobQuerySet(models.QuerySet["Job"]):
 _JobManagerBase = models.Manager.from_queryset(JobQuerySet)
 
 
-class JobManager(_JobManagerBase["Job"]):
+class JobManager(QueueOperations, _JobManagerBase["Job"]):
     """Job operations, each through the queue's named statements on ``using``
     (default: ``PGQUEUE["DATABASE"]``). The read vocabulary (``ready()``,
     ``running()``, ...) comes from :class:`JobQuerySet`."""
-
-    def _alias(self, using: str | None) -> str:
-        # PGQUEUE["DATABASE"] is where workers claim: jobs must be written there.
-        return using or self._db or conf.get().DATABASE
 
     # -- enqueue -------------------------------------------------------------------
 
@@ -132,116 +120,19 @@ class JobManager(_JobManagerBase["Job"]):
         ``COPY_THRESHOLD`` jobs or more with no ``unique_key`` is written with
         COPY; any other batch is one ``INSERT ... ON CONFLICT`` statement.
         """
-        return enqueue.insert_many(list(jobs), self._alias(using))
+        return enqueue.insert_many(list(jobs), self._alias(using))[0]
 
-    # -- the worker's operations --------------------------------------------------------
+    def insert(self, spec: JobSpec, *, using: str | None = None) -> Inserted:
+        """:meth:`enqueue` for callers with a result type of their own (the Tasks
+        backend): ``spec`` as it is, and what the database said, without a model
+        instance."""
+        return enqueue.insert(spec, self._alias(using))
 
-    def claim(
-        self,
-        worker: str,
-        *,
-        limit: int = 1,
-        queues: Sequence[str] | None = None,
-        lease: float | None = None,
-        using: str | None = None,
-    ) -> list[ClaimedJob]:
-        """Lease up to ``limit`` ready jobs to ``worker`` in one statement, committed at once.
-
-        Jobs come highest priority first, then by run_at and id. Jobs sharing a
-        concurrency_key never run at the same time.
-        """
-        return claims.claim(
-            worker, limit, queues, conf.get().LEASE if lease is None else lease, self._alias(using)
-        )
-
-    def complete(
-        self, worker: str, successes: Sequence[Success], *, using: str | None = None
-    ) -> set[int]:
-        """Mark runs done with their results; returns the ids recorded (fenced)."""
-        return claims.complete(worker, successes, self._alias(using))
-
-    def fail(
-        self, worker: str, failures: Sequence[Failure], *, using: str | None = None
-    ) -> dict[int, str]:
-        """Record failed runs (retry later, or dead); returns {id: new status} (fenced)."""
-        return claims.fail(worker, failures, self._alias(using))
-
-    def heartbeat(
-        self,
-        worker: str,
-        runs: Sequence[tuple[int, int]],
-        *,
-        lease: float | None = None,
-        using: str | None = None,
-    ) -> set[tuple[int, int]]:
-        """Extend the leases ``worker`` holds on these (id, run) pairs; returns those held."""
-        return claims.heartbeat(
-            worker, runs, conf.get().LEASE if lease is None else lease, self._alias(using)
-        )
-
-    def release(
-        self,
-        worker: str,
-        runs: Sequence[tuple[int, int]],
-        *,
-        reason: str = "worker shut down before the job finished",
-        using: str | None = None,
-    ) -> set[int]:
-        """Put running jobs (id, run) back to queued without spending the attempt."""
-        return claims.release(worker, runs, reason, self._alias(using))
-
-    # -- maintenance and operators -----------------------------------------------------
-
-    def reap(self, *, batch_size: int = 1000, using: str | None = None) -> ReapResult:
-        """Return jobs whose lease expired to the queue (or bury them); idempotent."""
-        return maintenance.reap(batch_size, self._alias(using))
-
-    def retry(self, jobs: Jobs, *, using: str | None = None) -> list[int]:
-        """Dead jobs (or queued ones waiting for a later run_at) become ready now.
-
-        ``jobs`` is ids, Job instances or a queryset. Returns the ids retried; a
-        job whose ``unique_key`` another live job holds is left as it is.
-        """
-        return maintenance.retry(_ids(jobs), self._alias(using))
-
-    def cancel(
-        self, jobs: Jobs, *, reason: str = "no reason given", using: str | None = None
-    ) -> list[int]:
-        """Take queued jobs (ids, Job instances or a queryset) out of the queue: they
-        become dead with the reason. Returns the ids cancelled."""
-        return maintenance.cancel(_ids(jobs), reason, self._alias(using))
-
-    def prune(
-        self,
-        older_than: dt.timedelta | float,
-        *,
-        statuses: Sequence[str] = FINISHED,
-        batch_size: int = 5000,
-        dry_run: bool = False,
-        using: str | None = None,
-    ) -> int:
-        """Delete finished jobs whose done_at is older than ``older_than``, in batches."""
-        bad = set(statuses) - set(FINISHED)
-        if bad or not statuses:
-            raise InvalidJob(f"prune only deletes {' and '.join(FINISHED)} jobs, not {sorted(bad)}")
-        return maintenance.prune(
-            maintenance.prune_bound(older_than), statuses, batch_size, dry_run, self._alias(using)
-        )
-
-    def relax_commit(self, relaxed: bool = True, *, using: str | None = None) -> None:
-        """Let this connection's commits skip the WAL flush (worker bookkeeping
-        only), or with ``relaxed=False`` restore the configured behaviour."""
-        maintenance.relax_commit(relaxed, self._alias(using))
-
-    def stats(self, *, using: str | None = None) -> list[QueueStats]:
-        """Counts by queue and status, the oldest ready job's age, recent deaths."""
-        return maintenance.stats(self._alias(using))
-
-
-def _ids(jobs: Jobs) -> list[int]:
-    if isinstance(jobs, models.QuerySet):
-        return list(jobs.order_by().values_list("pk", flat=True))
-    return [job if isinstance(job, int) else job.pk for job in jobs]
+    def insert_many(
+        self, specs: Sequence[JobSpec], *, using: str | None = None
+    ) -> tuple[list[int], dt.datetime | None]:
+        """:meth:`enqueue_many`, and the jobs' ``created_at`` (one for all of them)."""
+        return enqueue.insert_many(specs, self._alias(using))
 
 
 class Job(models.Model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django_pgqueue import conf, validation
@@ -12,12 +13,12 @@ from django_pgqueue.backend.compat import (
     Task,
     TaskResult,
     TaskResultStatus,
-    normalize_json,
+    task_backends,
     task_enqueued,
 )
+from django_pgqueue.backend.enqueueing import encode, plan
 from django_pgqueue.backend.results import job_result, load_job
 from django_pgqueue.backend.task import PgQueueTask, validate_extras
-from django_pgqueue.exceptions import InvalidJob
 
 
 class PgQueueBackend(BaseTaskBackend):
@@ -66,46 +67,22 @@ class PgQueueBackend(BaseTaskBackend):
         """
         from django_pgqueue.models import Job  # backends are built before the app registry
 
-        self.validate_task(task)
-        # Django's own normalisation first, so a bad argument fails with the
-        # framework's TypeError("Unsupported type ...") before anything is written.
-        plain_args: Any = normalize_json(args)
-        plain_kwargs: Any = normalize_json(kwargs)
-        try:
-            job = Job.objects.enqueue(
-                task.module_path,
-                plain_args,
-                plain_kwargs,
-                using=self.database,
-                queue=task.queue_name,
-                priority=task.priority,
-                run_at=task.run_after,
-                max_attempts=_first_set(
-                    getattr(task, "max_attempts", None), self.options.get("MAX_ATTEMPTS")
-                ),
-                unique_key=getattr(task, "unique_key", None),
-                concurrency_key=getattr(task, "concurrency_key", None),
-                backoff=_first_set(getattr(task, "backoff", None), self.options.get("BACKOFF")),
-            )
-        except InvalidJob as exc:
-            if isinstance(exc, TypeError):  # arguments that are not JSON stay a TypeError
-                raise
-            # An option the queue refuses (a bad OPTIONS value, say): the
-            # framework's exception, with the queue's message.
-            raise InvalidTask(f"{exc} (TASKS[{self.alias!r}])") from exc
-        if job.duplicate:
-            live = load_job(job.id, self.database)
+        shared = plan(self, task)  # validated once per task
+        args_json, kwargs_json, plain_args, plain_kwargs = encode(args, kwargs)
+        inserted = Job.objects.insert(shared.spec(args_json, kwargs_json), using=self.database)
+        if inserted.duplicate:
+            live = load_job(inserted.id, self.database)
             return job_result(live, self.alias, task if live.task == task.module_path else None)
         result: TaskResult[P, R] = TaskResult(
             task=task,
-            id=str(job.id),
+            id=str(inserted.id),
             status=TaskResultStatus.READY,
-            enqueued_at=job.created_at,
+            enqueued_at=inserted.created_at,
             started_at=None,
             finished_at=None,
             last_attempted_at=None,
-            args=job.args,
-            kwargs=job.kwargs,
+            args=plain_args,
+            kwargs=plain_kwargs,
             backend=self.alias,
             errors=[],
             worker_ids=[],
@@ -122,6 +99,51 @@ class PgQueueBackend(BaseTaskBackend):
         return [*super().check(**kwargs), *check_backend(self.alias, self.options, self.queues)]
 
 
-def _first_set(*values: Any) -> Any:
-    """The first value that is not None (0 is a valid backoff)."""
-    return next((v for v in values if v is not None), None)
+def enqueue_many[**P, R](
+    task: Task[P, R], calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
+) -> list[TaskResult[P, R]]:
+    """Enqueue one job of ``task`` per ``(args, kwargs)`` pair, in one statement.
+
+    The bulk counterpart of ``task.enqueue(...)``: it joins the caller's
+    transaction, wakes the workers when that commits, sends ``task_enqueued``
+    for every job and returns their READY results in order. Build the pairs with
+    :func:`call`. Batches of 500 jobs or more without a ``unique_key`` are
+    written with COPY. A task with a ``unique_key`` enqueues at most one job
+    (the others are duplicates of it), as repeated ``enqueue()`` calls would.
+    """
+    from django_pgqueue.models import Job  # backends are built before the app registry
+
+    backend = task_backends[task.backend]
+    if not isinstance(backend, PgQueueBackend):
+        raise InvalidTask(
+            f"enqueue_many needs a PgQueueBackend; TASKS[{task.backend!r}] is "
+            f"{type(backend).__name__}"
+        )
+    shared = plan(backend, task)
+    pairs = list(calls)
+    if shared.unique_key is not None:
+        # One live job per key: every call after the first is its duplicate.
+        return [task.enqueue(*args, **kwargs) for args, kwargs in pairs]
+    encoded = [encode(args, kwargs) for args, kwargs in pairs]
+    ids, created_at = Job.objects.insert_many(
+        [shared.spec(a, k) for a, k, _, _ in encoded], using=backend.database
+    )
+    results: list[TaskResult[P, R]] = []
+    for job_id, (_, _, args, kwargs) in zip(ids, encoded, strict=True):
+        result: TaskResult[P, R] = TaskResult(
+            task=task,
+            id=str(job_id),
+            status=TaskResultStatus.READY,
+            enqueued_at=created_at,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=backend.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(type(backend), task_result=result)
+        results.append(result)
+    return results

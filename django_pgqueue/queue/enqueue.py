@@ -56,10 +56,11 @@ def insert(spec: JobSpec, alias: str) -> Inserted:
     raise IntegrityError(f"could not enqueue or find a live job for {spec.unique_key!r}")
 
 
-def insert_many(specs: Sequence[JobSpec], alias: str) -> list[int]:
-    """Insert ``specs`` in one statement (or COPY); the new ids in order, duplicates skipped."""
+def insert_many(specs: Sequence[JobSpec], alias: str) -> tuple[list[int], dt.datetime | None]:
+    """Insert ``specs`` in one statement (or COPY): the new ids in order (duplicates
+    skipped), and their ``created_at``, which is the transaction's ``now()`` for all."""
     if not specs:
-        return []
+        return [], None
     if len(specs) >= COPY_THRESHOLD and all(s.unique_key is None for s in specs):
         return _copy_many(specs, alias)
     columns = {
@@ -74,10 +75,11 @@ def insert_many(specs: Sequence[JobSpec], alias: str) -> list[int]:
         "concurrency_keys": [s.concurrency_key for s in specs],
         "backoffs": [s.backoff for s in specs],
     }
-    return list(runner.fetch_one("enqueue_many", {**columns, **notify_params()}, alias)["ids"])
+    row = runner.fetch_one("enqueue_many", {**columns, **notify_params()}, alias)
+    return list(row["ids"]), row["now"]
 
 
-def _copy_many(specs: Sequence[JobSpec], alias: str) -> list[int]:
+def _copy_many(specs: Sequence[JobSpec], alias: str) -> tuple[list[int], dt.datetime]:
     # Three statements (ids, COPY, NOTIFY) that must stand or fall together:
     # a transaction of their own, or a savepoint in the caller's.
     with transaction.atomic(using=alias):
@@ -97,6 +99,7 @@ def _copy_many(specs: Sequence[JobSpec], alias: str) -> list[int]:
                     0,
                     s.max_attempts,
                     s.run_at or now,
+                    now,
                     "",
                     "[]",
                     "[]",
@@ -110,4 +113,4 @@ def _copy_many(specs: Sequence[JobSpec], alias: str) -> list[int]:
         runner.fetch(
             "notify_queues", {"queues": sorted({s.queue for s in specs}), **notify_params()}, alias
         )
-    return list(ids)
+    return list(ids), now

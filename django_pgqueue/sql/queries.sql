@@ -54,20 +54,22 @@ woken AS (
     FROM (SELECT DISTINCT queue FROM inserted) AS q
     WHERE %(notify)s::bool
 )
+-- "now" is the rows' created_at (its default, statement_timestamp()).
 SELECT COALESCE((SELECT array_agg(id ORDER BY id) FROM inserted), '{}') AS ids,
-       (SELECT n FROM woken) AS woken;
+       statement_timestamp() AS now, (SELECT n FROM woken) AS woken;
 
 -- name: reserve_ids
--- Ids for a COPY of many jobs, and the transaction's now() for their run_at:
--- the same value a plain INSERT's default would have given them.
-SELECT array_agg(nextval(pg_get_serial_sequence('pgqueue_job', 'id'))) AS ids, now() AS now
+-- Ids for a COPY of many jobs, and one moment for their created_at and (when
+-- they have none) their run_at, as a plain INSERT's defaults would give them.
+SELECT array_agg(nextval(pg_get_serial_sequence('pgqueue_job', 'id'))) AS ids,
+       statement_timestamp() AS now
 FROM generate_series(1, %(count)s::int);
 
 -- name: copy_jobs
 -- Many jobs at COPY speed (no ON CONFLICT: used only when no job has a unique_key).
 COPY pgqueue_job (
     id, task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
-    last_error, errors, worker_ids, concurrency_key, backoff
+    created_at, last_error, errors, worker_ids, concurrency_key, backoff
 ) FROM STDIN;
 
 -- name: notify_queues

@@ -27,9 +27,18 @@ from django_pgqueue.sql import query
 Row = dict[str, Any]
 
 
+#: With PREPARE, the connection's own threshold for preparing statements it has not
+#: been asked to: never. Django opens connections with ``prepare_threshold=None``,
+#: which makes psycopg ignore ``prepare=True`` too; only our statements ask.
+_ONLY_WHEN_ASKED = 2**31 - 1
+
+
 def _ready(alias: str) -> BaseDatabaseWrapper:
     wrapper = connections[alias]
     wrapper.ensure_connection()
+    raw = wrapper.connection
+    if raw.prepare_threshold is None and conf.get().PREPARE:
+        raw.prepare_threshold = _ONLY_WHEN_ASKED
     if wrapper.in_atomic_block:
         wrapper.validate_no_broken_transaction()
     return wrapper

@@ -1,0 +1,141 @@
+"""Turning a Task and its arguments into job rows, once per task where it can be.
+
+Everything about a job that comes from its Task (path, queue, priority, delay,
+attempts, keys, backoff) is validated once per task and backend, and kept as a
+:class:`Plan`; an enqueue then only encodes its arguments and writes the row.
+The same plan serves :func:`enqueue_many`, the bulk call Django's Tasks API
+lacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+from django.core.signals import setting_changed
+
+from django_pgqueue import conf, registry, validation
+from django_pgqueue.backend.compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    normalize_json,
+)
+from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments, UnknownTask
+from django_pgqueue.jsonargs import dumps
+from django_pgqueue.records import JobSpec
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Plan:
+    """What every job of one task on one backend shares, validated."""
+
+    path: str
+    queue: str
+    priority: int
+    run_at: dt.datetime | None
+    max_attempts: int
+    unique_key: str | None
+    concurrency_key: str | None
+    backoff: float | None
+
+    def spec(self, args: str, kwargs: str) -> JobSpec:
+        return JobSpec(
+            self.path,
+            args,
+            kwargs,
+            self.queue,
+            self.priority,
+            self.max_attempts,
+            self.run_at,
+            self.unique_key,
+            self.concurrency_key,
+            self.backoff,
+        )
+
+
+def _first_set(*values: Any) -> Any:
+    """The first value that is not None (0 is a valid backoff)."""
+    return next((v for v in values if v is not None), None)
+
+
+def plan(backend: BaseTaskBackend, task: Task[Any, Any]) -> Plan:
+    """The task's plan on ``backend``; InvalidTask for anything the queue would refuse."""
+    # The delivery options do not take part in a PgQueueTask's equality, so they
+    # are part of the key.
+    return _plan(
+        backend,
+        task,
+        getattr(task, "max_attempts", None),
+        getattr(task, "unique_key", None),
+        getattr(task, "concurrency_key", None),
+        getattr(task, "backoff", None),
+    )
+
+
+@lru_cache(maxsize=1024)
+def _plan(
+    backend: BaseTaskBackend,
+    task: Task[Any, Any],
+    max_attempts: int | None,
+    unique_key: str | None,
+    concurrency_key: str | None,
+    backoff: float | None,
+) -> Plan:
+    # Keyed by the backend instance too: Django builds new ones when TASKS changes.
+    alias = backend.alias
+    backend.validate_task(task)
+    options = backend.options
+    settings = conf.get()
+    try:
+        registry.check_importable(task.module_path, task.func.__module__)
+        return Plan(
+            path=validation.TASK_PATH(task.module_path),
+            queue=task.queue_name,
+            priority=task.priority,
+            run_at=None if task.run_after is None else validation.RUN_AT(task.run_after),
+            max_attempts=validation.ATTEMPTS(
+                _first_set(max_attempts, options.get("MAX_ATTEMPTS"), settings.MAX_ATTEMPTS)
+            ),
+            unique_key=unique_key,
+            concurrency_key=concurrency_key,
+            backoff=None
+            if (b := _first_set(backoff, options.get("BACKOFF"))) is None
+            else validation.BACKOFF(b),
+        )
+    except (InvalidJob, UnknownTask) as exc:
+        # An option the queue refuses (a bad OPTIONS value, a task no worker would
+        # import): the framework's exception, with the queue's message.
+        raise InvalidTask(f"{exc} (TASKS[{alias!r}])") from exc
+
+
+def _forget_plans(*, setting: str, **kwargs: Any) -> None:
+    if setting in {"TASKS", "PGQUEUE", "INSTALLED_APPS"}:
+        _plan.cache_clear()
+
+
+setting_changed.connect(_forget_plans)
+
+
+def encode(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str, Any, Any]:
+    """(args JSON, kwargs JSON, args, kwargs as stored): the arguments as the queue
+    stores them, normalised as Django's Tasks framework does (tuples become lists,
+    bytes text) when they are not plain JSON already."""
+    try:
+        return dumps(args, "args"), dumps(kwargs, "kwargs"), list(args), dict(kwargs)
+    except InvalidJobArguments as first:
+        try:
+            plain_args: Any = normalize_json(args)
+            plain_kwargs: Any = normalize_json(kwargs)
+        except (TypeError, ValueError) as exc:
+            # Django's own error says "Unsupported type ..."; ours names the argument.
+            raise InvalidJobArguments(f"{first} ({exc})") from None
+        return (dumps(plain_args, "args"), dumps(plain_kwargs, "kwargs"), plain_args, plain_kwargs)
+
+
+def call(*args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """One set of arguments for :func:`enqueue_many`: ``call(order.pk, notify=True)``."""
+    return args, kwargs

@@ -1,0 +1,148 @@
+"""The job manager's operations that need no model instance: the worker's claims and
+outcomes, maintenance, and the operators' actions.
+
+A mixin of :class:`~django_pgqueue.models.JobManager` (``Job.objects.claim(...)``),
+kept here so that models.py is the table, its read vocabulary and enqueue. Each
+method runs the queue's named statements on ``using`` (default:
+``PGQUEUE["DATABASE"]``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import models
+
+from django_pgqueue import conf
+from django_pgqueue.exceptions import InvalidJob
+from django_pgqueue.queue import claims, maintenance
+from django_pgqueue.records import (
+    FINISHED,
+    ClaimedJob,
+    Failure,
+    QueueStats,
+    ReapResult,
+    Success,
+)
+
+#: What retry() and cancel() accept: ids, jobs, or a queryset of jobs.
+Jobs = Iterable[int | models.Model] | models.QuerySet[Any]
+
+
+class QueueOperations:
+    _db: str | None
+
+    def _alias(self, using: str | None) -> str:
+        # PGQUEUE["DATABASE"] is where workers claim: jobs must be written there.
+        return using or self._db or conf.get().DATABASE
+
+    # -- the worker's operations --------------------------------------------------------
+
+    def claim(
+        self,
+        worker: str,
+        *,
+        limit: int = 1,
+        queues: Sequence[str] | None = None,
+        lease: float | None = None,
+        using: str | None = None,
+    ) -> list[ClaimedJob]:
+        """Lease up to ``limit`` ready jobs to ``worker`` in one statement, committed at once.
+
+        Jobs come highest priority first, then by run_at and id. Jobs sharing a
+        concurrency_key never run at the same time.
+        """
+        return claims.claim(
+            worker, limit, queues, conf.get().LEASE if lease is None else lease, self._alias(using)
+        )
+
+    def complete(
+        self, worker: str, successes: Sequence[Success], *, using: str | None = None
+    ) -> set[int]:
+        """Mark runs done with their results; returns the ids recorded (fenced)."""
+        return claims.complete(worker, successes, self._alias(using))
+
+    def fail(
+        self, worker: str, failures: Sequence[Failure], *, using: str | None = None
+    ) -> dict[int, str]:
+        """Record failed runs (retry later, or dead); returns {id: new status} (fenced)."""
+        return claims.fail(worker, failures, self._alias(using))
+
+    def heartbeat(
+        self,
+        worker: str,
+        runs: Sequence[tuple[int, int]],
+        *,
+        lease: float | None = None,
+        using: str | None = None,
+    ) -> set[tuple[int, int]]:
+        """Extend the leases ``worker`` holds on these (id, run) pairs; returns those held."""
+        return claims.heartbeat(
+            worker, runs, conf.get().LEASE if lease is None else lease, self._alias(using)
+        )
+
+    def release(
+        self,
+        worker: str,
+        runs: Sequence[tuple[int, int]],
+        *,
+        reason: str = "worker shut down before the job finished",
+        using: str | None = None,
+    ) -> set[int]:
+        """Put running jobs (id, run) back to queued without spending the attempt."""
+        return claims.release(worker, runs, reason, self._alias(using))
+
+    # -- maintenance and operators -----------------------------------------------------
+
+    def reap(self, *, batch_size: int = 1000, using: str | None = None) -> ReapResult:
+        """Return jobs whose lease expired to the queue (or bury them); idempotent."""
+        return maintenance.reap(batch_size, self._alias(using))
+
+    def retry(self, jobs: Jobs, *, using: str | None = None) -> list[int]:
+        """Dead jobs (or queued ones waiting for a later run_at) become ready now.
+
+        ``jobs`` is ids, Job instances or a queryset. Returns the ids retried; a
+        job whose ``unique_key`` another live job holds is left as it is.
+        """
+        return maintenance.retry(_ids(jobs), self._alias(using))
+
+    def cancel(
+        self, jobs: Jobs, *, reason: str = "no reason given", using: str | None = None
+    ) -> list[int]:
+        """Take queued jobs (ids, Job instances or a queryset) out of the queue: they
+        become dead with the reason. Returns the ids cancelled."""
+        return maintenance.cancel(_ids(jobs), reason, self._alias(using))
+
+    def prune(
+        self,
+        older_than: dt.timedelta | float,
+        *,
+        statuses: Sequence[str] = FINISHED,
+        batch_size: int = 5000,
+        dry_run: bool = False,
+        using: str | None = None,
+    ) -> int:
+        """Delete finished jobs whose done_at is older than ``older_than``, in batches."""
+        bad = set(statuses) - set(FINISHED)
+        if bad or not statuses:
+            raise InvalidJob(f"prune only deletes {' and '.join(FINISHED)} jobs, not {sorted(bad)}")
+        return maintenance.prune(
+            maintenance.prune_bound(older_than), statuses, batch_size, dry_run, self._alias(using)
+        )
+
+    def relax_commit(self, relaxed: bool = True, *, using: str | None = None) -> None:
+        """Let this connection's commits skip the WAL flush (worker bookkeeping
+        only), or with ``relaxed=False`` restore the configured behaviour."""
+        maintenance.relax_commit(relaxed, self._alias(using))
+
+    def stats(self, *, using: str | None = None) -> list[QueueStats]:
+        """Counts by queue and status, the oldest ready job's age, recent deaths."""
+        return maintenance.stats(self._alias(using))
+
+
+def _ids(jobs: Jobs) -> list[int]:
+    if isinstance(jobs, models.QuerySet):
+        return list(jobs.order_by().values_list("pk", flat=True))
+    return [job if isinstance(job, int) else job.pk for job in jobs]

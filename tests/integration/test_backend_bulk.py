@@ -1,0 +1,103 @@
+"""enqueue_many: the bulk enqueue Django's Tasks API lacks, on the engine's fast path."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import psycopg
+import pytest
+from django.conf import settings
+from django.db import transaction
+from django.test import override_settings
+from django.utils import timezone
+
+from django_pgqueue.backend import call, enqueue_many, options
+from django_pgqueue.backend.compat import TASKS_APP, InvalidTask, TaskResultStatus, task_enqueued
+from django_pgqueue.models import Job
+from django_pgqueue.queue.enqueue import COPY_THRESHOLD
+from tests.conftest import status_counts
+from tests.testapp import djtasks
+from tests.worker.inprocess import worker_thread
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_many_jobs_in_one_call_with_their_ready_results_and_signals() -> None:
+    sent: list[Any] = []
+
+    def collect(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        sent.append(task_result)
+
+    task_enqueued.connect(collect)
+    try:
+        results = enqueue_many(djtasks.echo, [call(n, tag=f"t{n}") for n in range(5)])
+    finally:
+        task_enqueued.disconnect(collect)
+    assert [r.status for r in results] == [TaskResultStatus.READY] * 5
+    assert [r.args for r in results] == [[n] for n in range(5)]
+    assert [r.kwargs for r in results] == [{"tag": f"t{n}"} for n in range(5)]
+    assert [r.id for r in sent] == [r.id for r in results]
+    rows = Job.objects.order_by("id")
+    assert [str(j.id) for j in rows] == [r.id for r in results]
+    assert {j.task for j in rows} == {djtasks.echo.module_path}
+    assert all(r.enqueued_at == rows[0].created_at for r in results)
+    assert djtasks.echo.get_result(results[2].id).args == [2]
+
+
+@pytest.mark.parametrize("count", [3, COPY_THRESHOLD])
+def test_it_joins_the_callers_transaction(count: int, db_url: str) -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        enqueue_many(djtasks.noop_task, [call(n) for n in range(count)])
+        with psycopg.connect(db_url, autocommit=True) as other:
+            assert other.execute("SELECT count(*) FROM pgqueue_job").fetchone() == (0,)
+        raise RuntimeError("the request failed")
+    assert Job.objects.count() == 0
+    with transaction.atomic():
+        results = enqueue_many(djtasks.noop_task, [call(n) for n in range(count)])
+    assert Job.objects.count() == count == len(results)
+
+
+def test_the_tasks_options_apply_to_every_job() -> None:
+    when = (timezone.now() + dt.timedelta(hours=1)).replace(microsecond=0)
+    task = options(
+        djtasks.noop_task.using(priority=3, queue_name="emails", run_after=when),
+        max_attempts=7,
+        concurrency_key="c",
+    )
+    enqueue_many(task, [call(), call()])
+    assert set(
+        Job.objects.values_list("priority", "queue", "run_at", "max_attempts", "concurrency_key")
+    ) == {(3, "emails", when, 7, "c")}
+
+
+def test_a_unique_key_enqueues_one_job_and_the_rest_are_its_duplicates() -> None:
+    task = options(djtasks.noop_task, unique_key="once")
+    results = enqueue_many(task, [call(1), call(2), call(3)])
+    assert Job.objects.count() == 1
+    assert len({r.id for r in results}) == 1
+
+
+def test_bad_arguments_are_refused_before_anything_is_written() -> None:
+    with pytest.raises(TypeError, match=r"args\[0\] is datetime.datetime .*Unsupported type"):
+        enqueue_many(djtasks.noop_task, [call(1), call(timezone.now())])
+    assert Job.objects.count() == 0
+    framework = "django.tasks" if TASKS_APP is None else "django_tasks"
+    dummy = {"dummy": {"BACKEND": f"{framework}.backends.dummy.DummyBackend"}}
+    with (
+        override_settings(TASKS={**settings.TASKS, **dummy}),
+        pytest.raises(InvalidTask, match="needs a PgQueueBackend"),
+    ):
+        enqueue_many(djtasks.noop_task.using(backend="dummy"), [call()])
+
+
+@pytest.mark.slow
+def test_a_worker_runs_what_enqueue_many_wrote() -> None:
+    results = enqueue_many(djtasks.echo, [call(n) for n in range(COPY_THRESHOLD + 10)])
+    with worker_thread(burst=True) as worker:
+        assert worker.join(60) == 0
+    assert status_counts() == {"done": COPY_THRESHOLD + 10}
+    assert djtasks.echo.get_result(results[-1].id).return_value == {
+        "args": [COPY_THRESHOLD + 9],
+        "kwargs": {},
+    }

@@ -16,10 +16,13 @@ from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 
+from django_pgqueue import validation
 from django_pgqueue.records import ClaimedJob, Failure, JobStatus, Success
-from django_pgqueue.sql import runner
+from django_pgqueue.sql import runner, variant
 
 ONE_RUNNING_PER_KEY = "pgqueue_job_one_running_per_key"
+#: The most jobs one claim statement takes.
+MAX_CLAIM = 1024
 _decode = json.JSONDecoder().decode
 _tokens = threading.Lock()
 _last_token = 0
@@ -49,28 +52,35 @@ def _decoded(row: dict[str, Any]) -> ClaimedJob:
     return ClaimedJob(**{**row, "args": args, "kwargs": kwargs, "problem": problem})
 
 
+def batch_size(free: int) -> int:
+    """The claim a worker with ``free`` slots makes: the largest power of two that
+    fits (at most MAX_CLAIM), so that its connection prepares few variants."""
+    return 1 << (max(1, min(free, MAX_CLAIM)).bit_length() - 1)
+
+
 def claim(
     worker: str, limit: int, queues: Sequence[str] | None, lease: float, alias: str
 ) -> list[ClaimedJob]:
     """Lease up to ``limit`` ready jobs to ``worker`` in one statement, committed at once."""
-    params = {
-        "worker": worker,
-        "limit": limit,
-        "queues": list(queues) if queues else None,
-        "lease": lease,
-        "token": next_token(),
-    }
-    # Serving chosen queues: one index range per queue (see queries.sql).
-    statement = "claim_queues" if queues else "claim"
+    params = {"worker": worker, "lease": lease, "token": next_token()}
+    # Serving chosen queues: one index range per queue (see queries.sql). The
+    # limit and the queues are written into the statement, for the planner (the
+    # worker asks in powers of two, batch_size(): a dozen variants at most).
+    name = "claim_queues" if queues else "claim"
+    text = variant(
+        name,
+        limit=max(1, min(limit, MAX_CLAIM)),
+        queues=tuple(validation.QUEUE(q) for q in queues) if queues else None,
+    )
     for _ in range(5):
         try:
             if connections[alias].in_atomic_block:
                 # Inside the caller's transaction a failed statement would
                 # doom it: a savepoint keeps the retry below possible.
                 with transaction.atomic(using=alias):
-                    rows = runner.fetch(statement, params, alias)
+                    rows = runner.fetch(name, params, alias, text=text)
             else:
-                rows = runner.fetch(statement, params, alias)  # autocommit: one round trip
+                rows = runner.fetch(name, params, alias, text=text)  # autocommit: one round trip
             break
         except IntegrityError as exc:
             # Another claim took a job of the same concurrency_key between our
@@ -158,8 +168,10 @@ def release(worker: str, runs: Sequence[tuple[int, int]], reason: str, alias: st
 
 
 __all__ = [
+    "MAX_CLAIM",
     "ONE_RUNNING_PER_KEY",
     "JobStatus",
+    "batch_size",
     "claim",
     "complete",
     "fail",

@@ -9,6 +9,7 @@ names start with ``_`` are such parts, not statements.
 from __future__ import annotations
 
 import re
+from functools import cache
 from importlib import resources
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
@@ -34,3 +35,25 @@ QUERIES: dict[str, str] = _load()
 def query(name: str) -> str:
     """The text of one named statement."""
     return QUERIES[name]
+
+
+#: Parameters a statement variant may have written into its text instead of bound.
+_LITERALS = {"limit": "%(limit)s::int", "queues": "%(queues)s::text[]"}
+
+
+@cache
+def variant(name: str, *, limit: int, queues: tuple[str, ...] | None = None) -> str:
+    """Statement ``name`` with its ``limit`` (and ``queues``) written into the text.
+
+    For the claims: a bound LIMIT is costed as a tenth of the table, and a bound
+    queue array as ten queues, so against a big backlog the prepared statement's
+    generic plan looked expensive and was replanned on every call, or even
+    JIT-compiled (some 15 ms a claim). With the values in the text the generic
+    plan is exact. Callers keep the variants few (the worker claims in powers of
+    two, for one list of queues), and pass only validated queue names.
+    """
+    text = QUERIES[name].replace(_LITERALS["limit"], str(int(limit)))
+    if queues is not None:
+        literal = ", ".join("'" + queue.replace("'", "''") + "'" for queue in queues)
+        text = text.replace(_LITERALS["queues"], f"ARRAY[{literal}]::text[]")
+    return text

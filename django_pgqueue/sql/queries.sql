@@ -1,6 +1,6 @@
 -- Every statement django-pgqueue runs against pgqueue_job, one block per name.
 -- Loaded once by django_pgqueue.sql; only django_pgqueue.queue runs them, through
--- django_pgqueue.sql.runner. Parameters use psycopg's %(name)s style, so a
+-- django_pgqueue.sql.runner. Parameters use psycopg's the name style, so a
 -- literal percent sign is written %%.
 --
 -- An error-history entry is built by pgqueue_error_entry() and appended by
@@ -84,7 +84,13 @@ FROM pgqueue_job
 WHERE unique_key = %(unique_key)s::text AND status IN ('queued', 'running');
 
 -- name: claim
--- One statement: choose, lock and lease up to %(limit)s ready jobs, of any queue.
+-- One statement: choose, lock and lease up to the limit ready jobs, of any queue.
+-- * The limit (and claim_queues' queues) are written into the text by
+--   django_pgqueue.sql.variant(), not bound: bound, they are costed as a tenth
+--   of the table (and ten queues), so against a big backlog the prepared
+--   statement's generic plan looked expensive enough to be replanned on every
+--   call, or JIT-compiled (some 15 ms a claim). The worker claims in powers of
+--   two, so a connection prepares a dozen variants at most.
 -- * The chosen ids are MATERIALIZED so the LIMIT subquery runs exactly once; an
 --   inlined "id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)" may be re-run by
 --   the planner and lock (and claim) more rows than asked.
@@ -106,7 +112,7 @@ WITH
 -- name: claim_queues
 -- The claim of a worker serving chosen queues: the same statement, but each
 -- queue's jobs are read from its own range of pgqueue_job_ready_by_queue (at
--- most %(limit)s each, locked as they are read) and merged in the claim's order.
+-- most the limit each, locked as they are read) and merged in the claim's order.
 -- A queue's claim then costs the same whatever the other queues hold; filtering
 -- the ready index by queue instead would walk past every other queue's backlog.
 WITH
@@ -140,7 +146,9 @@ candidates AS MATERIALIZED (
           AND (j.concurrency_key IS NULL OR NOT EXISTS (
                 SELECT 1 FROM pgqueue_job AS r
                 WHERE r.status = 'running' AND r.concurrency_key = j.concurrency_key))
-        ORDER BY j.priority DESC, j.run_at, j.id
+        -- j.queue is constant here: ordering by it costs nothing, and makes this
+        -- order the by-queue index's exactly.
+        ORDER BY j.queue, j.priority DESC, j.run_at, j.id
         LIMIT %(limit)s::int
         FOR UPDATE OF j SKIP LOCKED
     ) AS c

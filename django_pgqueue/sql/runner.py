@@ -52,13 +52,19 @@ def _log(wrapper: BaseDatabaseWrapper, name: str, text: str, started: float) -> 
 
 
 def fetch(
-    name: str, params: dict[str, Any], alias: str, *, prepare: bool | None = None
+    name: str,
+    params: dict[str, Any],
+    alias: str,
+    *,
+    prepare: bool | None = None,
+    text: str | None = None,
 ) -> list[Row]:
     """Run statement ``name``; its rows (none for a statement that returns none).
 
-    ``prepare=False`` for the statements PostgreSQL cannot prepare (``SET``)."""
+    ``prepare=False`` for the statements PostgreSQL cannot prepare (``SET``);
+    ``text`` for a variant of the statement (``sql.variant()``)."""
     wrapper = _ready(alias)
-    text = query(name)
+    text = query(name) if text is None else text
     started = time.monotonic()
     with (
         wrapper.wrap_database_errors,

@@ -17,6 +17,7 @@ from django_pgqueue import registry
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
 from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
+from django_pgqueue.queue.claims import batch_size
 from django_pgqueue.records import ClaimedJob, Success
 from django_pgqueue.worker import shutdown
 from django_pgqueue.worker.completer import Completer
@@ -183,6 +184,7 @@ class Worker:
                     self.waker.wait(REFILL_WINDOW - (now - refill_from))
                     continue
             refill_from = None
+            free = batch_size(free)
             try:
                 jobs = Job.objects.claim(
                     c.worker_id, limit=free, queues=c.queues, lease=c.lease, using=c.database

@@ -54,3 +54,21 @@ def test_the_two_claims_differ_only_in_how_they_pick_candidates() -> None:
     assert query("claim_queues").split("chosen AS MATERIALIZED")[1] == lease
     assert "unnest(%(queues)s::text[])" in query("claim_queues")
     assert "%(queues)s" not in query("claim")
+
+
+def test_comments_hold_no_placeholders() -> None:
+    """A comment is part of the statement's text: psycopg would ask for its parameter."""
+    for name, text in QUERIES.items():
+        comments = [line for line in text.splitlines() if line.lstrip().startswith("--")]
+        assert not [c for c in comments if "%(" in c], name
+
+
+def test_a_claim_variant_binds_no_limit_and_no_queues() -> None:
+    from django_pgqueue.sql import variant
+
+    text = variant("claim_queues", limit=16, queues=("emails", "sms"))
+    assert "%(limit)s" not in text
+    assert "%(queues)s" not in text
+    assert "LIMIT 16" in text
+    assert "ARRAY['emails', 'sms']::text[]" in text
+    assert set(re.findall(r"%\((\w+)\)s", text)) == {"worker", "lease", "token"}

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import traceback
 from typing import TYPE_CHECKING, Any
 
+from django.core.signals import setting_changed
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -76,10 +78,11 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
     except BaseException as exc:
         _finished(backend, result, exc)  # inside except: the log receiver sees exc_info
         raise
-    # As Django does: tuples become lists, bytes str. A value it cannot normalise is
-    # left as it is, for dumps() to name the offending part.
-    with contextlib.suppress(TypeError, ValueError):
-        value = normalize_json(value)
+    if value is not None and not isinstance(value, str | int | float):
+        # As Django does: tuples become lists, bytes str. A value it cannot
+        # normalise is left as it is, for dumps() to name the offending part.
+        with contextlib.suppress(TypeError, ValueError):
+            value = normalize_json(value)
     try:
         encoded = dumps(value, "the return value")
     except InvalidJobArguments as exc:
@@ -90,13 +93,33 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
     return Encoded(encoded)  # checked and encoded once: the executor stores the text
 
 
+_backends = threading.local()
+
+
+def _forget_backends(*, setting: str, **kwargs: Any) -> None:
+    if setting == "TASKS":
+        _backends.__dict__.clear()
+
+
+setting_changed.connect(_forget_backends)
+
+
 def _backend_for(task: Task[Any, Any]) -> BaseTaskBackend:
-    """The pgqueue backend the run is reported under.
+    """The pgqueue backend the run is reported under, kept per job thread (looking
+    it up through Django's handler costs an asgiref Local access per job).
 
     Normally the task's own alias. A task declared on another backend and sent
     here with ``using(backend=...)`` is reported under the first pgqueue alias.
     """
-    backend = task_backends[task.backend]
+    found: BaseTaskBackend | None = getattr(_backends, task.backend, None)
+    if found is None:
+        found = _find_backend(task.backend)
+        setattr(_backends, task.backend, found)
+    return found
+
+
+def _find_backend(alias: str) -> BaseTaskBackend:
+    backend = task_backends[alias]
     if isinstance(backend, PgQueueBackend):
         return backend
     for alias in task_backends.settings:

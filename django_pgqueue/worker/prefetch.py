@@ -28,6 +28,7 @@ class Prefetch:
         self.concurrency = concurrency
         self.fixed = fixed
         self._average: float | None = None
+        self._limit = 0 if fixed is None else fixed  # read on every job: kept ready
         self._lock = threading.Lock()
 
     @property
@@ -36,15 +37,7 @@ class Prefetch:
 
     def limit(self) -> int:
         """Jobs to hold beyond the threads right now."""
-        if self.fixed is not None:
-            return self.fixed
-        average = self._average
-        if average is None:
-            return 0
-        deepest = MAX_PER_THREAD * self.concurrency
-        if average <= 0:
-            return deepest
-        return min(deepest, int(self.concurrency * TARGET_WAIT / average))
+        return self._limit
 
     def observe(self, seconds: float) -> None:
         """A job ran for ``seconds`` (from its start, not its claim)."""
@@ -52,8 +45,13 @@ class Prefetch:
             return
         with self._lock:
             average = self._average
-            self._average = (
-                seconds if average is None else (average + SMOOTHING * (seconds - average))
+            average = seconds if average is None else average + SMOOTHING * (seconds - average)
+            self._average = average
+            deepest = MAX_PER_THREAD * self.concurrency
+            self._limit = (
+                deepest
+                if average <= 0
+                else min(deepest, int(self.concurrency * TARGET_WAIT / average))
             )
 
     def describe(self) -> str:

@@ -62,7 +62,12 @@ def claim(
     worker: str, limit: int, queues: Sequence[str] | None, lease: float, alias: str
 ) -> list[ClaimedJob]:
     """Lease up to ``limit`` ready jobs to ``worker`` in one statement, committed at once."""
-    params = {"worker": worker, "lease": lease, "token": next_token()}
+    params = {
+        "worker": worker,
+        "lease": lease,
+        "token": next_token(),
+        "commit": runner.commit_mode(),
+    }
     # Serving chosen queues: one index range per queue (see queries.sql). The
     # limit and the queues are written into the statement, for the planner (the
     # worker asks in powers of two, batch_size(): a dozen variants at most).
@@ -101,6 +106,7 @@ def complete(worker: str, successes: Sequence[Success], alias: str) -> set[int]:
         "complete",
         {
             "worker": worker,
+            "commit": runner.commit_mode(),
             "ids": [s.job_id for s in successes],
             "runs": [s.run for s in successes],
             "results": [s.result for s in successes],
@@ -118,6 +124,7 @@ def fail(worker: str, failures: Sequence[Failure], alias: str) -> dict[int, str]
         "fail",
         {
             "worker": worker,
+            "commit": runner.commit_mode(),
             "ids": [f.job_id for f in failures],
             "runs": [f.run for f in failures],
             "delays": [f.delay for f in failures],
@@ -141,6 +148,7 @@ def heartbeat(
         "heartbeat",
         {
             "worker": worker,
+            "commit": runner.commit_mode(),
             "ids": [r[0] for r in runs],
             "runs": [r[1] for r in runs],
             "lease": lease,
@@ -158,6 +166,7 @@ def release(worker: str, runs: Sequence[tuple[int, int]], reason: str, alias: st
         "release",
         {
             "worker": worker,
+            "commit": runner.commit_mode(),
             "ids": [r[0] for r in runs],
             "runs": [r[1] for r in runs],
             "reason": reason,

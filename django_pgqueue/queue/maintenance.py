@@ -21,7 +21,7 @@ def reap(batch_size: int, alias: str) -> ReapResult:
     """Return jobs whose lease expired to the queue (or bury them), batch by batch."""
     returned = buried = 0
     while True:
-        rows = runner.fetch("reap", {"limit": batch_size}, alias)
+        rows = runner.fetch("reap", {"limit": batch_size, "commit": runner.commit_mode()}, alias)
         returned += sum(1 for row in rows if row["status"] == JobStatus.QUEUED)
         buried += sum(1 for row in rows if row["status"] == JobStatus.DEAD)
         if len(rows) < batch_size:
@@ -87,11 +87,6 @@ def prune_bound(older_than: dt.timedelta | float) -> dt.datetime:
     return timezone.now() - dt.timedelta(seconds=seconds)
 
 
-def relax_commit(relaxed: bool, alias: str) -> None:
-    """This connection's commits skip the WAL flush (worker bookkeeping only), or not."""
-    runner.fetch("relax_commit" if relaxed else "reset_commit", {}, alias, prepare=False)
-
-
 def stats(alias: str) -> list[QueueStats]:
     """Counts by queue and status, the oldest ready job's age, recent deaths."""
     return [
@@ -109,4 +104,4 @@ def stats(alias: str) -> list[QueueStats]:
     ]
 
 
-__all__ = ["FINISHED", "RETRY_BATCH", "cancel", "prune", "reap", "relax_commit", "retry", "stats"]
+__all__ = ["FINISHED", "RETRY_BATCH", "cancel", "prune", "reap", "retry", "stats"]

@@ -132,11 +132,6 @@ class QueueOperations:
             maintenance.prune_bound(older_than), statuses, batch_size, dry_run, self._alias(using)
         )
 
-    def relax_commit(self, relaxed: bool = True, *, using: str | None = None) -> None:
-        """Let this connection's commits skip the WAL flush (worker bookkeeping
-        only), or with ``relaxed=False`` restore the configured behaviour."""
-        maintenance.relax_commit(relaxed, self._alias(using))
-
     def stats(self, *, using: str | None = None) -> list[QueueStats]:
         """Counts by queue and status, the oldest ready job's age, recent deaths."""
         return maintenance.stats(self._alias(using))

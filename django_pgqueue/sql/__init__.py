@@ -26,9 +26,12 @@ def _load() -> dict[str, str]:
         queries[name] = body.strip().rstrip(";")
     for name, body in queries.items():
         queries[name] = _INCLUDE.sub(lambda m: queries[m[1]], body)
+    PARTS.update({name: body for name, body in queries.items() if name.startswith("_")})
     return {name: body for name, body in queries.items() if not name.startswith("_")}
 
 
+#: The shared parts (blocks named _...), by name.
+PARTS: dict[str, str] = {}
 QUERIES: dict[str, str] = _load()
 
 

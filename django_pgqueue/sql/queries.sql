@@ -106,6 +106,8 @@ WHERE unique_key = %(unique_key)s::text AND status IN ('queued', 'running');
 --   with no attempt left gets a last one), so no row can make this statement
 --   fail for the others.
 WITH
+-- include: _relax_commit
+,
 -- include: _claim_candidates_all
 -- include: _claim_lease
 
@@ -116,6 +118,8 @@ WITH
 -- A queue's claim then costs the same whatever the other queues hold; filtering
 -- the ready index by queue instead would walk past every other queue's backlog.
 WITH
+-- include: _relax_commit
+,
 -- include: _claim_candidates_by_queue
 -- include: _claim_lease
 
@@ -177,7 +181,7 @@ SET status = 'running',
     -- The newest 100 claimers only: a job retried for ever must not grow without bound.
     worker_ids = (CASE WHEN jsonb_array_length(j.worker_ids) < 100 THEN j.worker_ids
                        ELSE j.worker_ids - 0 END) || to_jsonb(%(worker)s::text)
-FROM chosen
+FROM chosen, relax
 WHERE j.id = chosen.id
 -- What running the job needs, and what a Tasks-framework result reports (so the
 -- worker never reads the row again). Timestamps come as epoch seconds (float8:
@@ -198,10 +202,12 @@ RETURNING j.id, j.lease_token AS run, j.task, j.args::text AS args, j.kwargs::te
 -- name: complete
 -- Record finished runs in one statement. The fence (still running, the same run,
 -- the same worker) stops a run whose lease expired from overwriting a newer run.
+WITH
+-- include: _relax_commit
 UPDATE pgqueue_job AS j
 SET status = 'done', done_at = now(), locked_until = NULL, result = c.result::jsonb
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[], %(results)s::text[])
-     AS c (id, run, result)
+     AS c (id, run, result), relax
 WHERE j.id = c.id AND j.status = 'running' AND j.lease_token = c.run
   AND j.locked_by = %(worker)s::text
 RETURNING j.id;
@@ -209,6 +215,8 @@ RETURNING j.id;
 -- name: fail
 -- Record failed runs: back to queued after the given delay, or dead when the
 -- attempts are spent (or the failure is final). Fenced like complete.
+WITH
+-- include: _relax_commit
 UPDATE pgqueue_job AS j
 SET status = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
     run_at = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN j.run_at
@@ -222,28 +230,32 @@ SET status = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN 'dead' ELSE 
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[], %(delays)s::float8[],
             %(exceptions)s::text[], %(messages)s::text[], %(tracebacks)s::text[],
             %(finals)s::bool[])
-     AS f (id, run, delay, exception, message, traceback, final)
+     AS f (id, run, delay, exception, message, traceback, final), relax
 WHERE j.id = f.id AND j.status = 'running' AND j.lease_token = f.run
   AND j.locked_by = %(worker)s::text
 RETURNING j.id, j.status;
 
 -- name: heartbeat
 -- Extend the leases this worker still holds on these runs; returns the runs still held.
+WITH
+-- include: _relax_commit
 UPDATE pgqueue_job AS j
 SET locked_until = now() + make_interval(secs => %(lease)s::float8)
-FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS h (id, run)
+FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS h (id, run), relax
 WHERE j.id = h.id AND j.lease_token = h.run AND j.status = 'running'
   AND j.locked_by = %(worker)s::text
 RETURNING j.id, j.lease_token AS run;
 
 -- name: release
 -- Give runs back without spending their attempt (a stopping worker).
+WITH
+-- include: _relax_commit
 UPDATE pgqueue_job AS j
 SET status = 'queued', locked_until = NULL, attempts = greatest(j.attempts - 1, 0),
     errors = pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, 'WorkerShutdown',
                                                               %(reason)s::text, '')),
     error_count = least(j.error_count + 1, 1000000000)
-FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS r (id, run)
+FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS r (id, run), relax
 WHERE j.id = r.id AND j.status = 'running' AND j.lease_token = r.run
   AND j.locked_by = %(worker)s::text
 RETURNING j.id;
@@ -253,7 +265,9 @@ RETURNING j.id;
 -- a job is touched only while its lease is expired, and each pass takes a batch.
 -- The worker may have finished the run and failed to record it (it died, hung,
 -- or lost the database), which the entry says.
-WITH expired AS MATERIALIZED (
+WITH
+-- include: _relax_commit
+, expired AS MATERIALIZED (
     SELECT id FROM pgqueue_job
     WHERE status = 'running' AND locked_until < now()
     ORDER BY locked_until
@@ -272,7 +286,7 @@ SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' EN
         'or lost the database, and the run may have finished', COALESCE(j.locked_by, '?')),
         '')),
     error_count = least(j.error_count + 1, 1000000000)
-FROM expired
+FROM expired, relax
 WHERE j.id = expired.id AND j.status = 'running' AND j.locked_until < now()
 RETURNING j.status;
 
@@ -350,15 +364,20 @@ SELECT count(*) AS deleted FROM deleted;
 SELECT count(*) AS jobs FROM pgqueue_job
 WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz;
 
--- name: relax_commit
--- The worker's own bookkeeping (claim, complete, fail, heartbeat, reap, release)
+-- name: _relax_commit
+-- The worker's own bookkeeping (claim, complete, fail, heartbeat, release, reap)
 -- need not wait for the WAL flush: losing its last moments in a crash can only
--- run a job again, which at-least-once allows. Set on the worker's own
--- connections only, never on the connections jobs or enqueues use.
-SET synchronous_commit TO off;
-
--- name: reset_commit
-RESET synchronous_commit;
+-- run a job again, which at-least-once allows. The setting is the statement's
+-- transaction's own (set_config(..., true) is read when it commits), never the
+-- session's: behind a transaction pooler a session setting would stay on the
+-- server connection for whoever used it next, such as a web request whose
+-- enqueue must be durable. The commit parameter is 'off' for the worker's own
+-- statements (ASYNC_COMMIT), and NULL (the setting unchanged) for anyone else.
+relax AS MATERIALIZED (
+    SELECT set_config('synchronous_commit',
+                      COALESCE(%(commit)s::text, current_setting('synchronous_commit')),
+                      true) AS commit_mode
+)
 
 -- name: stats
 -- Counts by queue and status, with what monitoring should alert on.

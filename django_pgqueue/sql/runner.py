@@ -12,6 +12,7 @@ query log, so ``assertNumQueries`` and debug tools see them.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -25,6 +26,23 @@ from django_pgqueue import conf
 from django_pgqueue.sql import query
 
 Row = dict[str, Any]
+_thread = threading.local()
+
+
+def bookkeeping(on: bool = True) -> None:
+    """Mark (or unmark) this thread as one of a worker's own: with ``ASYNC_COMMIT``,
+    its bookkeeping statements commit without waiting for the WAL flush. Job
+    threads are never marked: a job's writes keep the project's durability."""
+    _thread.bookkeeping = on
+
+
+def commit_mode() -> str | None:
+    """The ``commit`` parameter of the bookkeeping statements: ``'off'`` on a worker's
+    own thread with ``ASYNC_COMMIT``, else None (the setting left as it is). It is
+    transaction-local: nothing stays set on the connection (see queries.sql)."""
+    if getattr(_thread, "bookkeeping", False) and conf.get().ASYNC_COMMIT:
+        return "off"
+    return None
 
 
 #: With PREPARE, the connection's own threshold for preparing statements it has not

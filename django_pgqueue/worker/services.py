@@ -17,41 +17,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from django.db import connections
-from django.db.backends.signals import connection_created
 
-from django_pgqueue import conf
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
-from django_pgqueue.models import Job
+from django_pgqueue.sql import runner
 
 logger = logging.getLogger("django_pgqueue")
-
-_bookkeeping = threading.local()
 
 
 def bookkeeping_thread(alias: str, on: bool = True) -> None:
     """Mark (or unmark) this thread as one of the worker's own: with
-    ``ASYNC_COMMIT``, its connections commit without waiting for the WAL flush.
-    Job threads are never marked: a job's writes keep the durability the project
-    configured. A connection the thread already holds is switched too."""
-    _bookkeeping.on = on
-    wrapper = connections[alias]
-    if conf.get().ASYNC_COMMIT and wrapper.connection is not None and wrapper.is_usable():
-        Job.objects.relax_commit(on, using=alias)
-
-
-def _relax_new_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
-    if (
-        getattr(_bookkeeping, "on", False)
-        and connection.vendor == "postgresql"
-        and conf.get().ASYNC_COMMIT
-    ):
-        Job.objects.relax_commit(using=connection.alias)
-
-
-connection_created.connect(_relax_new_connection, dispatch_uid="pgqueue-relax-commit")
+    ``ASYNC_COMMIT``, its bookkeeping statements commit without waiting for the
+    WAL flush (transaction-local, see queries.sql). Job threads are never marked."""
+    runner.bookkeeping(on)
 
 
 def reset_connection(alias: str) -> None:

@@ -11,6 +11,7 @@ from django.db import connection, connections
 from django.test import override_settings
 
 from django_pgqueue.models import Job
+from django_pgqueue.sql import PARTS, runner
 from django_pgqueue.worker.services import bookkeeping_thread
 from tests.testapp.tasks import show_synchronous_commit
 
@@ -30,13 +31,22 @@ def durable_sessions() -> Iterator[None]:
         cursor.execute(f'ALTER DATABASE "{name}" RESET synchronous_commit')
 
 
-def setting_in_thread(mark: bool) -> str:
+PROBE = """WITH
+-- include: _relax_commit
+SELECT current_setting('synchronous_commit') AS inside FROM relax"""
+
+
+def settings_in_thread(mark: bool) -> tuple[str, str]:
+    """(the setting inside a bookkeeping statement, the session's setting after it)."""
     seen: list[str] = []
 
     def run() -> None:
         try:
             if mark:
                 bookkeeping_thread("default")
+            text = PROBE.replace("-- include: _relax_commit", PARTS["_relax_commit"])
+            (row,) = runner.fetch("probe", {"commit": runner.commit_mode()}, "default", text=text)
+            seen.append(row["inside"])
             with connections["default"].cursor() as cursor:
                 cursor.execute("SHOW synchronous_commit")
                 seen.append(cursor.fetchone()[0])
@@ -46,14 +56,14 @@ def setting_in_thread(mark: bool) -> str:
     thread = threading.Thread(target=run)
     thread.start()
     thread.join()
-    return seen[0]
+    return seen[0], seen[1]
 
 
-def test_only_bookkeeping_threads_commit_without_waiting_for_the_flush() -> None:
-    assert setting_in_thread(mark=True) == "off"
-    assert setting_in_thread(mark=False) == "on"
+def test_only_bookkeeping_statements_commit_without_waiting_for_the_flush() -> None:
+    assert settings_in_thread(mark=True) == ("off", "on")  # nothing stays on the session
+    assert settings_in_thread(mark=False) == ("on", "on")
     with override_settings(PGQUEUE={"ASYNC_COMMIT": False}):
-        assert setting_in_thread(mark=True) == "on"
+        assert settings_in_thread(mark=True) == ("on", "on")
 
 
 def test_jobs_and_the_caller_keep_the_projects_durability() -> None:

@@ -188,7 +188,8 @@ def test_claim_statement_locks_only_the_rows_it_returns(db_url: str) -> None:
         from django_pgqueue.sql import query
 
         rows = tx.execute(
-            query("claim"), {"worker": "w", "limit": 2, "queues": None, "lease": 30, "token": 1}
+            query("claim"),
+            {"worker": "w", "limit": 2, "queues": None, "lease": 30, "token": 1, "commit": None},
         ).fetchall()
         assert len(rows) == 2
         with psycopg.connect(db_url, autocommit=True) as other:
@@ -214,7 +215,7 @@ def test_claim_plan_uses_the_partial_index_with_many_finished_rows() -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "EXPLAIN " + query("claim"),
-            {"worker": "w", "limit": 10, "queues": None, "lease": 30, "token": 1},
+            {"worker": "w", "limit": 10, "queues": None, "lease": 30, "token": 1, "commit": None},
         )
         plan = "\n".join(r[0] for r in cursor.fetchall())
     assert "pgqueue_job_ready" in plan, plan

@@ -59,7 +59,7 @@ def test_the_tasks_path_reads_nothing_per_job_beyond_the_claim_and_the_batched_o
     assert not [s for s in other if "pgqueue_job" in s], other
     names = [s.split()[2] for s in ours]
     assert names.count("claim") + names.count("complete") < count / 2  # batched
-    assert set(names) <= {"claim", "complete", "fail", "heartbeat", "reap", "relax_commit"}
+    assert set(names) <= {"claim", "complete", "fail", "heartbeat", "reap"}
 
 
 def test_a_running_result_is_built_from_the_claim_with_the_same_content(
@@ -94,7 +94,7 @@ def claim_plan(queue: str) -> dict[str, Any]:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             "EXPLAIN (ANALYZE, FORMAT JSON) " + query("claim_queues"),
-            {"worker": "w", "limit": 1, "queues": [queue], "lease": 30, "token": 1},
+            {"worker": "w", "limit": 1, "queues": [queue], "lease": 30, "token": 1, "commit": None},
         )
         (plan,) = cursor.fetchone()
         transaction.set_rollback(True)

@@ -20,8 +20,6 @@ EXPECTED = {
     "prune",
     "count_prunable",
     "stats",
-    "relax_commit",
-    "reset_commit",
     "reserve_ids",
     "copy_jobs",
     "notify_queues",
@@ -71,4 +69,4 @@ def test_a_claim_variant_binds_no_limit_and_no_queues() -> None:
     assert "%(queues)s" not in text
     assert "LIMIT 16" in text
     assert "ARRAY['emails', 'sms']::text[]" in text
-    assert set(re.findall(r"%\((\w+)\)s", text)) == {"worker", "lease", "token"}
+    assert set(re.findall(r"%\((\w+)\)s", text)) == {"worker", "lease", "token", "commit"}

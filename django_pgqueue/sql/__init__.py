@@ -9,7 +9,7 @@ names start with ``_`` are such parts, not statements.
 from __future__ import annotations
 
 import re
-from functools import cache
+from functools import lru_cache
 from importlib import resources
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
@@ -44,7 +44,7 @@ def query(name: str) -> str:
 _LITERALS = {"limit": "%(limit)s::int", "queues": "%(queues)s::text[]"}
 
 
-@cache
+@lru_cache(maxsize=256)
 def variant(name: str, *, limit: int, queues: tuple[str, ...] | None = None) -> str:
     """Statement ``name`` with its ``limit`` (and ``queues``) written into the text.
 

@@ -131,7 +131,7 @@ class Worker:
             if thread is not None:
                 thread.start()
         self.pool.start()
-        bookkeeping_thread(self.config.database)  # the claim loop runs here
+        bookkeeping_thread()  # the claim loop runs here
         try:
             self._loop()
         except BaseException as exc:  # a bug of ours: give the jobs back, exit non-zero
@@ -139,7 +139,7 @@ class Worker:
             self.fail_fast(f"the claim loop failed: {type(exc).__name__}: {exc}")
         finally:
             status = shutdown.Shutdown(self).run()
-            bookkeeping_thread(self.config.database, on=False)
+            bookkeeping_thread(on=False)
         self.events.emit("stopped", status=status)
         return status
 

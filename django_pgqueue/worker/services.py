@@ -26,7 +26,7 @@ from django_pgqueue.sql import runner
 logger = logging.getLogger("django_pgqueue")
 
 
-def bookkeeping_thread(alias: str, on: bool = True) -> None:
+def bookkeeping_thread(on: bool = True) -> None:
     """Mark (or unmark) this thread as one of the worker's own: with
     ``ASYNC_COMMIT``, its bookkeeping statements commit without waiting for the
     WAL flush (transaction-local, see queries.sql). Job threads are never marked."""
@@ -112,7 +112,7 @@ class ServiceThread(threading.Thread):
     def run(self) -> None:
         backoff = Backoff()
         try:
-            bookkeeping_thread(self.alias)
+            bookkeeping_thread()
             while not self._halt.is_set():
                 try:
                     pause = self.step()

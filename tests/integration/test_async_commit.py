@@ -43,7 +43,7 @@ def settings_in_thread(mark: bool) -> tuple[str, str]:
     def run() -> None:
         try:
             if mark:
-                bookkeeping_thread("default")
+                bookkeeping_thread()
             text = PROBE.replace("-- include: _relax_commit", PARTS["_relax_commit"])
             (row,) = runner.fetch("probe", {"commit": runner.commit_mode()}, "default", text=text)
             seen.append(row["inside"])

@@ -104,12 +104,12 @@ def last_done() -> tuple[float, int, int, int]:
     return float(row[0] or 0.0), int(row[1]), int(row[2]), int(row[3])
 
 
-def ours(n: int, *flags: str, tasks_path: bool = False) -> Drain:
+def ours(n: int, *flags: str, tasks_path: bool = False, env: dict[str, str] | None = None) -> Drain:
     """Drain ``n`` fresh no-op jobs with one ``runworker --burst`` process."""
     enqueue_noops(n, task_path(tasks_path, "noop"))
     db = DatabaseCpu()
     db_before = db.seconds()
-    worker = Process.start("runworker", "--burst", "-v", "0", *flags)
+    worker = Process.start("runworker", "--burst", "-v", "0", *flags, env=env)
     worker.wait(progress=writes("pgqueue_job"))
     wall = time.time() - worker.started
     db_after = db.seconds()
@@ -206,6 +206,8 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
     the_base = base(n)
     fixed_base = base(n, baseline.READY_INDEX_FIXED)
     tasks_run, direct_run = headline(n, scale.drain_repeats)
+    # What the Tasks path costs beyond Django's own two log lines per job.
+    quiet_run = ours(n, *SLOTS, tasks_path=True, env={"BENCH_TASKS_LOG_LEVEL": "WARNING"})
     best, tried = sweep(scale.sweep_jobs)
     tuned = ours(n, *best)
     boot_wall, boot_cpu = startup()
@@ -243,6 +245,19 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
                 **peer_values(facts, "w2_cpu"),
             },
             (Target("<=", CPU_TARGET_MS),),
+        ),
+        Row(
+            "W2 drain",
+            "the same, Tasks path without the framework's two INFO lines per job "
+            "(`django.tasks` logger at WARNING)",
+            "jobs/s",
+            {"tasks": quiet_run.rate},
+        ),
+        Row(
+            "W2 drain",
+            "worker CPU per job, without those log lines",
+            "ms",
+            {"tasks": quiet_run.worker_ms},
         ),
         Row(
             "W2 drain",

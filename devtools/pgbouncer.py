@@ -79,8 +79,10 @@ class PgBouncer:
     """One PgBouncer in front of the server of ``server_url`` (a postgres:// URL).
 
     ``pool_mode`` and ``pool_size`` are PgBouncer's ``pool_mode`` and
-    ``default_pool_size``; ``settings`` adds lines to its ``[pgbouncer]`` section.
-    Every database of the server is reachable through it under its own name.
+    ``default_pool_size``; ``settings`` adds lines to its ``[pgbouncer]`` section,
+    ``database_options`` options to its one (wildcard) database entry, such as
+    ``connect_query``. Every database of the server is reachable through it under
+    its own name.
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class PgBouncer:
         pool_mode: str = "transaction",
         pool_size: int = 20,
         settings: dict[str, str] | None = None,
+        database_options: dict[str, str] | None = None,
     ) -> None:
         self.binary = ensure_installed()
         server = urlsplit(server_url)
@@ -102,6 +105,7 @@ class PgBouncer:
         self.pool_mode = pool_mode
         self.pool_size = pool_size
         self.settings = dict(settings or {})
+        self.database_options = dict(database_options or {})
         self.folder = Path(tempfile.mkdtemp(prefix="pgqueue-pgbouncer-"))
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -118,6 +122,8 @@ class PgBouncer:
         server = f"host={self.server_host} port={self.server_port} user={self.user}"
         if self.server_password:
             server += f" password={self.server_password}"
+        for name, value in self.database_options.items():
+            server += " " + name + "='" + value.replace("'", "''") + "'"
         options = {
             "listen_addr": "127.0.0.1",
             "listen_port": str(self.port),
@@ -158,14 +164,15 @@ class PgBouncer:
         # setpriv (util-linux, always on Debian) makes it die with the thread that
         # started it, without a preexec_fn (unsafe in a process with threads).
         die_with_us = ["setpriv", "--pdeathsig", "TERM"] if shutil.which("setpriv") else []
-        self.process = subprocess.Popen(
-            [*die_with_us, self.binary, str(config)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            cwd="/",
-            **kwargs,
-        )
+        with open(self.folder / "stderr.log", "wb") as stderr:  # the child keeps its own copy
+            self.process = subprocess.Popen(
+                [*die_with_us, self.binary, str(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                cwd="/",
+                **kwargs,
+            )
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -217,11 +224,11 @@ class PgBouncer:
             shutil.rmtree(self.folder)
 
     def _last_log_line(self) -> str:
-        try:
-            lines = self.log_file.read_text().strip().splitlines()
-        except OSError:
-            return "no log was written"
-        return lines[-1] if lines else "the log is empty"
+        lines: list[str] = []
+        for log in (self.log_file, self.folder / "stderr.log"):
+            with contextlib.suppress(OSError):
+                lines += log.read_text().strip().splitlines()
+        return lines[-1] if lines else "nothing was logged"
 
     def __enter__(self) -> PgBouncer:
         return self.start()

@@ -36,8 +36,9 @@ from django_pgqueue.records import JobSpec
 from tests.testapp.tasks import tracked
 for i in range(500):
     tracked.enqueue(f"pool-{i}")  # one transaction each, with its NOTIFY
-for start in range(500, 5000, 500):
-    Job.objects.enqueue_many(JobSpec.build(tracked, [f"pool-{i}"]) for i in range(start, start + 500))
+for first in range(500, 5000, 500):
+    batch = range(first, first + 500)
+    Job.objects.enqueue_many(JobSpec.build(tracked, [f"pool-{i}"]) for i in batch)
 print("enqueued")
 """
 
@@ -73,7 +74,8 @@ def test_four_workers_drain_5000_jobs_through_pgbouncer_each_job_once(
     assert bouncer.transactions(name) - before >= 500 + 5000
     assert bouncer.server_connections(name) <= 8
     for worker in workers:  # ...and nothing complained on the way.
-        assert "WARNING" not in worker.output and "ERROR" not in worker.output, worker.output
+        assert "WARNING" not in worker.output, worker.output
+        assert "ERROR" not in worker.output, worker.output
 
 
 WEB_ENQUEUE = """
@@ -96,9 +98,10 @@ def pooled_session(bouncer: PgBouncer, name: str) -> psycopg.Connection[tuple[ob
 def server_state(bouncer: PgBouncer, name: str) -> tuple[int, str]:
     """(the server process, its synchronous_commit) a new pooled client is given."""
     with pooled_session(bouncer, name) as conn:
-        row = conn.execute("SELECT pg_backend_pid(), current_setting('synchronous_commit')")
-        pid, commit = row.fetchone() or (0, "")
-        return int(pid), str(commit)
+        cursor = conn.execute("SELECT pg_backend_pid(), current_setting('synchronous_commit')")
+        row = cursor.fetchone()
+        assert row is not None
+        return int(str(row[0])), str(row[1])
 
 
 def test_an_enqueue_after_a_worker_on_the_same_server_connection_commits_durably(

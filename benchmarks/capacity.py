@@ -1,14 +1,14 @@
-"""Capacity of one primary: ``python -m benchmarks.capacity [JOBS] [WORKERS,...]``.
+"""Capacity of one primary: ``python -m benchmarks.capacity [JOBS] [WORKERS,...] [REPEATS]``.
 
-For 1, 2, 4 and 8 ``runworker --burst --concurrency 8`` processes draining the
-same backlog of no-op jobs on a durable embedded PostgreSQL 18.6 (fsync on):
-throughput (first claim to last outcome), the server's CPU seconds per job (so jobs/s per PostgreSQL core),
-the server connections each worker process held at most, and the claim
-statement's share of the server's statement execution time
-(``pg_stat_statements``), with its mean time per call and jobs per call. On a
-machine others share, read the medians: CPU contention inflates every figure. The numbers of docs/operations.md's
-capacity section come from this. Not part of ``make bench``: it restarts the
-server with ``pg_stat_statements`` loaded.
+For each count of ``runworker --burst --concurrency 8`` processes (1, 2, 4, 8)
+draining the same backlog of no-op jobs on a durable embedded PostgreSQL 18.6
+(fsync on): throughput (first claim to last outcome), the server's CPU seconds
+per job (so jobs/s per PostgreSQL core), the server connections each worker
+process held at most, the statements' execution time per job and the claim's
+share of it (``pg_stat_statements``), with the claim's mean time and jobs per
+call. The numbers of docs/operations.md's capacity section come from this. On a
+machine others share, read the medians: CPU contention inflates every figure.
+Not part of ``make bench``: it restarts the server with ``pg_stat_statements``.
 """
 
 from __future__ import annotations

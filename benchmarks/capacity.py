@@ -78,8 +78,8 @@ def drain(jobs: int, processes: int) -> dict[str, float]:
     db_seconds = (db.seconds() or 0.0) - db_before
     finished, done, _, _ = last_done()
     with connect() as conn:  # from the first claim: the processes' start-up is not the server's
-        row = conn.execute("SELECT extract(epoch FROM min(attempted_at)) FROM pgqueue_job")
-        started = float((row.fetchone() or (0.0,))[0])
+        first = conn.execute("SELECT extract(epoch FROM min(attempted_at)) FROM pgqueue_job")
+        started = float((first.fetchone() or (0.0,))[0])
     if done != jobs:
         raise RuntimeError(f"{processes} workers left {jobs - done} of {jobs} jobs undone")
     with connect() as conn:

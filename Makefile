@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv browser test test-fast lint demo lab admin bench docs check-wheel clean
+.PHONY: help venv browser pgbouncer test test-fast lint demo lab admin bench docs check-wheel clean
 
 help:
 	@echo "make demo   run the example project's queue end to end"
@@ -48,13 +48,22 @@ browser:
 	  else echo "chromium/chromedriver missing: the browser test will skip (or fail when CI is set)"; fi; \
 	fi
 
+# The pooler tests (tests/cluster) run Debian's PgBouncer, installed the same way.
+pgbouncer:
+	@if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing pgbouncer from apt"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null; \
+	  else echo "pgbouncer missing: the pooler tests will skip (or fail when CI is set)"; fi; \
+	fi
+
 # Settings start no server (mypy imports tests.settings); pytest starts its own
 # (devtools/pytest_plugin.py), makemigrations gets one from devtools.with_pg.
 # Branch coverage of the package, worker subprocesses included; the floor is what
 # the suite reaches, so it can only rise.
 COVERAGE_FLOOR ?= 91
 
-test: $(STAMP) lint browser
+test: $(STAMP) lint browser pgbouncer
 	$(PY) -m devtools.with_pg -m django makemigrations --check --dry-run --settings=tests.settings
 	$(PY) -m pytest --cov --cov-report=term --cov-fail-under=$(COVERAGE_FLOOR) $(PYTEST_ARGS)
 

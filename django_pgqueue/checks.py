@@ -1,7 +1,8 @@
-"""System checks, ids ``django_pgqueue.E00x``."""
+"""System checks, ids ``django_pgqueue.E00x`` (errors) and ``W00x`` (warnings)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from django.core import checks
@@ -9,29 +10,88 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from django_pgqueue import conf
+from django_pgqueue.dberrors import is_transient
+from django_pgqueue.pooler import alias_through_pooler
+
+
+def _database_problem(key: str, alias: str, check_id: str) -> checks.CheckMessage | None:
+    if alias not in connections:
+        return checks.Error(f"PGQUEUE[{key!r}] = {alias!r} is not in DATABASES", id=check_id)
+    vendor = connections[alias].vendor
+    if vendor != "postgresql":
+        return checks.Error(
+            f"django-pgqueue needs PostgreSQL, but database {alias!r} is {vendor}",
+            hint=f"Point PGQUEUE[{key!r}] at a PostgreSQL database.",
+            id=check_id,
+        )
+    return None
 
 
 @checks.register(checks.Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """E001: PGQUEUE is invalid. E002: its DATABASE is missing or not PostgreSQL."""
+    """E001: PGQUEUE is invalid. E002: its DATABASE is missing or not PostgreSQL.
+    E003: its LISTEN_DATABASE is."""
     try:
         settings = conf.get()
     except ImproperlyConfigured as exc:
         return [checks.Error(str(exc), id="django_pgqueue.E001")]
-    if settings.DATABASE not in connections:
-        return [
-            checks.Error(
-                f"PGQUEUE['DATABASE'] = {settings.DATABASE!r} is not in DATABASES",
-                id="django_pgqueue.E002",
+    problems = [_database_problem("DATABASE", settings.DATABASE, "django_pgqueue.E002")]
+    if settings.LISTEN_DATABASE is not None:
+        problems.append(
+            _database_problem("LISTEN_DATABASE", settings.LISTEN_DATABASE, "django_pgqueue.E003")
+        )
+    return [problem for problem in problems if problem is not None]
+
+
+@checks.register(checks.Tags.database)
+def check_pooler(
+    app_configs: Any = None, databases: Collection[str] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """W001: PREPARE (or psycopg's prepare_threshold) on behind a pooler. W002: workers
+    behind a pooler without LISTEN_DATABASE (they poll). Run by ``migrate`` and
+    ``check --database``, since they connect."""
+    try:
+        settings = conf.get()
+    except ImproperlyConfigured:
+        return []  # E001
+    alias = settings.DATABASE
+    if not databases or alias not in databases or check_settings():
+        return []
+    try:
+        pooled = alias_through_pooler(alias)
+    except Exception as exc:
+        if is_transient(exc):
+            return []  # the server is away: Django's own checks say so
+        raise
+    if not pooled:
+        return []
+    found: list[checks.CheckMessage] = []
+    threshold = connections[alias].settings_dict.get("OPTIONS", {}).get("prepare_threshold")
+    if settings.PREPARE or threshold is not None:
+        what = "PGQUEUE['PREPARE'] is True" if settings.PREPARE else ""
+        if threshold is not None:
+            what += (" and " if what else "") + f"OPTIONS['prepare_threshold'] = {threshold!r}"
+        found.append(
+            checks.Warning(
+                f"database {alias!r} reaches PostgreSQL through a connection pooler, and {what}: "
+                "a transaction pooler that keeps no prepared statements (PgBouncer before 1.21, "
+                "or without max_prepared_statements) fails their next use on another server "
+                "connection",
+                hint="Set PGQUEUE['PREPARE'] = False and leave OPTIONS['prepare_threshold'] "
+                "unset (None, Django's default) for this database, or silence this warning if "
+                "the pool keeps prepared statements or sessions.",
+                id="django_pgqueue.W001",
             )
-        ]
-    vendor = connections[settings.DATABASE].vendor
-    if vendor != "postgresql":
-        return [
-            checks.Error(
-                f"django-pgqueue needs PostgreSQL, but database {settings.DATABASE!r} is {vendor}",
-                hint="Point PGQUEUE['DATABASE'] at a PostgreSQL database.",
-                id="django_pgqueue.E002",
+        )
+    if settings.LISTEN_NOTIFY and settings.LISTEN_DATABASE is None:
+        found.append(
+            checks.Warning(
+                f"database {alias!r} reaches PostgreSQL through a connection pooler and "
+                "PGQUEUE['LISTEN_DATABASE'] is not set: workers cannot LISTEN (or lock their "
+                "worker id) there, so they poll for new jobs",
+                hint="Add a DATABASES alias that connects to PostgreSQL directly and name it "
+                "in PGQUEUE['LISTEN_DATABASE'].",
+                id="django_pgqueue.W002",
             )
-        ]
-    return []
+        )
+    return found

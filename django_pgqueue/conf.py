@@ -24,6 +24,10 @@ class Settings:
 
     #: Database alias the worker and maintenance commands use.
     DATABASE: str = "default"
+    #: Database alias of the worker's one session connection (LISTEN and its worker
+    #: id's lock): one that reaches PostgreSQL without a transaction pooler.
+    #: ``None``: the worker uses DATABASE.
+    LISTEN_DATABASE: str | None = None
     #: Queues a worker serves when ``--queues`` is not given; ``None`` serves every queue.
     QUEUES: tuple[str, ...] | None = None
     #: Queue of a job enqueued without one.
@@ -150,6 +154,10 @@ def _check(key: str, value: Any) -> None:
             )
     elif key == "DATABASE" and (not isinstance(value, str) or not value):
         raise _fail(key, value, "a non-empty string")
+    elif (
+        key == "LISTEN_DATABASE" and value is not None and (not isinstance(value, str) or not value)
+    ):
+        raise _fail(key, value, "None or a database alias (a non-empty string)")
     elif key == "TASK_MODULES" and (
         not isinstance(value, tuple)
         or not all(

@@ -21,3 +21,7 @@ class UnknownTask(PgQueueError, LookupError):
 
 class JobTimeout(PgQueueError):
     """A job ran past the worker's job timeout (``--job-timeout``); it is recorded as failed."""
+
+
+class WorkerIdInUse(PgQueueError):
+    """Another live worker runs with this worker id (``--worker-id``): two would share fencing."""

@@ -7,6 +7,7 @@ embedded PostgreSQL 18.6 and exports its URL before Django reads these settings
 
 from __future__ import annotations
 
+import json
 from importlib.util import find_spec
 
 import environ
@@ -69,6 +70,13 @@ STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 PGQUEUE = {"BACKOFF_BASE": 0.05, "BACKOFF_MAX": 0.2, "LEASE": 30}
+
+# Subprocesses of the pooler and failover tests (tests/cluster) reach their servers
+# in ways one URL cannot say (a second alias, several hosts): JSON objects merged
+# over DATABASES (a new alias starts as a copy of "default") and over PGQUEUE.
+for _alias, _extra in json.loads(env.str("PGQUEUE_TEST_DATABASES", default="{}")).items():
+    DATABASES[_alias] = {**DATABASES.get(_alias, DATABASES["default"]), **_extra}
+PGQUEUE.update(json.loads(env.str("PGQUEUE_TEST_PGQUEUE", default="{}")))
 
 # Django's Tasks framework on our backend (tests/*/test_backend*.py). On Django 5.2
 # the django-tasks backport provides the framework, and its app must be installed.

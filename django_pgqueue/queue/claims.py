@@ -95,6 +95,10 @@ def claim(
                 raise
     else:
         return []
+    # RETURNING comes in the join's order, not the candidates': with other table
+    # statistics (a few thousand rows analysed) the planner hashes and returns them
+    # by id. The worker starts jobs in the order given, so restore the claim's.
+    rows.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
     return [_decoded(row) for row in rows]
 
 

@@ -390,3 +390,14 @@ SELECT queue, status, count(*) AS jobs,
 FROM pgqueue_job
 GROUP BY queue, status
 ORDER BY queue, status;
+
+-- name: backend_pid
+-- The server process answering. Behind a pooler it is not the one whose key the
+-- connection's start-up announced (django_pgqueue.pooler).
+SELECT pg_backend_pid() AS pid;
+
+-- name: lock_worker_id
+-- A worker id's lock, held by the worker's session connection for its lifetime;
+-- false when another live session (another worker with the same id) holds it.
+-- Session-scoped on purpose: only ever run on a session connection.
+SELECT pg_try_advisory_lock(%(key)s::bigint) AS locked;

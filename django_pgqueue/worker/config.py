@@ -14,8 +14,10 @@ from django_pgqueue import conf
 
 
 def default_worker_id() -> str:
-    """host:pid:random, unique per process even across container restarts."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+    """host:pid:random, unique per process even across container restarts (where
+    the host name and pid repeat): 32 random bits make a repeat a one in four
+    billion chance, and the worker id's lock (worker/session.py) catches it."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +39,8 @@ class WorkerConfig:
     listen: bool
     channel: str
     database: str
+    #: The alias of the session connection (LISTEN, the worker id's lock); None: database.
+    listen_database: str | None = None
     burst: bool = False
     max_jobs: int | None = None
     stats_interval: float = 60.0
@@ -69,6 +73,7 @@ class WorkerConfig:
             "listen": settings.LISTEN_NOTIFY,
             "channel": settings.CHANNEL,
             "database": settings.DATABASE,
+            "listen_database": settings.LISTEN_DATABASE,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         if values["queues"] is not None:
@@ -87,4 +92,5 @@ class WorkerConfig:
             f"shutdown_timeout={self.shutdown_timeout:g}s reap={self.reap_interval:g}s "
             f"prune_after={self.prune_after or 'off'} burst={self.burst} "
             f"max_jobs={self.max_jobs or 'unlimited'} database={self.database}"
+            + (f" listen_database={self.listen_database}" if self.listen_database else "")
         )

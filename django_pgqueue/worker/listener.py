@@ -1,7 +1,10 @@
-"""LISTEN for new jobs on a dedicated connection and wake the worker.
+"""The thread that keeps the worker's session connection: LISTEN, and the worker id's lock.
 
 Notifications are a latency optimisation only: they can be lost (a listener
 reconnecting, a job whose run_at arrives later), so the worker keeps polling.
+The session itself (worker/session.py) is opened by the worker before it claims
+anything; this thread reopens it after the connection is lost, and stops the
+worker if its id was taken meanwhile.
 """
 
 from __future__ import annotations
@@ -10,55 +13,68 @@ import logging
 import time
 from collections.abc import Callable
 
-import psycopg
-from django.db import connections
-from psycopg import sql
-
+from django_pgqueue.exceptions import WorkerIdInUse
 from django_pgqueue.worker.services import ServiceThread, Supervision
+from django_pgqueue.worker.session import SessionUnavailable, WorkerSession
 
 logger = logging.getLogger("django_pgqueue")
 
 
 class Listener(ServiceThread):
     """Calls ``wake()`` whenever a job is committed to one of ``queues`` (None: any),
-    and ``on_listening()`` each time it (re)connects."""
+    and ``on_listening()`` each time it (re)connects and listens."""
 
     def __init__(
         self,
-        alias: str,
-        channel: str,
+        session: WorkerSession,
         queues: tuple[str, ...] | None,
         wake: Callable[[], None],
         on_listening: Callable[[], None],
         supervision: Supervision,
     ) -> None:
-        super().__init__(alias, "pgqueue-listener", supervision)
-        self.channel = channel
+        super().__init__(session.alias, "pgqueue-listener", supervision)
+        self.session = session
         self.queues = frozenset(queues) if queues else None
         self.wake = wake
         self.on_listening = on_listening
+        self._announced = False
 
-    def _connect(self) -> psycopg.Connection[tuple[object, ...]]:
-        # A connection of its own, outside Django's per-thread pool: it sits in
-        # LISTEN for the life of the worker, which must be a session (not a
-        # transaction-pooled PgBouncer) connection.
-        wrapper = connections[self.alias]
-        conn: psycopg.Connection[tuple[object, ...]] = wrapper.get_new_connection(
-            wrapper.get_connection_params()
-        )
-        conn.autocommit = True
-        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
-        return conn
+    def _reopen(self) -> bool:
+        """Open the session if it is not; False when this thread must end."""
+        if self.session.is_open and self._announced:
+            return True
+        if not self.session.is_open:
+            try:
+                self.session.open()
+            except WorkerIdInUse as exc:
+                self.supervision.fatal(str(exc))
+                return False
+            except SessionUnavailable as exc:
+                logger.warning("%s", exc)
+                return False
+        self._announced = True
+        if self.session.channel is not None:
+            logger.info("listening for new jobs on channel %r", self.session.channel)
+            self.on_listening()
+            self.wake()  # anything sent while we were away was missed
+        return True
 
     def step(self) -> float:
         """Listen until stopped; a lost connection goes to the thread's guard."""
-        with self._connect() as conn:
-            logger.info("listening for new jobs on channel %r", self.channel)
-            self.on_listening()
-            self.wake()  # anything sent while we were away was missed
+        if not self._reopen():
+            self.stop()
+            return 0.0
+        conn = self.session.conn
+        assert conn is not None
+        try:
             while not self.stopped:
+                # Without a channel this only waits, and notices a lost connection.
                 for note in conn.notifies(timeout=0.5):
                     if self.queues is None or note.payload in self.queues:
                         self.wake()
                 self.last_ok = time.monotonic()
+        except BaseException:
+            self.session.close()
+            self._announced = False
+            raise
         return 0.0

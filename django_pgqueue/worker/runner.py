@@ -38,6 +38,7 @@ from django_pgqueue.worker.services import (
     bookkeeping_thread,
     reset_connection,
 )
+from django_pgqueue.worker.session import WorkerSession, open_at_start
 from django_pgqueue.worker.waker import Waker
 
 logger = logging.getLogger("django_pgqueue")
@@ -73,17 +74,15 @@ class Worker:
         supervision = Supervision(fatal=self.fail_fast, epoch=self.epoch)
         self.completer = Completer(config.worker_id, config.database, self._settled, supervision)
         self.pool = JobPool(config.concurrency, self._job_starting, self._job_done, self.epoch)
-        self.listener = (
-            Listener(
-                config.database,
-                config.channel,
-                config.queues,
-                self.waker.set,
-                lambda: self.events.emit("listening"),
-                supervision,
-            )
-            if config.listen
-            else None
+        self.session = WorkerSession(
+            config.worker_id,
+            config.database,
+            config.listen_database,
+            config.channel if config.listen else None,
+            config.poll_interval,
+        )
+        self.listener: Listener | None = Listener(
+            self.session, config.queues, self.waker.set, self._listening, supervision
         )
         self.housekeeping = Housekeeping(config, self.ledger, self.events)
         self.maintenance = Timers(
@@ -126,6 +125,12 @@ class Worker:
         if problem:
             logger.error("%s", problem)
             return 1
+        problem, has_session = open_at_start(self.session, self.config.database)
+        if problem:
+            logger.error("%s", problem)
+            return 1
+        if not has_session:
+            self.listener = None  # behind a pooler without LISTEN_DATABASE: poll
         logger.info("starting %s", self.config.describe())
         for thread in (self.completer, self.maintenance, self.heartbeat, self.listener):
             if thread is not None:
@@ -139,6 +144,7 @@ class Worker:
             self.fail_fast(f"the claim loop failed: {type(exc).__name__}: {exc}")
         finally:
             status = shutdown.Shutdown(self).run()
+            self.session.close()  # last: the worker id stays locked until its runs are settled
             bookkeeping_thread(on=False)
         self.events.emit("stopped", status=status)
         return status
@@ -274,6 +280,9 @@ class Worker:
         busy = self.ledger.busy
         if self._capacity() - busy >= self._min_batch() or not busy or self.stopping:
             self.waker.set()
+
+    def _listening(self) -> None:
+        self.events.emit("listening")
 
     def _settled(self, keys: list[tuple[int, int]], succeeded: int, buried: int) -> None:
         self.ledger.settled(keys, succeeded, buried)

@@ -35,6 +35,11 @@ def test_override_is_read_again() -> None:
         ({"LISTEN_NOTIFY": "yes"}, r"expected True or False"),
         ({"LEASE_SECONDS": 5}, r"unknown key\(s\) 'LEASE_SECONDS'"),
         (
+            {"LISTEN_DATABASE": ""},
+            r"PGQUEUE\['LISTEN_DATABASE'\] = '': expected None or a database",
+        ),
+        ({"LISTEN_DATABASE": ["direct"]}, r"PGQUEUE\['LISTEN_DATABASE'\] = \['direct'\]"),
+        (
             {"QUEUES": "emails"},
             r"PGQUEUE\['QUEUES'\] = 'emails': expected None or a non-empty list",
         ),
@@ -48,3 +53,9 @@ def test_override_is_read_again() -> None:
 def test_bad_settings_name_the_key(value: object, message: str) -> None:
     with override_settings(PGQUEUE=value), pytest.raises(ImproperlyConfigured, match=message):
         conf.get()
+
+
+def test_listen_database_is_an_alias_or_none() -> None:
+    assert conf.get().LISTEN_DATABASE is None
+    with override_settings(PGQUEUE={"LISTEN_DATABASE": "direct"}):
+        assert conf.get().LISTEN_DATABASE == "direct"

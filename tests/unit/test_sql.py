@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import django_pgqueue
 from django_pgqueue.sql import QUERIES, query
 
 EXPECTED = {
@@ -23,6 +25,8 @@ EXPECTED = {
     "reserve_ids",
     "copy_jobs",
     "notify_queues",
+    "backend_pid",
+    "lock_worker_id",
 }
 
 
@@ -70,3 +74,29 @@ def test_a_claim_variant_binds_no_limit_and_no_queues() -> None:
     assert "LIMIT 16" in text
     assert "ARRAY['emails', 'sms']::text[]" in text
     assert set(re.findall(r"%\((\w+)\)s", text)) == {"worker", "lease", "token", "commit"}
+
+
+#: Statements that change a session's state, which a transaction pooler would hand
+#: to whoever gets the server connection next.
+SESSION_SCOPED = re.compile(
+    r"^\s*(SET|RESET|LISTEN|UNLISTEN|PREPARE|DISCARD|LOAD)\b|pg_(try_)?advisory_lock\(",
+    re.IGNORECASE,
+)
+
+
+def test_nothing_session_scoped_runs_outside_the_session_connection() -> None:
+    """Behind PgBouncer in transaction mode, every statement but the worker session's
+    (worker/session.py: its id's lock and LISTEN) must leave the connection as it found it."""
+    for name, text in QUERIES.items():
+        code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+        found = SESSION_SCOPED.findall(code)
+        assert not found or name == "lock_worker_id", f"{name}: session-scoped {found}"
+        for call in re.findall(r"set_config\(([^;]*?)\)\s+AS", code, re.DOTALL):
+            assert call.rstrip().endswith("true"), f"{name}: set_config not transaction-local"
+    package = Path(django_pgqueue.__file__).parent
+    listens = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if re.search(r"\"(LISTEN|SET) ", path.read_text(encoding="utf-8"))
+    )
+    assert listens == ["worker/session.py"]

@@ -1,0 +1,46 @@
+"""Is there a connection pooler between us and PostgreSQL?
+
+The signal: at start-up a server sends the client its process id (with the key
+that cancels its queries); ``pg_backend_pid()`` is the id of the process that
+runs the query. Connected directly, the two are equal. A pooler (PgBouncer,
+Odyssey, pgcat, Supavisor...) answers the start-up itself with a key of its own,
+since the server process behind it changes from one transaction to the next, so
+the two differ.
+
+What it cannot tell: a pooler's mode. A session-mode pool looks pooled too,
+though LISTEN and advisory locks work there; a plain TCP proxy (HAProxy) looks
+direct, and is. So the worker treats "pooled" as "no session can be counted on"
+for its own ``DATABASE`` only, and takes ``PGQUEUE["LISTEN_DATABASE"]`` at its
+word when it is set (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from django.db import connections
+
+from django_pgqueue.sql import query
+
+
+def through_pooler(conn: psycopg.Connection[Any]) -> bool:
+    """True when ``conn`` (an open psycopg connection) reaches PostgreSQL through a pooler."""
+    row = conn.execute(query("backend_pid"), prepare=False).fetchone()
+    assert row is not None
+    return bool(row[0] != conn.info.backend_pid)
+
+
+def session_connection(alias: str) -> psycopg.Connection[Any]:
+    """A new autocommit psycopg connection of Django database ``alias``, outside
+    Django's per-thread connections (its caller closes it)."""
+    wrapper = connections[alias]
+    conn: psycopg.Connection[Any] = wrapper.get_new_connection(wrapper.get_connection_params())
+    conn.autocommit = True
+    return conn
+
+
+def alias_through_pooler(alias: str) -> bool:
+    """Whether Django database ``alias`` reaches PostgreSQL through a pooler (connects once)."""
+    with session_connection(alias) as conn:
+        return through_pooler(conn)

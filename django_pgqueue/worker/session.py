@@ -1,0 +1,143 @@
+"""The worker's session connection: the lock on its worker id, and LISTEN.
+
+Both need a session: a connection that stays one server process for the life of
+the worker. Everything else a worker runs is one transaction at a time and may go
+through a transaction pooler. The connection is ``PGQUEUE["LISTEN_DATABASE"]``'s,
+or ``DATABASE``'s when that is unset and reaches PostgreSQL directly; behind a
+pooler without ``LISTEN_DATABASE`` the worker has no session, so it polls and
+cannot tell whether another worker uses its id (a warning says so).
+
+The lock: ``--worker-id`` names a worker in ``locked_by``, where it fences every
+outcome and lease renewal. Two live workers with one id could renew and record
+each other's runs, so a worker holds an advisory lock on its id for as long as
+it runs, and refuses to start (or stops, should it find the lock taken after
+reconnecting) when another session holds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from django_pgqueue import conf
+from django_pgqueue.dberrors import first_line, is_transient
+from django_pgqueue.exceptions import WorkerIdInUse
+from django_pgqueue.pooler import alias_through_pooler, session_connection, through_pooler
+from django_pgqueue.sql import query
+
+logger = logging.getLogger("django_pgqueue")
+
+
+class SessionUnavailable(Exception):
+    """The worker's database goes through a pooler and no LISTEN_DATABASE is set."""
+
+
+def lock_key(worker_id: str) -> int:
+    """The advisory lock key of a worker id: 64 bits of its hash, so that two ids
+    sharing a key (a false "in use") is as unlikely as it can be."""
+    digest = hashlib.blake2b(f"django_pgqueue.worker:{worker_id}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+class WorkerSession:
+    """The session connection of worker ``worker_id``; ``channel``: what to LISTEN on."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        database: str,
+        listen_database: str | None,
+        channel: str | None,
+        poll_interval: float,
+    ) -> None:
+        self.worker_id = worker_id
+        self.alias = listen_database or database
+        self.explicit = listen_database is not None
+        self.channel = channel
+        self.poll_interval = poll_interval
+        self.conn: psycopg.Connection[Any] | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.conn is not None and not self.conn.closed
+
+    def open(self) -> None:
+        """Connect, take the worker id's lock, LISTEN. Raises :class:`WorkerIdInUse`,
+        :class:`SessionUnavailable`, or the connection's error."""
+        self.close()
+        conn = session_connection(self.alias)
+        try:
+            if not self.explicit and through_pooler(conn):
+                raise SessionUnavailable(
+                    f"database {self.alias!r} reaches PostgreSQL through a connection pooler, "
+                    "which keeps no session: this worker polls for new jobs (every "
+                    f"{self.poll_interval:g}s at most) instead of listening, and cannot detect "
+                    "another worker using its id; set PGQUEUE['LISTEN_DATABASE'] to a database "
+                    "alias that connects to PostgreSQL directly"
+                )
+            row = conn.execute(
+                query("lock_worker_id"), {"key": lock_key(self.worker_id)}, prepare=False
+            ).fetchone()
+            if not (row and row[0]):
+                raise WorkerIdInUse(
+                    f"worker id {self.worker_id!r} is in use: another live worker holds its lock "
+                    f"on database {self.alias!r}; give each worker its own --worker-id, or leave "
+                    "it unset (host:pid:random is unique)"
+                )
+            if self.channel is not None:
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+        except BaseException:
+            conn.close()
+            raise
+        self.conn = conn
+
+    def close(self) -> None:
+        """Close the connection: the lock and the LISTEN end with it."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # already broken: nothing to close cleanly
+                logger.debug("closing the session connection failed", exc_info=True)
+
+
+def open_at_start(session: WorkerSession, database: str) -> tuple[str | None, bool]:
+    """Open the session before the worker claims anything.
+
+    Returns (why the worker must not start, or None; whether it has a session). A
+    database that cannot be reached yet is no reason not to start: the listener
+    thread opens the session once it can, and stops the worker then if the id is
+    taken. Also warns when PREPARE is on behind a pooler."""
+    pooled: bool | None = None
+    has_session = True
+    try:
+        session.open()
+        pooled = False if not session.explicit else None
+    except WorkerIdInUse as exc:
+        return str(exc), False
+    except SessionUnavailable as exc:
+        logger.warning("%s", exc)
+        pooled, has_session = True, False
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        logger.warning("cannot open the worker's session connection yet: %s", first_line(exc))
+    if conf.get().PREPARE and pooled is not False:
+        try:
+            pooled = alias_through_pooler(database) if pooled is None else pooled
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+        if pooled:
+            logger.warning(
+                "database %r reaches PostgreSQL through a connection pooler while "
+                "PGQUEUE['PREPARE'] is on: unless the pooler keeps prepared statements "
+                "(PgBouncer 1.21+ with max_prepared_statements, or a session-mode pool), set "
+                "PGQUEUE['PREPARE'] = False",
+                database,
+            )
+    return None, has_session

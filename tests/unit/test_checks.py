@@ -1,0 +1,34 @@
+"""The settings checks by id (the pooler warnings, which connect, are in tests/cluster)."""
+
+from __future__ import annotations
+
+from django.test import override_settings
+
+from django_pgqueue.checks import check_pooler, check_settings
+
+
+def ids() -> list[str]:
+    return [str(message.id) for message in check_settings()]
+
+
+def test_a_valid_configuration_passes() -> None:
+    assert ids() == []
+    with override_settings(PGQUEUE={"LISTEN_DATABASE": "default"}):
+        assert ids() == []
+
+
+def test_listen_database_must_be_an_alias_of_databases() -> None:
+    with override_settings(PGQUEUE={"LISTEN_DATABASE": "direct"}):
+        (message,) = check_settings()
+    assert message.id == "django_pgqueue.E003"
+    assert message.msg == "PGQUEUE['LISTEN_DATABASE'] = 'direct' is not in DATABASES"
+
+
+def test_database_must_be_an_alias_of_databases() -> None:
+    with override_settings(PGQUEUE={"DATABASE": "queue"}):
+        assert ids() == ["django_pgqueue.E002"]
+
+
+def test_the_pooler_check_connects_only_when_asked_for_the_database() -> None:
+    assert check_pooler() == []  # no databases: Django runs it without, and it must not connect
+    assert check_pooler(databases=["other"]) == []

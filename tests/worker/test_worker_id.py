@@ -1,0 +1,77 @@
+"""Worker ids: unique without configuration, and a second live worker with one id refused."""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Callable
+
+import psycopg
+import pytest
+
+from django_pgqueue.models import Job
+from django_pgqueue.records import JobSpec
+from django_pgqueue.worker.config import WorkerConfig, default_worker_id
+from django_pgqueue.worker.session import lock_key
+from tests.conftest import run_counts, status_counts
+from tests.testapp.tasks import tracked
+from tests.worker.conftest import WorkerProcess, wait_for
+from tests.worker.inprocess import worker_thread
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Start = Callable[..., WorkerProcess]
+
+
+def test_default_ids_are_host_pid_and_32_random_bits_and_differ() -> None:
+    ids = {default_worker_id() for _ in range(1000)}
+    assert len(ids) == 1000  # same host and pid: only the random part tells them apart
+    assert all(re.fullmatch(r"[^:]+:\d+:[0-9a-f]{8}", worker_id) for worker_id in ids)
+    assert WorkerConfig.from_settings().worker_id != WorkerConfig.from_settings().worker_id
+
+
+def test_lock_keys_are_64_bit_and_differ_by_id() -> None:
+    keys = {lock_key(f"host:{pid}:x") for pid in range(10000)}
+    assert len(keys) == 10000
+    assert all(-(2**63) <= key < 2**63 for key in keys)
+    assert lock_key("a") == lock_key("a")
+
+
+@pytest.mark.slow
+def test_a_second_live_worker_with_the_same_id_refuses_to_start(start_worker: Start) -> None:
+    first = start_worker("--worker-id", "twin", "--concurrency", "2")
+    first.wait_for_output("starting worker twin")
+    second = start_worker("--worker-id", "twin", "--concurrency", "2")
+    assert second.wait(20) == 1
+    # One line, and nothing before it: the worker never got as far as claiming.
+    assert second.output.strip().splitlines() == [
+        "worker id 'twin' is in use: another live worker holds its lock on database "
+        "'default'; give each worker its own --worker-id, or leave it unset "
+        "(host:pid:random is unique)"
+    ]
+
+    Job.objects.enqueue_many(JobSpec.build(tracked, [f"twin-{i}"]) for i in range(20))
+    wait_for(lambda: status_counts() == {"done": 20}, 20, "the first worker to run them")
+    assert set(Job.objects.values_list("locked_by", flat=True)) == {"twin"}
+    assert run_counts("twin-") == {f"twin-{i}": 1 for i in range(20)}
+
+    first.signal(signal.SIGTERM)
+    assert first.wait(20) == 0
+    third = start_worker("--worker-id", "twin", "--burst")  # the id is free again
+    assert third.wait(20) == 0, third.output
+    assert "in use" not in third.output
+
+
+def test_a_worker_that_finds_its_id_taken_after_reconnecting_stops(db_url: str) -> None:
+    with worker_thread(worker_id="taken", poll_interval=0.2) as worker:
+        worker.wait("listening")
+        session = worker.worker.session.conn
+        assert session is not None
+        with psycopg.connect(db_url, autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", [session.info.backend_pid])
+            # Queued behind the dying session, this lock is granted before the worker
+            # reconnects (its first retry waits 0.2 s).
+            other.execute("SELECT pg_advisory_lock(%s)", [lock_key("taken")])
+            assert worker.join(15) == 1
+        (stopping,) = [data for name, data in worker.recorder.seen if name == "stopping"]
+        assert "worker id 'taken' is in use" in stopping["reason"]

@@ -21,3 +21,7 @@ class UnknownTask(PgQueueError, LookupError):
 
 class JobTimeout(PgQueueError):
     """A job ran past the worker's job timeout (``--job-timeout``); it is recorded as failed."""
+
+
+class TooManySnoozes(PgQueueError):
+    """A job snoozed more often than ``PGQUEUE["MAX_SNOOZES"]`` allows; it is buried."""

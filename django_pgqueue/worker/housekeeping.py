@@ -48,16 +48,23 @@ class Housekeeping:
         return timers
 
     def heartbeat(self) -> None:
-        """Renew the leases of every run this worker holds, in one statement."""
+        """Renew the leases of every run this worker holds, in one statement, and tell
+        the jobs an operator asked to stop (the statement says which)."""
         keys = self.ledger.lease_keys()
         if not keys:
             self.events.emit("heartbeat", kept=set(), lost=[])
             return
         sent = time.monotonic()
-        kept = Job.objects.heartbeat(
+        renewal = Job.objects.renew(
             self.config.worker_id, keys, lease=self.config.lease, using=self.config.database
         )
+        kept = renewal.kept
         lost = self.ledger.renewed(kept, keys, lease_until=sent + self.config.lease)
+        if renewal.cancel_requested:
+            for job in self.ledger.request_cancel(renewal.cancel_requested):
+                reason = renewal.cancel_requested[job.key]
+                logger.info("job %s (%s): asked to stop (%s)", job.id, job.task, reason)
+                self.events.emit("cancel_requested", job=job, reason=reason)
         if lost:
             logger.warning(
                 "lost the lease on jobs %s: they may run again elsewhere",

@@ -12,22 +12,24 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Literal
 
 from django_pgqueue import registry
+from django_pgqueue.control import RunningJob
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
 from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
 from django_pgqueue.queue.claims import batch_size
-from django_pgqueue.records import ClaimedJob, Success
+from django_pgqueue.records import ClaimedJob, Outcome, Success
 from django_pgqueue.worker import shutdown
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
-from django_pgqueue.worker.executor import failure
+from django_pgqueue.worker.executor import failure, policy_for
 from django_pgqueue.worker.housekeeping import Housekeeping
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
-from django_pgqueue.worker.pool import JobPool, Outcome
+from django_pgqueue.worker.pool import JobPool
 from django_pgqueue.worker.prefetch import Prefetch
 from django_pgqueue.worker.services import (
     Backoff,
@@ -81,6 +83,9 @@ class Worker:
                 self.waker.set,
                 lambda: self.events.emit("listening"),
                 supervision,
+                worker_id=config.worker_id,
+                # Asked to stop one of our jobs: renew now, which tells the job.
+                on_abort=lambda: self.heartbeat.hurry("heartbeat"),
             )
             if config.listen
             else None
@@ -233,11 +238,11 @@ class Worker:
 
     # -- callbacks from other threads ----------------------------------------------
 
-    def _job_starting(self, job: ClaimedJob) -> bool:
-        if not self.ledger.start(job):
-            return False
-        self.events.emit("started", job=job)
-        return True
+    def _job_starting(self, job: ClaimedJob) -> RunningJob | Literal[False]:
+        control = self.ledger.start(job)
+        if control is not False:
+            self.events.emit("started", job=job)
+        return control
 
     def _job_done(self, job: ClaimedJob, outcome: Outcome) -> None:
         held = self.ledger.finish(job)
@@ -258,6 +263,7 @@ class Worker:
                         f"{self.config.job_timeout:g}s; what it returned is discarded"
                     ),
                     trace="",
+                    policy=policy_for(job),
                 )
             elif logger.isEnabledFor(logging.DEBUG):
                 logger.debug(

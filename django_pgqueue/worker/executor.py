@@ -179,7 +179,9 @@ def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Fai
     except TypeError as exc:
         logger.warning("job %s refused: %s", job.id, exc)
         return failure(job, exc, final=True, trace="")
-    asked = control.cancel_reason if control is not None else None
+    if control is None:  # run outside a worker's pool (tests): current_job() still works
+        control = RunningJob(job)
+    asked = control.cancel_reason
     if asked is not None:  # asked to stop while it waited for a thread
         return _cancelled(job, asked, "")
     try:
@@ -189,13 +191,13 @@ def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Fai
             # this is the backstop for any other kind of registered object.
             raise_if_transaction_left_open()
     except Cancel as exc:
-        reason = exc.reason or (control.cancel_reason if control else None) or CANCELLED_BY_TASK
+        reason = exc.reason or control.cancel_reason or CANCELLED_BY_TASK
         return _cancelled(job, reason, _trace(exc))
     except BaseException as exc:
         # Whatever a task raises (sys.exit(), KeyboardInterrupt raised by hand:
         # real signals only reach the main thread) fails the job, not the thread;
         # after an operator asked it to stop, it ends the job cancelled.
-        asked = control.cancel_reason if control is not None else None
+        asked = control.cancel_reason
         if asked is not None:
             return _cancelled(job, asked, _trace(exc))
         if isinstance(exc, Snooze):
@@ -204,7 +206,7 @@ def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Fai
             "job %s (%s) failed on attempt %s: %s", job.id, job.task, job.attempt, class_path(exc)
         )
         return failure(job, exc, policy=policy_of(runnable.target))
-    if control is not None and control.stopped_by_request and control.cancel_reason is not None:
+    if control.stopped_by_request and control.cancel_reason is not None:
         return _cancelled(job, control.cancel_reason, "")  # it saw the request and returned
     return success(job, result)
 

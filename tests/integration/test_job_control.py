@@ -227,3 +227,15 @@ def test_pausing_checks_the_queue_name() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT name FROM pgqueue_queue WHERE paused_at IS NOT NULL")
         assert cursor.fetchall() == [("later",)]
+
+
+def test_a_job_run_by_the_executor_alone_is_current_too() -> None:
+    from django_pgqueue.records import Success
+    from django_pgqueue.worker.executor import execute
+    from tests.testapp.tasks import waits_to_be_stopped
+
+    waits_to_be_stopped.enqueue("direct", seconds=0)  # asserts current_job() is not None
+    (claimed,) = Job.objects.claim("w")
+    outcome = execute(claimed)
+    assert isinstance(outcome, Success)
+    assert outcome.result == '"finished"'

@@ -74,11 +74,13 @@ class Housekeeping:
 
     def reap(self) -> None:
         result = Job.objects.reap(using=self.config.database)
-        if result.returned or result.buried:
+        if result.returned or result.buried or result.cancelled:
             logger.info(
-                "reaper: %d jobs with expired leases returned to the queue, %d buried",
+                "reaper: %d jobs with expired leases returned to the queue, %d buried, "
+                "%d cancelled (asked to stop)",
                 result.returned,
                 result.buried,
+                result.cancelled,
             )
         self.events.emit("reaped", result=result)
 

@@ -58,3 +58,14 @@ def test_queuestats_and_prunejobs_know_cancelled_jobs() -> None:
         "deleted 1 jobs (cancelled)\n"
     )
     assert status_counts() == {}
+
+
+def test_reapjobs_says_how_many_jobs_asked_to_stop_it_cancelled() -> None:
+    import time
+
+    add.enqueue(1, 1)
+    (claimed,) = Job.objects.claim("gone", lease=0.05)
+    Job.objects.cancel([claimed.id], reason="stop")
+    time.sleep(0.1)
+    assert output("reapjobs") == "returned 0 jobs to the queue, buried 0, cancelled 1\n"
+    assert status_counts() == {"cancelled": 1}

@@ -6,7 +6,8 @@ import contextlib
 import datetime as dt
 from collections.abc import Sequence
 
-from django.db import IntegrityError, transaction
+import psycopg
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
 from django_pgqueue.queue.enqueue import notify_params
@@ -89,9 +90,19 @@ def cancel(job_ids: Sequence[int], reason: str, alias: str) -> dict[int, str]:
     """Queued jobs become cancelled with the reason; running ones are asked to stop
     (their workers are notified). {id: status} of the jobs acted on: ``cancelled``,
     or ``running`` for those asked to stop."""
-    rows = runner.fetch(
-        "cancel", {"ids": sorted(set(job_ids)), "reason": reason, **notify_params()}, alias
-    )
+    params = {"ids": sorted(set(job_ids)), "reason": reason, **notify_params()}
+    for attempt in range(3):
+        try:
+            # A savepoint in the caller's transaction: a deadlock must not doom it.
+            with transaction.atomic(using=alias):
+                rows = runner.fetch("cancel", params, alias)
+            break
+        except OperationalError as exc:
+            # The statement locks running rows that a worker may be writing at
+            # that moment (a batch of outcomes): PostgreSQL may pick it as a
+            # deadlock's victim. The worker retries its side; so does this.
+            if not isinstance(exc.__cause__, psycopg.errors.DeadlockDetected) or attempt == 2:
+                raise
     return {row["id"]: row["status"] for row in rows}
 
 

@@ -50,7 +50,9 @@ class Housekeeping:
     def heartbeat(self) -> None:
         """Renew the leases of every run this worker holds, in one statement, and tell
         the jobs an operator asked to stop (the statement says which)."""
-        keys = self.ledger.lease_keys()
+        # In id order, as cancel() locks them: two statements locking the same rows
+        # in the same order cannot deadlock.
+        keys = sorted(self.ledger.lease_keys())
         if not keys:
             self.events.emit("heartbeat", kept=set(), lost=[])
             return

@@ -10,7 +10,7 @@ import time
 
 import psycopg
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.utils import timezone
 
 from django_pgqueue.exceptions import InvalidJob
@@ -239,3 +239,33 @@ def test_a_job_run_by_the_executor_alone_is_current_too() -> None:
     outcome = execute(claimed)
     assert isinstance(outcome, Success)
     assert outcome.result == '"finished"'
+
+
+@pytest.mark.slow
+def test_cancel_picked_as_a_deadlock_victim_is_retried(db_url: str) -> None:
+    """cancel() locks running rows that a worker may be writing (a batch of outcomes
+    in one transaction); if PostgreSQL breaks a deadlock by failing cancel, it tries
+    again rather than failing the operator's call."""
+    import threading
+
+    Job.objects.enqueue_many(JobSpec.build(add, [n, n]) for n in range(2))
+    first, second = sorted(job.id for job in Job.objects.claim("w", limit=2))
+    result: list[object] = []
+
+    def cancel() -> None:
+        try:
+            result.append(Job.objects.cancel([first, second], reason="stop"))
+        finally:
+            connections.close_all()  # this thread's own connection
+
+    with psycopg.connect(db_url) as worker:  # a transaction, like the completer's
+        worker.execute("UPDATE pgqueue_job SET priority = 1 WHERE id = %s", [second])
+        canceller = threading.Thread(target=cancel)
+        canceller.start()  # locks the first row, then waits for the second
+        time.sleep(0.3)
+        # Now each waits for the other; cancel waited first, so it is the victim.
+        worker.execute("UPDATE pgqueue_job SET priority = 1 WHERE id = %s", [first])
+        worker.commit()
+        canceller.join(10)
+    assert result == [[first, second]]
+    assert set(Job.objects.values_list("cancel_reason", flat=True)) == {"stop"}

@@ -10,12 +10,17 @@ The public API::
     with transaction.atomic():
         user = User.objects.create(...)
         send_welcome.enqueue(user.id)        # or enqueue("app.tasks.send_welcome", [user.id])
+
+Inside a task: ``raise Snooze(60)`` (run again in a minute), ``raise Cancel("why")``
+(give up for good), and ``current_job().cancel_requested`` (an operator asked the
+job to stop).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django_pgqueue.control import Cancel, RunningJob, Snooze, current_job
 from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments, PgQueueError, UnknownTask
 from django_pgqueue.tasks import TaskFunction, task
 
@@ -25,11 +30,15 @@ if TYPE_CHECKING:
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "Cancel",
     "InvalidJob",
     "InvalidJobArguments",
     "PgQueueError",
+    "RunningJob",
+    "Snooze",
     "TaskFunction",
     "UnknownTask",
+    "current_job",
     "enqueue",
     "task",
 ]

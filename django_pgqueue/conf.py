@@ -61,6 +61,8 @@ class Settings:
     BACKOFF_MAX: float = 3600.0
     #: Fraction of the delay added or taken away at random (0 to 1).
     BACKOFF_JITTER: float = 0.2
+    #: Times a job may snooze (``raise Snooze(...)``); the next Snooze buries it.
+    MAX_SNOOZES: int = 100
     #: Send NOTIFY on enqueue and LISTEN in workers; polling is the fallback.
     LISTEN_NOTIFY: bool = True
     #: The NOTIFY channel.
@@ -134,6 +136,9 @@ def _check(key: str, value: Any) -> None:
     elif key == "PREFETCH":
         if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise _fail(key, value, '"auto" or a whole number, 0 or more')
+    elif key == "MAX_SNOOZES":
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1_000_000:
+            raise _fail(key, value, "a whole number from 0 to 1,000,000")
     elif key == "CONCURRENCY":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise _fail(key, value, "a whole number of at least 1")

@@ -25,3 +25,7 @@ class JobTimeout(PgQueueError):
 
 class WorkerIdInUse(PgQueueError):
     """Another live worker runs with this worker id (``--worker-id``): two would share fencing."""
+
+
+class TooManySnoozes(PgQueueError):
+    """A job snoozed more often than ``PGQUEUE["MAX_SNOOZES"]`` allows; it is buried."""

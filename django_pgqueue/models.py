@@ -28,7 +28,7 @@ from django_pgqueue.records import (
 )
 from django_pgqueue.validation import MAX_KEY
 
-__all__ = ["Job", "JobManager", "JobQuerySet", "JobStatus"]
+__all__ = ["Job", "JobManager", "JobQuerySet", "JobStatus", "Queue"]
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -51,6 +51,9 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def dead(self) -> JobQuerySet:
         return self.filter(status=JobStatus.DEAD)
+
+    def cancelled(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.CANCELLED)
 
     def finished(self) -> JobQuerySet:
         return self.filter(status__in=FINISHED)
@@ -196,6 +199,21 @@ class Job(models.Model):
     unique_key = models.CharField(max_length=MAX_KEY, null=True, blank=True)
     concurrency_key = models.CharField(max_length=MAX_KEY, null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When an operator asked the running job to stop; the worker holding it "
+        "tells the task at its next heartbeat.",
+    )
+    cancel_reason = models.TextField(
+        blank=True, default="", db_default="", help_text="The reason given with the request."
+    )
+    snoozes = models.IntegerField(
+        default=0,
+        db_default=0,
+        help_text="Times the task snoozed (raise Snooze); past PGQUEUE['MAX_SNOOZES'] the "
+        "job is buried.",
+    )
 
     objects: ClassVar[JobManager] = JobManager()
 
@@ -215,3 +233,22 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.id} {self.task} ({self.status})"
+
+
+class Queue(models.Model):
+    """A queue an operator paused (``Job.objects.pause_queue(name)``): while
+    ``paused_at`` is set, no worker claims its jobs, which stay ``queued``.
+    Rows exist only for queues that were paused at some time."""
+
+    name = models.CharField(primary_key=True, max_length=64)
+    paused_at = models.DateTimeField(null=True, blank=True, help_text="Paused since; empty: not.")
+
+    class Meta:
+        db_table = "pgqueue_queue"
+        ordering = ("name",)
+        # Only pausing is an operator's action; rows are written by Job.objects.
+        default_permissions = ()
+        permissions = (("pause_queue", "Can pause and resume queues"),)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({'paused' if self.paused_at else 'not paused'})"

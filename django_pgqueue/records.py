@@ -28,10 +28,16 @@ class JobStatus(models.TextChoices):
     RUNNING = "running", "Running"
     DONE = "done", "Done"
     DEAD = "dead", "Dead"
+    CANCELLED = "cancelled", "Cancelled"
 
 
-#: States a job never leaves by itself (prune deletes them, retry revives dead ones).
-FINISHED: tuple[str, ...] = (JobStatus.DONE.value, JobStatus.DEAD.value)
+#: States a job never leaves by itself (prune deletes them; retry revives dead and
+#: cancelled ones).
+FINISHED: tuple[str, ...] = (
+    JobStatus.DONE.value,
+    JobStatus.DEAD.value,
+    JobStatus.CANCELLED.value,
+)
 #: States that hold a unique_key: a second enqueue of the key is a duplicate.
 LIVE: tuple[str, ...] = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 
@@ -147,6 +153,8 @@ class ClaimedJob:
     unique_key: str | None
     backoff: float | None = None
     problem: str | None = None
+    #: Times the job was snoozed (``raise Snooze(...)``) so far.
+    snoozes: int = 0
     #: What a Tasks-framework result reports, as the claim returned it: epoch
     #: seconds, and the error history and worker ids as JSON text (decoded only
     #: by the Tasks backend, which needs them).
@@ -172,8 +180,9 @@ class Success:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Failure:
-    """A failed run. The error entry's shape (attempt, time, exception, message,
-    traceback) is built by the database, in ``pgqueue_error_entry``."""
+    """A run that did not succeed: it failed, or ended its job ``cancelled``
+    (``cancel``), or snoozed (``snooze``). The error entry's shape (attempt, time,
+    exception, message, traceback) is built by the database, in ``pgqueue_error_entry``."""
 
     job_id: int
     run: int
@@ -182,12 +191,33 @@ class Failure:
     traceback: str
     delay: float  # seconds before the next try, if one is left
     final: bool = False  # bury now, whatever attempts are left
+    #: End the job ``cancelled`` (the task raised Cancel, or stopped because it was
+    #: asked to); ``message`` is the reason.
+    cancel: bool = False
+    #: Not a failure: the task asked to run again in ``delay`` seconds (``raise
+    #: Snooze``); queued again, the attempt not spent, nothing recorded as an error.
+    snooze: bool = False
+
+
+#: What one run ends with, as the completer records it.
+Outcome = Success | Failure
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Renewal:
+    """What a heartbeat found: the runs whose leases it renewed, and of those, the
+    ones an operator asked to stop (``Job.objects.cancel``), with the reason."""
+
+    kept: set[tuple[int, int]]
+    cancel_requested: dict[tuple[int, int], str]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ReapResult:
     returned: int = 0
     buried: int = 0
+    #: Expired runs of jobs an operator had asked to stop: they end cancelled.
+    cancelled: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -10,10 +10,11 @@ from django.db import models
 from django.db.models import F, Func, Q, Value
 from django.db.models.lookups import Exact
 
-from django_pgqueue.records import LIVE, JobStatus
+from django_pgqueue.records import FINISHED, LIVE, JobStatus
 from django_pgqueue.validation import MAX_ATTEMPTS, MAX_PRIORITY, MIN_PRIORITY
 
-#: The error count's upper bound (also in queries.sql, whose least() keeps to it).
+#: The error count's (and the snooze count's) upper bound (also in queries.sql,
+#: whose least() keeps to it).
 MAX_ERROR_COUNT = 10**9
 
 
@@ -56,7 +57,7 @@ INDEXES: list[models.Index] = [
     models.Index(
         fields=["done_at"],
         name="pgqueue_job_finished",
-        condition=Q(status__in=[JobStatus.DONE, JobStatus.DEAD]),
+        condition=Q(status__in=FINISHED),
     ),
 ]
 CONSTRAINTS: list[models.BaseConstraint] = [
@@ -94,6 +95,10 @@ CONSTRAINTS: list[models.BaseConstraint] = [
     models.CheckConstraint(
         condition=Exact(_json_type("worker_ids"), Value("array")),
         name="pgqueue_job_worker_ids_is_list",
+    ),
+    models.CheckConstraint(
+        condition=Q(snoozes__gte=0, snoozes__lte=MAX_ERROR_COUNT),
+        name="pgqueue_job_snoozes_range",
     ),
     models.CheckConstraint(
         condition=Q(backoff__isnull=True) | Q(backoff__gte=0),

@@ -12,10 +12,11 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from asgiref.sync import async_to_sync
-
 from django_pgqueue import registry
+from django_pgqueue.control import run_coroutine
+from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.jobdb import raise_if_transaction_left_open
+from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy
 
 if TYPE_CHECKING:
     from django_pgqueue.models import Job
@@ -32,13 +33,22 @@ class TaskFunction[**P, R]:
     func: Callable[P, R]
     path: str
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: What the worker does after a failed run (``@task(retry_on=..., discard_on=...)``).
+    retry_policy: RetryPolicy = DEFAULT
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
 
     def using(self, **options: Any) -> TaskFunction[P, R]:
         """A copy with other enqueue options (queue, priority, delay, run_at,
-        max_attempts, unique_key, concurrency_key)."""
+        max_attempts, unique_key, concurrency_key, backoff)."""
+        policy = sorted({"retry_on", "discard_on"} & set(options))
+        if policy:
+            raise InvalidJob(
+                f"{' and '.join(policy)} cannot be set per enqueue: the worker reads the retry "
+                f"policy from the task it runs, so give it where the task is declared, "
+                f"@task(retry_on=...) for {self.path!r}"
+            )
         return dataclasses.replace(self, options={**self.options, **options})
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
@@ -50,8 +60,9 @@ class TaskFunction[**P, R]:
 
 def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
     if inspect.iscoroutinefunction(target.func):
-        # The worker's threads have no event loop: run the coroutine to completion.
-        result = async_to_sync(target.func)(*job.args, **job.kwargs)
+        # The worker's threads have no event loop: run the coroutine to completion
+        # (as a task an abort can cancel).
+        result = run_coroutine(target.func, job.args, job.kwargs)
     else:
         result = target.func(*job.args, **job.kwargs)
     raise_if_transaction_left_open()
@@ -62,22 +73,35 @@ def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
 def task[**P, R](func: Callable[P, R], /) -> TaskFunction[P, R]: ...
 @overload
 def task(
-    *, name: str | None = None, **options: Any
+    *,
+    name: str | None = None,
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+    discard_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+    **options: Any,
 ) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
 
 
 def task[**P, R](
-    func: Callable[P, R] | None = None, /, *, name: str | None = None, **options: Any
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+    discard_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+    **options: Any,
 ) -> TaskFunction[P, R] | Callable[[Callable[P, R]], TaskFunction[P, R]]:
-    """Register ``func`` as a task, with default enqueue options.
+    """Register ``func`` as a task, with default enqueue options and a retry policy.
 
     ``@task`` or ``@task(queue="emails", max_attempts=5)``. The path stored in
-    job rows is ``module.qualname`` unless ``name`` is given.
+    job rows is ``module.qualname`` unless ``name`` is given. ``retry_on``: only
+    these exceptions are retried (any other buries the job at once);
+    ``discard_on``: these bury it at once (they win over ``retry_on``).
     """
+    policy = RetryPolicy.build(retry_on, discard_on)
 
     def wrap(f: Callable[P, R]) -> TaskFunction[P, R]:
         path = name or f"{f.__module__}.{f.__qualname__}"
-        wrapped = TaskFunction(f, path, dict(options))
+        wrapped = TaskFunction(f, path, dict(options), policy)
         registry.register(path, wrapped, _invoke)
         return wrapped
 

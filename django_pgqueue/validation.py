@@ -163,3 +163,16 @@ CHANNEL: Rule[str] = Rule(
     f"a non-empty name of at most {MAX_CHANNEL_BYTES} bytes (PostgreSQL cuts longer identifiers)",
     _channel,
 )
+
+
+def _exception_classes(value: Any) -> tuple[type[BaseException], ...] | None:
+    classes = tuple(value) if isinstance(value, list | tuple) else (value,)
+    if all(isinstance(c, type) and issubclass(c, BaseException) for c in classes):
+        return classes
+    return None
+
+
+#: retry_on and discard_on: what a task's retry policy matches (isinstance).
+EXCEPTIONS: Rule[tuple[type[BaseException], ...]] = Rule(
+    "exceptions", "an exception class or a tuple of exception classes", _exception_classes
+)

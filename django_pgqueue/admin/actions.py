@@ -1,4 +1,5 @@
-"""The job admin's actions: retry, cancel and delete, each through the manager.
+"""The job admin's actions: retry, cancel (and ask running jobs to stop) and delete,
+each through the manager.
 
 Every action changes only the rows the queue's rules allow, says how many it
 changed, names the ones it skipped with their status, and writes one admin log
@@ -19,7 +20,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from django_pgqueue.models import Job
-from django_pgqueue.records import FINISHED
+from django_pgqueue.records import FINISHED, JobStatus
 
 #: Skipped ids named in a message; a longer list only adds "and N more".
 NAMED_SKIPS = 10
@@ -82,7 +83,7 @@ def selected_ids(queryset: QuerySet[Job]) -> list[int]:
 def retry_jobs(
     model_admin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Job]
 ) -> None:
-    """Dead jobs, and queued ones waiting for a later run_at, run again now."""
+    """Dead and cancelled jobs, and queued ones waiting for a later run_at, run again now."""
     ids = selected_ids(queryset)
     with transaction.atomic():
         retried = Job.objects.retry(ids)
@@ -93,30 +94,46 @@ def retry_jobs(
         f"Retried {jobs(len(retried))}: queued now, attempts reset.",
         len(retried),
         sorted(set(ids) - set(retried)),
-        "that cannot be retried (only dead jobs, and queued jobs waiting for a later "
-        "run_at, can be; a dead job whose unique_key is live again cannot)",
+        "that cannot be retried (only dead and cancelled jobs, and queued jobs waiting for "
+        "a later run_at, can be; one whose unique_key is live again cannot)",
     )
 
 
-@admin.action(permissions=["cancel"], description="Cancel selected queued jobs")
+@admin.action(
+    permissions=["cancel"], description="Cancel selected jobs (running ones are asked to stop)"
+)
 def cancel_jobs(
     model_admin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Job]
 ) -> None:
-    """Queued jobs leave the queue as dead, with the operator's reason and name."""
+    """Queued jobs become cancelled, and running ones are asked to stop, with the
+    operator's reason and name."""
     given = request.POST.get("reason", "").strip() or "no reason given"
     reason = f"{given} (by {request.user.get_username()} in the admin)"
     ids = selected_ids(queryset)
     with transaction.atomic():
-        cancelled = Job.objects.cancel(ids, reason=reason)
+        acted = Job.objects.cancel(ids, reason=reason)
+        stopping = set(
+            Job.objects.filter(pk__in=acted, status=JobStatus.RUNNING).values_list("id", flat=True)
+        )
+        cancelled = sorted(set(acted) - stopping)
         log_change(request, cancelled, f"Cancelled: {reason}")
+        log_change(request, stopping, f"Asked to stop: {reason}")
     report(
         model_admin,
         request,
         f"Cancelled {jobs(len(cancelled))}: {reason}.",
         len(cancelled),
-        sorted(set(ids) - set(cancelled)),
-        "that were not queued",
+        sorted(set(ids) - set(acted)),
+        "that were not queued or running",
     )
+    if stopping:
+        model_admin.message_user(
+            request,
+            f"Asked {len(stopping)} running {'job' if len(stopping) == 1 else 'jobs'} to "
+            f"stop: {reason}. "
+            "Each ends cancelled once its task stops; one that finishes first ends as it finished.",
+            messages.SUCCESS,
+        )
 
 
 @admin.action(permissions=["delete"], description="Delete selected finished jobs")
@@ -142,5 +159,5 @@ def delete_finished_jobs(
         f"Deleted {jobs(len(deleted))}.",
         len(deleted),
         sorted(set(ids) - deleted),
-        "that were not finished (only done and dead jobs can be)",
+        "that were not finished (only done, dead and cancelled jobs can be)",
     )

@@ -1,4 +1,5 @@
-"""The Job admin: a read-only view of the queue, with retry, cancel and delete.
+"""The Job admin: a read-only view of the queue, with retry, cancel and delete, and the
+queues' pause and resume buttons above the list.
 
 Nothing here writes a job row except through ``Job.objects`` (the actions);
 the job page is read-only for everyone, superusers included, because an edited
@@ -15,11 +16,12 @@ from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import URLPattern
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_pgqueue.admin import actions, display
+from django_pgqueue.admin import actions, display, queues
 from django_pgqueue.admin.changelist import (
     CappedPaginator,
     JobChangeList,
@@ -27,8 +29,8 @@ from django_pgqueue.admin.changelist import (
     TaskFilter,
     request_stats,
 )
-from django_pgqueue.admin.summary import summarise
-from django_pgqueue.models import Job
+from django_pgqueue.admin.summary import STATUSES, summarise
+from django_pgqueue.models import Job, Queue
 from django_pgqueue.records import FINISHED, JobStatus
 
 #: A search term that names one job: ``123`` or ``#123`` (bigint range, ASCII digits).
@@ -78,6 +80,7 @@ class JobAdmin(_ModelAdmin):
                     "priority",
                     "status",
                     "attempts_of_max",
+                    "snoozes",
                     "unique_key",
                     "concurrency_key",
                 )
@@ -88,6 +91,7 @@ class JobAdmin(_ModelAdmin):
             {"fields": ("created_at", "run_at_display", "started_at", "attempted_at", "done_at")},
         ),
         ("Lease", {"fields": ("locked_until", "lease_left", "locked_by", "worker_list")}),
+        ("Cancellation", {"fields": ("cancel_request",)}),
         ("Call", {"fields": ("args_json", "kwargs_json", "result_json")}),
         ("Errors", {"fields": ("last_error", "error_history")}),
     )
@@ -96,6 +100,7 @@ class JobAdmin(_ModelAdmin):
         "run_at_display",
         "lease_left",
         "worker_list",
+        "cancel_request",
         "args_json",
         "kwargs_json",
         "result_json",
@@ -135,6 +140,9 @@ class JobAdmin(_ModelAdmin):
 
     # -- the changelist --------------------------------------------------------------
 
+    def get_urls(self) -> list[URLPattern]:
+        return [*queues.urls(self), *super().get_urls()]
+
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
 
@@ -144,7 +152,12 @@ class JobAdmin(_ModelAdmin):
         response = super().changelist_view(request, extra_context)
         if isinstance(response, TemplateResponse) and response.context_data is not None:
             # Added after the changelist ran, so the queue filter's stats() is reused.
-            response.context_data["queue_summary"] = summarise(request_stats(request))
+            paused = dict(
+                Queue.objects.filter(paused_at__isnull=False).values_list("name", "paused_at")
+            )
+            response.context_data["queue_summary"] = summarise(request_stats(request), paused)
+            response.context_data["queue_statuses"] = STATUSES
+            response.context_data["can_pause_queues"] = queues.can_pause(request)
         return response
 
     def get_search_results(
@@ -202,6 +215,13 @@ class JobAdmin(_ModelAdmin):
             f"held by {obj.locked_by}, expired {display.duration(-seconds)} ago: "
             "the reaper will put the job back"
         )
+
+    @admin.display(description="cancel request")
+    def cancel_request(self, obj: Job) -> str:
+        if obj.cancel_requested_at is None:
+            return "none"
+        when = timezone.localtime(obj.cancel_requested_at).strftime("%Y-%m-%d %H:%M:%S")
+        return f"asked to stop at {when}: {obj.cancel_reason}"
 
     @admin.display(description="workers that claimed it")
     def worker_list(self, obj: Job) -> str:

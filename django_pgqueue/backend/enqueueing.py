@@ -27,6 +27,7 @@ from django_pgqueue.backend.compat import (
 from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments, UnknownTask
 from django_pgqueue.jsonargs import dumps
 from django_pgqueue.records import JobSpec
+from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, policy_of
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -73,6 +74,7 @@ def plan(backend: BaseTaskBackend, task: Task[Any, Any]) -> Plan:
         getattr(task, "unique_key", None),
         getattr(task, "concurrency_key", None),
         getattr(task, "backoff", None),
+        policy_of(task),
     )
 
 
@@ -84,6 +86,7 @@ def _plan(
     unique_key: str | None,
     concurrency_key: str | None,
     backoff: float | None,
+    policy: RetryPolicy,
 ) -> Plan:
     # Keyed by the backend instance too: Django builds new ones when TASKS changes.
     alias = backend.alias
@@ -92,6 +95,8 @@ def _plan(
     settings = conf.get()
     try:
         registry.check_importable(task.module_path, task.func.__module__)
+        if policy != DEFAULT:
+            _check_policy(task, policy)
         return Plan(
             path=validation.TASK_PATH(task.module_path),
             queue=task.queue_name,
@@ -110,6 +115,19 @@ def _plan(
         # An option the queue refuses (a bad OPTIONS value, a task no worker would
         # import): the framework's exception, with the queue's message.
         raise InvalidTask(f"{exc} (TASKS[{alias!r}])") from exc
+
+
+def _check_policy(task: Task[Any, Any], policy: RetryPolicy) -> None:
+    """The worker applies the retry policy of the task it finds at the task's path,
+    not the enqueued copy's: a copy with another one would be silently ignored."""
+    declared = registry.resolve(task.module_path).target
+    if policy_of(declared) != policy:
+        raise InvalidJob(
+            f"task {task.module_path!r} is enqueued with retry_on/discard_on other than "
+            "those of the task the worker runs for that path (the worker reads them from "
+            "the task, not from the job): set them where the task is declared, "
+            f"{task.name} = options({task.name}, retry_on=...) in its module"
+        )
 
 
 def _forget_plans(*, setting: str, **kwargs: Any) -> None:

@@ -18,6 +18,7 @@ from django_pgqueue.backend.compat import (
     TaskResultStatus,
 )
 from django_pgqueue.backend.task import PgQueueTask
+from django_pgqueue.control import CANCELLED, Cancel
 from django_pgqueue.exceptions import UnknownTask
 from django_pgqueue.records import JobStatus
 
@@ -31,7 +32,11 @@ STATUSES: dict[str, TaskResultStatus] = {
     JobStatus.RUNNING: TaskResultStatus.RUNNING,
     JobStatus.DONE: TaskResultStatus.SUCCESSFUL,
     JobStatus.DEAD: TaskResultStatus.FAILED,
+    # Django has no cancelled state: the job did not succeed, and its last error
+    # (a django_pgqueue.control.Cancel) carries the reason.
+    JobStatus.CANCELLED: TaskResultStatus.FAILED,
 }
+CANCEL_PATH = f"{Cancel.__module__}.{Cancel.__qualname__}"
 MAX_JOB_ID = 2**63 - 1  # bigint
 
 
@@ -161,10 +166,19 @@ def task_error(entry: dict[str, Any]) -> TaskError:
     """One entry of the job's error history as a TaskError.
 
     The executor stores builtin exceptions by bare name (``ValueError``); Django
-    wants an importable path (``builtins.ValueError``). Names the queue itself
-    writes (``LeaseExpired``, ``WorkerShutdown``, ``Cancelled``) are kept as they are.
+    wants an importable path (``builtins.ValueError``). A cancellation
+    (``Cancelled``) is reported as ``django_pgqueue.control.Cancel``, its
+    traceback ending with ``Cancelled: <reason>``; the other names the queue
+    itself writes (``LeaseExpired``, ``WorkerShutdown``) are kept as they are.
     """
     name = str(entry.get("exception") or "Exception")
+    if name == CANCELLED:
+        before = entry.get("traceback") or ""
+        reason = f"{CANCELLED}: {entry.get('message') or ''}\n"
+        return TaskError(
+            exception_class_path=CANCEL_PATH,
+            traceback=f"{before.rstrip()}\n{reason}" if before else reason,
+        )
     if "." not in name and isinstance(getattr(builtins, name, None), type):
         name = f"builtins.{name}"
     trace = entry.get("traceback") or ""

@@ -2,8 +2,15 @@
 
 ``PgQueueTask`` is the ``task_class`` of :class:`~django_pgqueue.backend.PgQueueBackend`,
 so ``@task`` builds one for every task on a pgqueue backend, and its ``using()``
-takes ``max_attempts``, ``unique_key`` and ``concurrency_key`` beside Django's four.
-:func:`options` sets the same three on any Task, whatever its backend class.
+takes ``max_attempts``, ``unique_key``, ``concurrency_key``, ``backoff``,
+``retry_on`` and ``discard_on`` beside Django's four. :func:`options` sets the
+same on any Task, whatever its backend class.
+
+``retry_on`` and ``discard_on`` are the task's retry policy, which the worker
+reads from the task object it finds at the task's path, never from the job
+row: set them where the task is declared (``charge = options(charge,
+retry_on=(Timeout,))`` in its module). Enqueueing a copy whose policy differs
+from that one is refused, since the worker would not apply it.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from django_pgqueue import validation
 from django_pgqueue.backend.compat import InvalidTask, Task, TaskContext
+from django_pgqueue.control import RunningJob
+from django_pgqueue.retrypolicy import Classes, RetryPolicy
 
 if TYPE_CHECKING:
     # django-stubs makes Task and TaskContext generic; at run time they are not. (A
@@ -24,7 +33,8 @@ else:
     _TaskBase = Task
     _ContextBase = TaskContext
 
-EXTRAS = ("max_attempts", "unique_key", "concurrency_key", "backoff")
+EXTRAS = ("max_attempts", "unique_key", "concurrency_key", "backoff", "retry_on", "discard_on")
+ExceptionClasses = type[BaseException] | tuple[type[BaseException], ...]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +54,15 @@ class PgQueueTask(_TaskBase):
     #: Seconds before the first retry, doubling after each (default: OPTIONS["BACKOFF"],
     #: else PGQUEUE["BACKOFF_BASE"]).
     backoff: float | None = dataclasses.field(default=None, compare=False)
+    #: Only these exceptions are retried (None: every exception).
+    retry_on: Classes | None = dataclasses.field(default=None, compare=False)
+    #: These bury the job at once (they win over retry_on).
+    discard_on: Classes = dataclasses.field(default=(), compare=False)
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """What the worker does after a failed run of this task."""
+        return RetryPolicy(self.retry_on, self.discard_on)
 
     def using(
         self,
@@ -56,8 +75,12 @@ class PgQueueTask(_TaskBase):
         unique_key: str | None = None,
         concurrency_key: str | None = None,
         backoff: float | None = None,
+        retry_on: ExceptionClasses | None = None,
+        discard_on: ExceptionClasses | None = None,
     ) -> PgQueueTask:
-        """A copy with other options; ``None`` keeps the current value (as in Django)."""
+        """A copy with other options; ``None`` keeps the current value (as in Django).
+        A ``retry_on`` or ``discard_on`` that is not exception classes raises
+        InvalidTask here."""
         changes: dict[str, Any] = {
             "priority": priority,
             "queue_name": queue_name,
@@ -67,6 +90,8 @@ class PgQueueTask(_TaskBase):
             "unique_key": unique_key,
             "concurrency_key": concurrency_key,
             "backoff": backoff,
+            "retry_on": _classes(retry_on, "retry_on"),
+            "discard_on": _classes(discard_on, "discard_on"),
         }
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
@@ -78,6 +103,8 @@ def options[T: _TaskBase](
     unique_key: str | None = None,
     concurrency_key: str | None = None,
     backoff: float | None = None,
+    retry_on: ExceptionClasses | None = None,
+    discard_on: ExceptionClasses | None = None,
 ) -> T:
     """``task`` with django-pgqueue's delivery options set.
 
@@ -85,7 +112,8 @@ def options[T: _TaskBase](
     concurrency_key=...)``, and it works on a Task of any backend class: one
     declared while ``TASKS`` pointed at Django's DummyBackend (as in a project's
     tests) becomes a :class:`PgQueueTask`, and backends other than ours ignore the
-    options.
+    options. ``retry_on`` and ``discard_on`` are the task's retry policy: set them
+    where the task is declared (``charge = options(charge, retry_on=(Timeout,))``).
     """
     ours = (
         task
@@ -99,8 +127,18 @@ def options[T: _TaskBase](
             unique_key=unique_key,
             concurrency_key=concurrency_key,
             backoff=backoff,
+            retry_on=retry_on,
+            discard_on=discard_on,
         ),
     )
+
+
+def _classes(value: ExceptionClasses | None, name: str) -> Classes | None:
+    if value is None:
+        return None
+    if not validation.EXCEPTIONS.is_valid(value):
+        raise InvalidTask(validation.EXCEPTIONS.message(value, name) + ".")
+    return validation.EXCEPTIONS(value)
 
 
 def validate_extras(task: Any) -> None:
@@ -115,6 +153,8 @@ def validate_extras(task: Any) -> None:
         value = getattr(task, name, None)
         if value is not None and not rule.is_valid(value):
             raise InvalidTask(rule.message(value, name) + ".")
+    for name in ("retry_on", "discard_on"):
+        _classes(getattr(task, name, None), name)
 
 
 # django-stubs declares TaskContext without frozen=True; Django's is frozen.
@@ -130,6 +170,8 @@ class PgQueueTaskContext(_ContextBase):  # type: ignore[misc]
 
     job_attempt: int
     max_attempts: int
+    #: The run's line to its worker (``django_pgqueue.current_job()``).
+    job: RunningJob | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def attempt(self) -> int:
@@ -139,3 +181,10 @@ class PgQueueTaskContext(_ContextBase):  # type: ignore[misc]
     def is_last_attempt(self) -> bool:
         """True when a failure of this run buries the job rather than retrying it."""
         return self.job_attempt >= self.max_attempts
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once an operator asked this job to stop (``Job.objects.cancel``) and
+        the worker heard of it: return (or raise ``django_pgqueue.Cancel``) and the
+        job ends ``cancelled``. See ``django_pgqueue.current_job()``."""
+        return self.job is not None and self.job.cancel_requested

@@ -3,13 +3,16 @@
 :func:`register_task_kind` (called from the app's ``ready()``) lets the worker's
 registry accept module attributes that are Tasks; :func:`invoke` then runs one
 claimed job: ``task_started``, the call (with a context if the task takes one,
-through ``async_to_sync`` if it is a coroutine function), ``task_finished``. The
-executor records the outcome; the signals only report it.
+through ``async_to_sync`` if it is a coroutine function, as a task an abort can
+cancel), ``task_finished``. The executor records the outcome; the signals only
+report it: FAILED for a failure or a cancellation, READY for a snooze (the job
+runs again).
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import threading
 import traceback
@@ -34,6 +37,7 @@ from django_pgqueue.backend.compat import (
 from django_pgqueue.backend.core import PgQueueBackend
 from django_pgqueue.backend.results import running_result
 from django_pgqueue.backend.task import PgQueueTaskContext
+from django_pgqueue.control import Cancel, Snooze, current_job, run_coroutine
 from django_pgqueue.exceptions import InvalidJobArguments
 from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.jsonargs import Encoded, dumps
@@ -63,21 +67,35 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
     """
     backend = _backend_for(task)
     result = running_result(task, job, backend.alias)
+    control = current_job()
     _send(task_started, backend, result)
     try:
+        args: tuple[Any, ...] = tuple(job.args)
         if task.takes_context:
             context = PgQueueTaskContext(
-                task_result=result, job_attempt=job.attempt, max_attempts=job.max_attempts
+                task_result=result,
+                job_attempt=job.attempt,
+                max_attempts=job.max_attempts,
+                job=control,
             )
-            value = task.call(context, *job.args, **job.kwargs)
+            args = (context, *args)
+        if inspect.iscoroutinefunction(task.func):
+            value = run_coroutine(task.func, args, job.kwargs)  # what Task.call does, cancellable
         else:
-            value = task.call(*job.args, **job.kwargs)
+            value = task.call(*args, **job.kwargs)
         raise_if_transaction_left_open()
     except KeyboardInterrupt:
         raise  # as in Django's ImmediateBackend: an interrupt is not the task failing
+    except Snooze:
+        _finished(backend, result, None, TaskResultStatus.READY)  # it runs again
+        raise
     except BaseException as exc:
         _finished(backend, result, exc)  # inside except: the log receiver sees exc_info
         raise
+    if control is not None and control.stopped_by_request:
+        # It saw the request and returned: the job ends cancelled, not done.
+        _finished(backend, result, Cancel(control.cancel_reason))
+        return value
     if value is not None and not isinstance(value, str | int | float):
         # As Django does: tuples become lists, bytes str. A value it cannot
         # normalise is left as it is, for dumps() to name the offending part.
@@ -130,11 +148,14 @@ def _find_backend(alias: str) -> BaseTaskBackend:
 
 
 def _finished(
-    backend: BaseTaskBackend, result: TaskResult[Any, Any], exc: BaseException | None
+    backend: BaseTaskBackend,
+    result: TaskResult[Any, Any],
+    exc: BaseException | None,
+    status: TaskResultStatus = TaskResultStatus.SUCCESSFUL,
 ) -> None:
     object.__setattr__(result, "finished_at", timezone.now())
     if exc is None:
-        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+        object.__setattr__(result, "status", status)
     else:
         cls = type(exc)
         result.errors.append(

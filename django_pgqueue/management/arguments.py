@@ -87,11 +87,20 @@ def queue_list(value: str) -> tuple[str, ...]:
     return queues
 
 
+def queue_name(value: str) -> str:
+    if not validation.QUEUE.is_valid(value):
+        raise argparse.ArgumentTypeError(f"expected {validation.QUEUE.expected}, got {value!r}")
+    return value
+
+
 def finished_statuses(value: str) -> tuple[str, ...]:
     statuses = tuple(s.strip() for s in value.split(",") if s.strip())
     if not statuses or set(statuses) - set(FINISHED_STATUSES):
-        raise argparse.ArgumentTypeError(f"expected done, dead or done,dead, got {value!r}")
-    return statuses
+        raise argparse.ArgumentTypeError(
+            f"expected one or more of {', '.join(FINISHED_STATUSES)}, comma-separated "
+            f"(such as done,dead), got {value!r}"
+        )
+    return tuple(dict.fromkeys(statuses))
 
 
 def worker_id(value: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 
 from django_pgqueue import validation
-from django_pgqueue.records import ClaimedJob, Failure, JobStatus, Success
+from django_pgqueue.records import ClaimedJob, Failure, JobStatus, Renewal, Success
 from django_pgqueue.sql import runner, variant
 
 ONE_RUNNING_PER_KEY = "pgqueue_job_one_running_per_key"
@@ -121,7 +121,8 @@ def complete(worker: str, successes: Sequence[Success], alias: str) -> set[int]:
 
 
 def fail(worker: str, failures: Sequence[Failure], alias: str) -> dict[int, str]:
-    """Record failed runs (retry later, or dead); {id: new status} of those recorded."""
+    """Record the runs that did not succeed (failed: retry later or dead; snoozed;
+    cancelled); {id: new status} of those recorded."""
     if not failures:
         return {}
     rows = runner.fetch(
@@ -136,18 +137,19 @@ def fail(worker: str, failures: Sequence[Failure], alias: str) -> dict[int, str]
             "messages": [f.message for f in failures],
             "tracebacks": [f.traceback for f in failures],
             "finals": [f.final for f in failures],
+            "cancels": [f.cancel for f in failures],
+            "snoozes": [f.snooze for f in failures],
         },
         alias,
     )
     return {row["id"]: row["status"] for row in rows}
 
 
-def heartbeat(
-    worker: str, runs: Sequence[tuple[int, int]], lease: float, alias: str
-) -> set[tuple[int, int]]:
-    """Extend the leases ``worker`` holds on these (id, run) pairs; those still held."""
+def heartbeat(worker: str, runs: Sequence[tuple[int, int]], lease: float, alias: str) -> Renewal:
+    """Extend the leases ``worker`` holds on these (id, run) pairs: those still held,
+    and of those the ones an operator asked to stop, with the reason."""
     if not runs:
-        return set()
+        return Renewal(set(), {})
     rows = runner.fetch(
         "heartbeat",
         {
@@ -159,7 +161,10 @@ def heartbeat(
         },
         alias,
     )
-    return {(row["id"], row["run"]) for row in rows}
+    return Renewal(
+        {(row["id"], row["run"]) for row in rows},
+        {(row["id"], row["run"]): row["cancel_reason"] for row in rows if row["cancel_requested"]},
+    )
 
 
 def release(worker: str, runs: Sequence[tuple[int, int]], reason: str, alias: str) -> set[int]:

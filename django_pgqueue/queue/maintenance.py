@@ -6,11 +6,13 @@ import contextlib
 import datetime as dt
 from collections.abc import Sequence
 
-from django.db import IntegrityError, transaction
+import psycopg
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
 from django_pgqueue.queue.enqueue import notify_params
 from django_pgqueue.records import FINISHED, JobStatus, QueueStats, ReapResult
+from django_pgqueue.retrypolicy import DEFAULT
 from django_pgqueue.sql import runner
 
 #: Ids per retry statement: each statement's work (and the locks it holds) stays bounded.
@@ -18,14 +20,37 @@ RETRY_BATCH = 1000
 
 
 def reap(batch_size: int, alias: str) -> ReapResult:
-    """Return jobs whose lease expired to the queue (or bury them), batch by batch."""
-    returned = buried = 0
+    """Return jobs whose lease expired to the queue (or bury them), batch by batch.
+
+    Each batch is locked, given its delays by the retry policy (a lease that
+    expired counts as a failure under the job's backoff), and written, in one
+    transaction (a savepoint inside the caller's)."""
+    returned = buried = cancelled = 0
     while True:
-        rows = runner.fetch("reap", {"limit": batch_size, "commit": runner.commit_mode()}, alias)
+        with transaction.atomic(using=alias):
+            expired = runner.fetch("expired_leases", {"limit": batch_size}, alias)
+            delays = [
+                DEFAULT.after_lease_expired(row["attempts"], row["max_attempts"], row["backoff"])
+                for row in expired
+            ]
+            rows = (
+                runner.fetch(
+                    "reap",
+                    {
+                        "ids": [row["id"] for row in expired],
+                        "delays": delays,
+                        "commit": runner.commit_mode(),
+                    },
+                    alias,
+                )
+                if expired
+                else []
+            )
         returned += sum(1 for row in rows if row["status"] == JobStatus.QUEUED)
         buried += sum(1 for row in rows if row["status"] == JobStatus.DEAD)
-        if len(rows) < batch_size:
-            return ReapResult(returned=returned, buried=buried)
+        cancelled += sum(1 for row in rows if row["status"] == JobStatus.CANCELLED)
+        if len(expired) < batch_size:
+            return ReapResult(returned=returned, buried=buried, cancelled=cancelled)
 
 
 def retry(job_ids: Sequence[int], alias: str) -> list[int]:
@@ -61,10 +86,24 @@ def _retry_statement(job_ids: list[int], alias: str) -> list[int]:
     return list(row["ids"])
 
 
-def cancel(job_ids: Sequence[int], reason: str, alias: str) -> list[int]:
-    """Take queued jobs out of the queue (they become dead with the reason)."""
-    rows = runner.fetch("cancel", {"ids": list(job_ids), "reason": reason}, alias)
-    return sorted(row["id"] for row in rows)
+def cancel(job_ids: Sequence[int], reason: str, alias: str) -> dict[int, str]:
+    """Queued jobs become cancelled with the reason; running ones are asked to stop
+    (their workers are notified). {id: status} of the jobs acted on: ``cancelled``,
+    or ``running`` for those asked to stop."""
+    params = {"ids": sorted(set(job_ids)), "reason": reason, **notify_params()}
+    for attempt in range(3):
+        try:
+            # A savepoint in the caller's transaction: a deadlock must not doom it.
+            with transaction.atomic(using=alias):
+                rows = runner.fetch("cancel", params, alias)
+            break
+        except OperationalError as exc:
+            # The statement locks running rows that a worker may be writing at
+            # that moment (a batch of outcomes): PostgreSQL may pick it as a
+            # deadlock's victim. The worker retries its side; so does this.
+            if not isinstance(exc.__cause__, psycopg.errors.DeadlockDetected) or attempt == 2:
+                raise
+    return {row["id"]: row["status"] for row in rows}
 
 
 def prune(

@@ -17,13 +17,14 @@ from django.db import models
 
 from django_pgqueue import conf
 from django_pgqueue.exceptions import InvalidJob
-from django_pgqueue.queue import claims, maintenance
+from django_pgqueue.queue import claims, maintenance, pauses
 from django_pgqueue.records import (
     FINISHED,
     ClaimedJob,
     Failure,
     QueueStats,
     ReapResult,
+    Renewal,
     Success,
 )
 
@@ -67,7 +68,9 @@ class QueueOperations:
     def fail(
         self, worker: str, failures: Sequence[Failure], *, using: str | None = None
     ) -> dict[int, str]:
-        """Record failed runs (retry later, or dead); returns {id: new status} (fenced)."""
+        """Record the runs that did not succeed: failed (retry later, or dead), snoozed
+        (queued later, the attempt not spent) or cancelled; returns {id: new status}
+        (fenced)."""
         return claims.fail(worker, failures, self._alias(using))
 
     def heartbeat(
@@ -79,6 +82,18 @@ class QueueOperations:
         using: str | None = None,
     ) -> set[tuple[int, int]]:
         """Extend the leases ``worker`` holds on these (id, run) pairs; returns those held."""
+        return self.renew(worker, runs, lease=lease, using=using).kept
+
+    def renew(
+        self,
+        worker: str,
+        runs: Sequence[tuple[int, int]],
+        *,
+        lease: float | None = None,
+        using: str | None = None,
+    ) -> Renewal:
+        """:meth:`heartbeat`, also saying which of the runs held an operator asked to
+        stop, with the reason (what the worker's heartbeat uses)."""
         return claims.heartbeat(
             worker, runs, conf.get().LEASE if lease is None else lease, self._alias(using)
         )
@@ -101,7 +116,8 @@ class QueueOperations:
         return maintenance.reap(batch_size, self._alias(using))
 
     def retry(self, jobs: Jobs, *, using: str | None = None) -> list[int]:
-        """Dead jobs (or queued ones waiting for a later run_at) become ready now.
+        """Dead and cancelled jobs (or queued ones waiting for a later run_at) become
+        ready now, with fresh attempts.
 
         ``jobs`` is ids, Job instances or a queryset. Returns the ids retried; a
         job whose ``unique_key`` another live job holds is left as it is.
@@ -111,9 +127,30 @@ class QueueOperations:
     def cancel(
         self, jobs: Jobs, *, reason: str = "no reason given", using: str | None = None
     ) -> list[int]:
-        """Take queued jobs (ids, Job instances or a queryset) out of the queue: they
-        become dead with the reason. Returns the ids cancelled."""
-        return maintenance.cancel(_ids(jobs), reason, self._alias(using))
+        """Cancel jobs (ids, Job instances or a queryset): queued ones become
+        ``cancelled`` at once, with the reason; running ones are asked to stop.
+
+        The request is stored on the row, and the worker holding the job learns it
+        at its next heartbeat, or at once when a NOTIFY wakes it; the task sees
+        ``current_job().cancel_requested`` turn true (an ``async def`` task is
+        cancelled at its next await). A run that stops because of it ends
+        ``cancelled``; one that finishes anyway ends as it finished. Returns the
+        ids cancelled or asked to stop; finished jobs are left alone.
+        """
+        return sorted(maintenance.cancel(_ids(jobs), reason, self._alias(using)))
+
+    def pause_queue(self, name: str, *, using: str | None = None) -> bool:
+        """Pause queue ``name``: from the commit on, no worker claims its jobs (they
+        stay queued; running ones finish). True if it was not paused already."""
+        return pauses.pause(name, self._alias(using))
+
+    def resume_queue(self, name: str, *, using: str | None = None) -> bool:
+        """Resume queue ``name`` and wake the workers serving it; True if it was paused."""
+        return pauses.resume(name, self._alias(using))
+
+    def paused_queues(self, *, using: str | None = None) -> list[str]:
+        """The names of the paused queues, sorted."""
+        return sorted(pauses.paused(self._alias(using)))
 
     def prune(
         self,
@@ -124,10 +161,11 @@ class QueueOperations:
         dry_run: bool = False,
         using: str | None = None,
     ) -> int:
-        """Delete finished jobs whose done_at is older than ``older_than``, in batches."""
+        """Delete finished (done, dead, cancelled) jobs whose done_at is older than
+        ``older_than``, in batches."""
         bad = set(statuses) - set(FINISHED)
         if bad or not statuses:
-            raise InvalidJob(f"prune only deletes {' and '.join(FINISHED)} jobs, not {sorted(bad)}")
+            raise InvalidJob(f"prune only deletes {', '.join(FINISHED)} jobs, not {sorted(bad)}")
         return maintenance.prune(
             maintenance.prune_bound(older_than), statuses, batch_size, dry_run, self._alias(using)
         )

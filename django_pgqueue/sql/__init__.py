@@ -25,7 +25,12 @@ def _load() -> dict[str, str]:
             raise RuntimeError(f"queries.sql defines {name!r} twice")
         queries[name] = body.strip().rstrip(";")
     for name, body in queries.items():
-        queries[name] = _INCLUDE.sub(lambda m: queries[m[1]], body)
+        # A part may include parts in turn (a few levels at most).
+        for _ in range(5):
+            body = _INCLUDE.sub(lambda m: queries[m[1]], body)
+        if _INCLUDE.search(body):
+            raise RuntimeError(f"queries.sql: {name!r} includes parts too deeply")
+        queries[name] = body
     PARTS.update({name: body for name, body in queries.items() if name.startswith("_")})
     return {name: body for name, body in queries.items() if not name.startswith("_")}
 

@@ -96,6 +96,9 @@ WHERE unique_key = %(unique_key)s::text AND status IN ('queued', 'running');
 --   the planner and lock (and claim) more rows than asked.
 -- * SKIP LOCKED keeps claimers off each other's rows; a row another claim changed
 --   after our snapshot is re-checked under its lock and dropped if no longer queued.
+-- * A paused queue (a row of pgqueue_queue with paused_at set) is skipped, by
+--   every worker at once: its jobs stay queued until it is resumed. (RECURSIVE:
+--   for queued_queues, the list of queues read while one is paused.)
 -- * concurrency_key: skip keys already running and keep one job per key in the
 --   batch. Two claims racing for the same key are settled by the unique index
 --   pgqueue_job_one_running_per_key (the loser gets a unique violation and retries).
@@ -105,7 +108,7 @@ WHERE unique_key = %(unique_key)s::text AND status IN ('queued', 'running');
 --   own token cannot.) attempts is capped at max_attempts (a row written by hand
 --   with no attempt left gets a last one), so no row can make this statement
 --   fail for the others.
-WITH
+WITH RECURSIVE
 -- include: _relax_commit
 ,
 -- include: _claim_candidates_all
@@ -124,23 +127,54 @@ WITH
 -- include: _claim_lease
 
 -- name: _claim_candidates_all
+-- While no queue is paused (the usual case) the first branch walks the ready
+-- index in the claim's order. While one is, walking it would pass every ready job
+-- of the paused queue that sorts first (a paused backlog of 200,000 jobs made
+-- each claim 200 times slower), so the second branch runs instead: it finds the
+-- queues that have queued jobs (queued_queues: one descent of the by-queue index
+-- per queue) and reads each one that is not paused from its own range, as
+-- claim_queues does. Each branch's EXISTS on pgqueue_queue is a one-time filter:
+-- the branch that does not apply is never executed.
+queued_queues (name) AS (
+    (SELECT j.queue FROM pgqueue_job AS j WHERE j.status = 'queued' ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM pgqueue_job AS j
+            WHERE j.status = 'queued' AND j.queue > q.name
+            ORDER BY j.queue LIMIT 1)
+    FROM queued_queues AS q
+    WHERE q.name IS NOT NULL
+),
 candidates AS MATERIALIZED (
-    SELECT j.id, j.concurrency_key, j.priority, j.run_at
-    FROM pgqueue_job AS j
-    WHERE j.status = 'queued'
-      AND j.run_at <= now()
-      AND (j.concurrency_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM pgqueue_job AS r
-            WHERE r.status = 'running' AND r.concurrency_key = j.concurrency_key))
-    ORDER BY j.priority DESC, j.run_at, j.id
-    LIMIT %(limit)s::int
-    FOR UPDATE OF j SKIP LOCKED
+    SELECT * FROM (
+        SELECT j.id, j.concurrency_key, j.priority, j.run_at
+        FROM pgqueue_job AS j
+        WHERE j.status = 'queued'
+          AND j.run_at <= now()
+          AND (j.concurrency_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM pgqueue_job AS r
+                WHERE r.status = 'running' AND r.concurrency_key = j.concurrency_key))
+          AND NOT EXISTS (SELECT 1 FROM pgqueue_queue AS p WHERE p.paused_at IS NOT NULL)
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT %(limit)s::int
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS in_order
+    UNION ALL
+    SELECT * FROM (
+        SELECT c.id, c.concurrency_key, c.priority, c.run_at
+        FROM queued_queues AS q
+-- include: _claim_queue_ranges
+    ) AS by_queue
+    WHERE EXISTS (SELECT 1 FROM pgqueue_queue AS p WHERE p.paused_at IS NOT NULL)
 ),
 
 -- name: _claim_candidates_by_queue
 candidates AS MATERIALIZED (
     SELECT c.id, c.concurrency_key, c.priority, c.run_at
     FROM unnest(%(queues)s::text[]) AS q (name)
+-- include: _claim_queue_ranges
+),
+
+-- name: _claim_queue_ranges
     CROSS JOIN LATERAL (
         SELECT j.id, j.concurrency_key, j.priority, j.run_at
         FROM pgqueue_job AS j
@@ -156,9 +190,11 @@ candidates AS MATERIALIZED (
         LIMIT %(limit)s::int
         FOR UPDATE OF j SKIP LOCKED
     ) AS c
+    -- A paused queue's range is not even read.
+    WHERE q.name IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM pgqueue_queue AS p WHERE p.name = q.name AND p.paused_at IS NOT NULL)
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(limit)s::int
-),
 
 -- name: _claim_lease
 chosen AS MATERIALIZED (
@@ -191,7 +227,7 @@ WHERE j.id = chosen.id
 -- and the error history only when there is one.
 RETURNING j.id, j.lease_token AS run, j.task, j.args::text AS args, j.kwargs::text AS kwargs,
           j.queue, j.priority, j.attempts AS attempt, j.max_attempts, j.concurrency_key,
-          j.unique_key, j.backoff,
+          j.unique_key, j.backoff, j.snoozes,
           extract(epoch FROM j.created_at)::float8 AS enqueued_at,
           extract(epoch FROM j.run_at)::float8 AS run_at,
           extract(epoch FROM j.started_at)::float8 AS started_at,
@@ -213,30 +249,64 @@ WHERE j.id = c.id AND j.status = 'running' AND j.lease_token = c.run
 RETURNING j.id;
 
 -- name: fail
--- Record failed runs: back to queued after the given delay, or dead when the
--- attempts are spent (or the failure is final). Fenced like complete.
+-- Record the runs that did not succeed, each by what the worker asked for:
+-- * a failure: back to queued after the given delay, or dead when the attempts
+--   are spent or the failure is final;
+-- * a snooze (raise Snooze): back to queued after the delay, the attempt not
+--   spent (as a release), no failure recorded, the snooze counted;
+-- * a cancellation (f.cancel: the task raised Cancel, or stopped because it was
+--   asked to): cancelled, with the reason as the message.
+-- A job an operator asked to stop is never retried nor snoozed: whatever its run
+-- ended with, it ends cancelled with the operator's reason, and what the run did
+-- is kept as the entry's traceback. Fenced like complete.
 WITH
 -- include: _relax_commit
 UPDATE pgqueue_job AS j
-SET status = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
-    run_at = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN j.run_at
+SET status = CASE WHEN f.cancel OR j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                  WHEN f.snooze THEN 'queued'
+                  WHEN f.final OR j.attempts >= j.max_attempts THEN 'dead'
+                  ELSE 'queued' END,
+    run_at = CASE WHEN f.cancel OR j.cancel_requested_at IS NOT NULL
+                       OR (NOT f.snooze AND (f.final OR j.attempts >= j.max_attempts))
+                  THEN j.run_at
                   ELSE now() + make_interval(secs => f.delay) END,
-    done_at = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN now() END,
+    done_at = CASE WHEN f.cancel OR j.cancel_requested_at IS NOT NULL
+                        OR (NOT f.snooze AND (f.final OR j.attempts >= j.max_attempts))
+                   THEN now() END,
     locked_until = NULL,
-    last_error = pgqueue_error_line(f.exception, f.message),
-    errors = pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, f.exception,
-                                                              f.message, f.traceback)),
-    error_count = least(j.error_count + 1, 1000000000)
+    attempts = CASE WHEN f.snooze AND NOT f.cancel AND j.cancel_requested_at IS NULL
+                    THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+    snoozes = CASE WHEN f.snooze THEN least(j.snoozes + 1, 1000000000) ELSE j.snoozes END,
+    last_error = CASE WHEN f.cancel THEN pgqueue_error_line(f.exception, f.message)
+                      WHEN j.cancel_requested_at IS NOT NULL
+                      THEN pgqueue_error_line('Cancelled', j.cancel_reason)
+                      WHEN f.snooze THEN j.last_error
+                      ELSE pgqueue_error_line(f.exception, f.message) END,
+    errors = CASE
+        WHEN f.cancel
+        THEN pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, f.exception,
+                                                              f.message, f.traceback))
+        WHEN j.cancel_requested_at IS NOT NULL
+        THEN pgqueue_push_error(j.errors, pgqueue_error_entry(
+            j.attempts, 'Cancelled', j.cancel_reason,
+            CASE WHEN f.traceback = '' THEN pgqueue_error_line(f.exception, f.message)
+                 ELSE f.traceback END))
+        WHEN f.snooze THEN j.errors
+        ELSE pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, f.exception,
+                                                              f.message, f.traceback)) END,
+    error_count = CASE WHEN f.snooze AND NOT f.cancel AND j.cancel_requested_at IS NULL
+                       THEN j.error_count ELSE least(j.error_count + 1, 1000000000) END
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[], %(delays)s::float8[],
             %(exceptions)s::text[], %(messages)s::text[], %(tracebacks)s::text[],
-            %(finals)s::bool[])
-     AS f (id, run, delay, exception, message, traceback, final), relax
+            %(finals)s::bool[], %(cancels)s::bool[], %(snoozes)s::bool[])
+     AS f (id, run, delay, exception, message, traceback, final, cancel, snooze), relax
 WHERE j.id = f.id AND j.status = 'running' AND j.lease_token = f.run
   AND j.locked_by = %(worker)s::text
 RETURNING j.id, j.status;
 
 -- name: heartbeat
--- Extend the leases this worker still holds on these runs; returns the runs still held.
+-- Extend the leases this worker still holds on these runs; returns the runs still
+-- held, each saying whether an operator asked it to stop (and why).
 WITH
 -- include: _relax_commit
 UPDATE pgqueue_job AS j
@@ -244,55 +314,84 @@ SET locked_until = now() + make_interval(secs => %(lease)s::float8)
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS h (id, run), relax
 WHERE j.id = h.id AND j.lease_token = h.run AND j.status = 'running'
   AND j.locked_by = %(worker)s::text
-RETURNING j.id, j.lease_token AS run;
+RETURNING j.id, j.lease_token AS run, j.cancel_requested_at IS NOT NULL AS cancel_requested,
+          j.cancel_reason;
 
 -- name: release
--- Give runs back without spending their attempt (a stopping worker).
+-- Give runs back without spending their attempt (a stopping worker). A job an
+-- operator asked to stop is not given back: it ends cancelled.
 WITH
 -- include: _relax_commit
 UPDATE pgqueue_job AS j
-SET status = 'queued', locked_until = NULL, attempts = greatest(j.attempts - 1, 0),
-    errors = pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, 'WorkerShutdown',
-                                                              %(reason)s::text, '')),
+SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
+    done_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+    locked_until = NULL,
+    attempts = CASE WHEN j.cancel_requested_at IS NULL THEN greatest(j.attempts - 1, 0)
+                    ELSE j.attempts END,
+    last_error = CASE WHEN j.cancel_requested_at IS NULL THEN j.last_error
+                      ELSE pgqueue_error_line('Cancelled', j.cancel_reason) END,
+    errors = pgqueue_push_error(j.errors, CASE
+        WHEN j.cancel_requested_at IS NULL
+        THEN pgqueue_error_entry(j.attempts, 'WorkerShutdown', %(reason)s::text, '')
+        ELSE pgqueue_error_entry(j.attempts, 'Cancelled', j.cancel_reason,
+                                 'WorkerShutdown: ' || %(reason)s::text) END),
     error_count = least(j.error_count + 1, 1000000000)
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS r (id, run), relax
 WHERE j.id = r.id AND j.status = 'running' AND j.lease_token = r.run
   AND j.locked_by = %(worker)s::text
 RETURNING j.id;
 
+-- name: expired_leases
+-- One batch of runs whose lease expired, oldest first, locked until the reaper's
+-- transaction ends: the reaper's retry policy decides each one's delay, then
+-- reap writes them. Rows another reaper holds are skipped.
+SELECT id, attempts, max_attempts, backoff
+FROM pgqueue_job
+WHERE status = 'running' AND locked_until < now()
+ORDER BY locked_until
+LIMIT %(limit)s::int
+FOR UPDATE SKIP LOCKED;
+
 -- name: reap
--- Expired leases: back to queued, or dead when no attempt is left. Idempotent:
--- a job is touched only while its lease is expired, and each pass takes a batch.
--- The worker may have finished the run and failed to record it (it died, hung,
--- or lost the database), which the entry says.
+-- Expired leases (locked by expired_leases in this transaction): back to queued
+-- after the delay the retry policy chose (a failure under the job's backoff, so a
+-- job that kills its worker is not taken up again at once), dead when it chose
+-- none, cancelled when an operator had asked the job to stop. Idempotent: a job
+-- is touched only while its lease is expired. The worker may have finished the
+-- run and failed to record it (it died, hung, or lost the database), which the
+-- entry says.
 WITH
 -- include: _relax_commit
-, expired AS MATERIALIZED (
-    SELECT id FROM pgqueue_job
-    WHERE status = 'running' AND locked_until < now()
-    ORDER BY locked_until
-    LIMIT %(limit)s::int
-    FOR UPDATE SKIP LOCKED
-)
 UPDATE pgqueue_job AS j
-SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
-    done_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+SET status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                  WHEN r.delay IS NULL THEN 'dead' ELSE 'queued' END,
+    run_at = CASE WHEN j.cancel_requested_at IS NULL AND r.delay IS NOT NULL
+                  THEN now() + make_interval(secs => r.delay) ELSE j.run_at END,
+    done_at = CASE WHEN j.cancel_requested_at IS NOT NULL OR r.delay IS NULL THEN now() END,
     locked_until = NULL,
-    last_error = pgqueue_error_line('LeaseExpired', format(
-        'worker %%s stopped renewing its lease on attempt %%s', COALESCE(j.locked_by, '?'),
-        j.attempts)),
-    errors = pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, 'LeaseExpired', format(
-        'worker %%s stopped renewing its lease before recording an outcome: it died, hung '
-        'or lost the database, and the run may have finished', COALESCE(j.locked_by, '?')),
-        '')),
+    last_error = CASE WHEN j.cancel_requested_at IS NOT NULL
+                      THEN pgqueue_error_line('Cancelled', j.cancel_reason)
+                      ELSE pgqueue_error_line('LeaseExpired', format(
+                          'worker %%s stopped renewing its lease on attempt %%s',
+                          COALESCE(j.locked_by, '?'), j.attempts)) END,
+    errors = pgqueue_push_error(j.errors, pgqueue_error_entry(
+        j.attempts,
+        CASE WHEN j.cancel_requested_at IS NULL THEN 'LeaseExpired' ELSE 'Cancelled' END,
+        CASE WHEN j.cancel_requested_at IS NULL THEN format(
+            'worker %%s stopped renewing its lease before recording an outcome: it died, hung '
+            'or lost the database, and the run may have finished', COALESCE(j.locked_by, '?'))
+        ELSE j.cancel_reason END,
+        CASE WHEN j.cancel_requested_at IS NULL THEN '' ELSE format(
+            'LeaseExpired: worker %%s stopped renewing its lease before the job stopped',
+            COALESCE(j.locked_by, '?')) END)),
     error_count = least(j.error_count + 1, 1000000000)
-FROM expired, relax
-WHERE j.id = expired.id AND j.status = 'running' AND j.locked_until < now()
+FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS r (id, delay), relax
+WHERE j.id = r.id AND j.status = 'running' AND j.locked_until < now()
 RETURNING j.status;
 
 -- name: retry
--- Dead jobs, or queued ones waiting for a later run_at, become ready now with
--- fresh attempts; the error history is kept (and the fence is on lease_token,
+-- Dead and cancelled jobs, or queued ones waiting for a later run_at, become ready
+-- now with fresh attempts and snoozes (and no stop request); the error history is kept (and the fence is on lease_token,
 -- which retry leaves alone). A job whose unique_key is held by another live job is
 -- left alone; of several asked for with one key, only the newest is retried.
 -- Linear in the ids asked for: one lock pass, a DISTINCT ON and index probes.
@@ -300,7 +399,7 @@ WITH asked AS MATERIALIZED (
     SELECT j.id, j.unique_key
     FROM pgqueue_job AS j
     WHERE j.id = ANY(%(ids)s::bigint[])
-      AND (j.status = 'dead' OR (j.status = 'queued' AND j.run_at > now()))
+      AND (j.status IN ('dead', 'cancelled') OR (j.status = 'queued' AND j.run_at > now()))
     FOR UPDATE
 ),
 newest AS (
@@ -319,8 +418,8 @@ eligible AS (
 ),
 retried AS (
     UPDATE pgqueue_job AS j
-    SET status = 'queued', attempts = 0, run_at = now(), done_at = NULL,
-        locked_until = NULL, locked_by = NULL
+    SET status = 'queued', attempts = 0, snoozes = 0, run_at = now(), done_at = NULL,
+        locked_until = NULL, locked_by = NULL, cancel_requested_at = NULL, cancel_reason = ''
     FROM eligible
     WHERE j.id = eligible.id
     RETURNING j.id, j.queue
@@ -334,14 +433,73 @@ SELECT COALESCE((SELECT array_agg(id ORDER BY id) FROM retried), '{}') AS ids,
        (SELECT n FROM woken) AS woken;
 
 -- name: cancel
--- Queued jobs leave the queue as dead, with the reason in last_error.
-UPDATE pgqueue_job
-SET status = 'dead', done_at = now(), last_error = 'Cancelled: ' || %(reason)s::text,
-    errors = pgqueue_push_error(errors, pgqueue_error_entry(attempts, 'Cancelled',
-                                                            %(reason)s::text, '')),
-    error_count = least(error_count + 1, 1000000000)
-WHERE id = ANY(%(ids)s::bigint[]) AND status = 'queued'
-RETURNING id;
+-- Queued jobs become cancelled at once, with the reason. Running ones keep
+-- running, with the request stored for the worker that holds them
+-- (cancel_requested_at, and the first reason given): it learns it at its next
+-- heartbeat, or at once from the NOTIFY sent to it here, whose payload (JSON) no
+-- queue name can be. The rows are locked first and read in their latest version,
+-- so a job claimed while this statement waited for it is asked to stop, not
+-- missed; the updates then take the state from "asked", never from their own
+-- (older) snapshot. Returns each job acted on with its status.
+WITH asked AS MATERIALIZED (
+    SELECT j.id, j.status
+    FROM pgqueue_job AS j
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('queued', 'running')
+    ORDER BY j.id
+    FOR UPDATE
+),
+cancelled AS (
+    UPDATE pgqueue_job AS j
+    SET status = 'cancelled', done_at = now(), locked_until = NULL,
+        last_error = pgqueue_error_line('Cancelled', %(reason)s::text),
+        errors = pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, 'Cancelled',
+                                                                  %(reason)s::text, '')),
+        error_count = least(j.error_count + 1, 1000000000)
+    FROM asked AS a
+    WHERE j.id = a.id AND a.status = 'queued'
+    RETURNING j.id, j.status
+),
+stopping AS (
+    UPDATE pgqueue_job AS j
+    SET cancel_requested_at = COALESCE(j.cancel_requested_at, now()),
+        cancel_reason = CASE WHEN j.cancel_requested_at IS NULL THEN %(reason)s::text
+                             ELSE j.cancel_reason END
+    FROM asked AS a
+    WHERE j.id = a.id AND a.status = 'running'
+    RETURNING j.id, j.status, j.locked_by
+),
+woken AS (
+    SELECT count(pg_notify(%(channel)s::text, json_build_object('abort', locked_by)::text)) AS n
+    FROM (SELECT DISTINCT locked_by FROM stopping) AS w
+    WHERE %(notify)s::bool
+)
+SELECT id, status FROM cancelled
+UNION ALL
+-- (woken is read so that its pg_notify() calls are evaluated: it always has a row.)
+SELECT id, status FROM stopping WHERE (SELECT n FROM woken) IS NOT NULL;
+
+-- name: pause_queue
+-- From now on no claim takes the queue's jobs; true if it was not paused.
+WITH before AS (SELECT paused_at FROM pgqueue_queue WHERE name = %(name)s::text)
+INSERT INTO pgqueue_queue (name, paused_at) VALUES (%(name)s::text, now())
+ON CONFLICT (name) DO UPDATE SET paused_at = COALESCE(pgqueue_queue.paused_at, now())
+RETURNING (SELECT paused_at FROM before) IS NULL AS changed;
+
+-- name: resume_queue
+-- Claims take the queue's jobs again, and its workers are woken when this
+-- commits; true if it was paused. "woken" is read so that pg_notify() is evaluated.
+WITH resumed AS (
+    UPDATE pgqueue_queue SET paused_at = NULL
+    WHERE name = %(name)s::text AND paused_at IS NOT NULL
+    RETURNING name
+),
+woken AS (
+    SELECT count(pg_notify(%(channel)s::text, name)) AS n FROM resumed WHERE %(notify)s::bool
+)
+SELECT EXISTS (SELECT 1 FROM resumed) AS changed, (SELECT n FROM woken) AS woken;
+
+-- name: paused_queues
+SELECT name, paused_at FROM pgqueue_queue WHERE paused_at IS NOT NULL ORDER BY name;
 
 -- name: prune
 -- One batch of finished jobs older than the bound, oldest first; the count.

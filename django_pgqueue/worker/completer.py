@@ -1,4 +1,5 @@
-"""Records job outcomes in batches: one statement for all successes, one for failures."""
+"""Records job outcomes in batches: one statement for all successes, one for the rest
+(failures, snoozes, cancellations)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django.db import transaction
 
 from django_pgqueue.dberrors import is_transient
 from django_pgqueue.models import Job
-from django_pgqueue.records import Failure, JobStatus, Success
+from django_pgqueue.records import Failure, JobStatus, Outcome, Success
 from django_pgqueue.worker.executor import clean_text
 from django_pgqueue.worker.services import ServiceThread, Supervision
 
@@ -20,7 +21,6 @@ logger = logging.getLogger("django_pgqueue")
 
 MAX_BATCH = 1000
 LINGER = 0.001
-Outcome = Success | Failure
 #: Called with the (id, run) pairs settled (written, or refused by the fence),
 #: how many became done and how many dead.
 OnSettled = Callable[[list[tuple[int, int]], int, int], None]

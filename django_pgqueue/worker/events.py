@@ -2,6 +2,7 @@
 
 ``claimed(jobs)``, ``started(job)``, ``finished(job, outcome)``,
 ``recorded(settled, succeeded, buried)``, ``heartbeat(kept, lost)``,
+``cancel_requested(job, reason)`` (the worker told a running job to stop),
 ``listening()``, ``idle()``, ``reaped(result)``, ``stopping(reason)`` and
 ``stopped(status)``. A subscriber is called in the thread that emits, so it must
 be quick; one that raises is logged and does not disturb the worker. With no
@@ -24,6 +25,7 @@ NAMES = frozenset(
         "finished",
         "recorded",
         "heartbeat",
+        "cancel_requested",
         "listening",
         "idle",
         "reaped",

@@ -1,9 +1,16 @@
 """Run one claimed job and turn what happened into an outcome to record.
 
 The executor never raises for anything a job does: every run ends as a
-:class:`Success` or a :class:`Failure`, and a row that cannot be run at all (an
-unknown task, undecodable arguments, arguments of the wrong shape) is a *final*
-failure, buried at once with the reason, without calling anything.
+:class:`Success` or a :class:`Failure` (which may be a snooze or a cancellation),
+and a row that cannot be run at all (an unknown task, undecodable arguments, arguments of the wrong
+shape) is a *final* failure, buried at once with the reason, without calling
+anything. Whether a failed job runs again, and when, is the task's
+:class:`~django_pgqueue.retrypolicy.RetryPolicy`'s to say.
+
+While the job runs it is :func:`~django_pgqueue.control.current_job`. A run an
+operator asked to stop ends ``cancelled`` if the request reached the task (it
+saw ``cancel_requested``, or its coroutine was cancelled) or if it raised or
+snoozed afterwards; one that finished without looking ends as it finished.
 """
 
 from __future__ import annotations
@@ -14,15 +21,18 @@ import traceback
 from functools import cache
 from typing import Any
 
-from django_pgqueue import conf, registry
-from django_pgqueue.backoff import retry_delay
-from django_pgqueue.exceptions import InvalidJobArguments, UnknownTask
+from django_pgqueue import registry
+from django_pgqueue.control import CANCELLED, Cancel, RunningJob, Snooze, running
+from django_pgqueue.exceptions import InvalidJobArguments, TooManySnoozes, UnknownTask
 from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.jsonargs import Encoded, dumps
 from django_pgqueue.records import ClaimedJob, Failure, Success
+from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, policy_of
 from django_pgqueue.validation import storable
 
 logger = logging.getLogger("django_pgqueue")
+
+CANCELLED_BY_TASK = "cancelled by the task"
 
 
 class UndecodableJob(Exception):
@@ -52,26 +62,75 @@ def _safe(render: Any, exc: BaseException) -> str:
         return f"<{class_path(exc)} whose message could not be rendered>"
 
 
+def _trace(exc: BaseException) -> str:
+    return _safe(lambda e: "".join(traceback.format_exception(e)), exc)
+
+
 def failure(
-    job: ClaimedJob, exc: BaseException, *, final: bool = False, trace: str | None = None
+    job: ClaimedJob,
+    exc: BaseException,
+    *,
+    final: bool = False,
+    trace: str | None = None,
+    policy: RetryPolicy = DEFAULT,
 ) -> Failure:
-    """A failure outcome for ``job``, with the retry delay from the backoff settings."""
-    settings = conf.get()
-    base = settings.BACKOFF_BASE if job.backoff is None else job.backoff
+    """A failure outcome for ``job``: retried after the delay ``policy`` gives, or
+    buried when it gives none (or the failure is ``final``)."""
+    delay = None if final else policy.after_failure(exc, job.attempt, job.max_attempts, job.backoff)
     return Failure(
         job_id=job.id,
         run=job.run,
         exception=class_path(exc),
         message=_safe(str, exc),
-        traceback=clean_text(trace)
-        if trace is not None
-        else _safe(lambda e: "".join(traceback.format_exception(e)), exc),
-        # A job's own backoff may exceed the global cap: its first delay is honoured.
-        delay=retry_delay(
-            job.attempt, base, max(settings.BACKOFF_MAX, base), settings.BACKOFF_JITTER
-        ),
-        final=final,
+        traceback=clean_text(trace) if trace is not None else _trace(exc),
+        delay=0.0 if delay is None else delay,
+        final=delay is None,
     )
+
+
+def cancelled(job: ClaimedJob, reason: str, trace: str = "") -> Failure:
+    """The outcome of a run that ends its job ``cancelled``, with the reason."""
+    return Failure(
+        job_id=job.id,
+        run=job.run,
+        exception=CANCELLED,
+        message=clean_text(reason),
+        traceback=clean_text(trace),
+        delay=0.0,
+        final=True,
+        cancel=True,
+    )
+
+
+def snoozed(job: ClaimedJob, snooze: Snooze) -> Failure:
+    """Back to the queue after the snooze, or buried if it snoozed too often."""
+    if DEFAULT.may_snooze(job.snoozes):
+        return Failure(
+            job_id=job.id,
+            run=job.run,
+            exception=class_path(snooze),
+            message=str(snooze),
+            traceback="",
+            delay=snooze.seconds,
+            snooze=True,
+        )
+    return failure(
+        job,
+        TooManySnoozes(
+            f"the job snoozed {job.snoozes} times, the most PGQUEUE['MAX_SNOOZES'] allows; "
+            f"it asked to snooze again ({snooze}) and is buried instead"
+        ),
+        final=True,
+        trace="",
+    )
+
+
+def policy_for(job: ClaimedJob) -> RetryPolicy:
+    """The retry policy of ``job``'s task (the default for a task not registered)."""
+    try:
+        return policy_of(registry.resolve(job.task).target)
+    except UnknownTask:
+        return DEFAULT
 
 
 @cache
@@ -104,8 +163,9 @@ def check_arguments(target: Any, args: Any, kwargs: Any) -> None:
             raise TypeError(f"arguments do not match the task's signature: {exc}") from None
 
 
-def execute(job: ClaimedJob) -> Success | Failure:
-    """Run ``job`` in this thread and return its outcome."""
+def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Failure:
+    """Run ``job`` in this thread and return its outcome; ``control`` is the job's
+    line to the worker (``current_job()`` while it runs)."""
     if job.problem is not None:
         logger.warning("job %s refused: %s", job.id, job.problem)
         return failure(job, UndecodableJob(job.problem), final=True, trace="")
@@ -119,19 +179,41 @@ def execute(job: ClaimedJob) -> Success | Failure:
     except TypeError as exc:
         logger.warning("job %s refused: %s", job.id, exc)
         return failure(job, exc, final=True, trace="")
+    if control is None:  # run outside a worker's pool (tests): current_job() still works
+        control = RunningJob(job)
+    asked = control.cancel_reason
+    if asked is not None:  # asked to stop while it waited for a thread
+        return _cancelled(job, asked, "")
     try:
-        result = runnable(job)
-        # The invokers check this themselves (so the Tasks signals report it);
-        # this is the backstop for any other kind of registered object.
-        raise_if_transaction_left_open()
+        with running(control):
+            result = runnable(job)
+            # The invokers check this themselves (so the Tasks signals report it);
+            # this is the backstop for any other kind of registered object.
+            raise_if_transaction_left_open()
+    except Cancel as exc:
+        reason = exc.reason or control.cancel_reason or CANCELLED_BY_TASK
+        return _cancelled(job, reason, _trace(exc))
     except BaseException as exc:
         # Whatever a task raises (sys.exit(), KeyboardInterrupt raised by hand:
-        # real signals only reach the main thread) fails the job, not the thread.
+        # real signals only reach the main thread) fails the job, not the thread;
+        # after an operator asked it to stop, it ends the job cancelled.
+        asked = control.cancel_reason
+        if asked is not None:
+            return _cancelled(job, asked, _trace(exc))
+        if isinstance(exc, Snooze):
+            return snoozed(job, exc)
         logger.info(
             "job %s (%s) failed on attempt %s: %s", job.id, job.task, job.attempt, class_path(exc)
         )
-        return failure(job, exc)
+        return failure(job, exc, policy=policy_of(runnable.target))
+    if control.stopped_by_request and control.cancel_reason is not None:
+        return _cancelled(job, control.cancel_reason, "")  # it saw the request and returned
     return success(job, result)
+
+
+def _cancelled(job: ClaimedJob, reason: str, trace: str) -> Failure:
+    logger.info("job %s (%s) cancelled on attempt %s: %s", job.id, job.task, job.attempt, reason)
+    return cancelled(job, reason, trace)
 
 
 def success(job: ClaimedJob, result: Any) -> Success | Failure:

@@ -48,16 +48,25 @@ class Housekeeping:
         return timers
 
     def heartbeat(self) -> None:
-        """Renew the leases of every run this worker holds, in one statement."""
-        keys = self.ledger.lease_keys()
+        """Renew the leases of every run this worker holds, in one statement, and tell
+        the jobs an operator asked to stop (the statement says which)."""
+        # In id order, as cancel() locks them: two statements locking the same rows
+        # in the same order cannot deadlock.
+        keys = sorted(self.ledger.lease_keys())
         if not keys:
             self.events.emit("heartbeat", kept=set(), lost=[])
             return
         sent = time.monotonic()
-        kept = Job.objects.heartbeat(
+        renewal = Job.objects.renew(
             self.config.worker_id, keys, lease=self.config.lease, using=self.config.database
         )
+        kept = renewal.kept
         lost = self.ledger.renewed(kept, keys, lease_until=sent + self.config.lease)
+        if renewal.cancel_requested:
+            for job in self.ledger.request_cancel(renewal.cancel_requested):
+                reason = renewal.cancel_requested[job.key]
+                logger.info("job %s (%s): asked to stop (%s)", job.id, job.task, reason)
+                self.events.emit("cancel_requested", job=job, reason=reason)
         if lost:
             logger.warning(
                 "lost the lease on jobs %s: they may run again elsewhere",
@@ -67,11 +76,13 @@ class Housekeeping:
 
     def reap(self) -> None:
         result = Job.objects.reap(using=self.config.database)
-        if result.returned or result.buried:
+        if result.returned or result.buried or result.cancelled:
             logger.info(
-                "reaper: %d jobs with expired leases returned to the queue, %d buried",
+                "reaper: %d jobs with expired leases returned to the queue, %d buried, "
+                "%d cancelled (asked to stop)",
                 result.returned,
                 result.buried,
+                result.cancelled,
             )
         self.events.emit("reaped", result=result)
 

@@ -15,6 +15,9 @@ again by this same worker is a new entry that the older run cannot touch.
   recorded as failed.
 - A run *given back* (released at shutdown) is no longer this worker's; a
   *lost* one had its lease taken away. The outcome of either is dropped.
+- Each run has its :class:`~django_pgqueue.control.RunningJob`, the job's line
+  to the worker: when a heartbeat finds that an operator asked the job to stop,
+  the ledger tells it there.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from typing import Literal
 
+from django_pgqueue.control import RunningJob
 from django_pgqueue.records import ClaimedJob
 
 Key = tuple[int, int]
@@ -32,6 +37,7 @@ Key = tuple[int, int]
 class Held:
     job: ClaimedJob
     lease_until: float  # monotonic: when the lease lapses unless renewed
+    control: RunningJob
     started: float | None = None  # monotonic: a thread took it (None: waiting)
     returned: bool = False
     overdue: bool = False
@@ -60,18 +66,19 @@ class Ledger:
         lease_until = time.monotonic() + self._lease
         with self._lock:
             for job in jobs:
-                self._held[job.key] = Held(job, lease_until)
+                self._held[job.key] = Held(job, lease_until, RunningJob(job))
             self.claimed += len(jobs)
             self.busy += len(jobs)
 
-    def start(self, job: ClaimedJob) -> bool:
-        """A thread is about to run ``job``; False if it is no longer ours to run."""
+    def start(self, job: ClaimedJob) -> RunningJob | Literal[False]:
+        """A thread is about to run ``job``: its control, or False if it is no longer
+        ours to run."""
         with self._lock:
             held = self._held.get(job.key)
             if held is None or not held.ours:
                 return False
             held.started = time.monotonic()  # the job timeout counts from here
-            return True
+            return held.control
 
     def finish(self, job: ClaimedJob) -> Held | None:
         """``job``'s thread returned: its entry, if the outcome is still ours to record."""
@@ -137,6 +144,17 @@ class Ledger:
                     if held.returned:
                         del self._held[key]
         return lost
+
+    def request_cancel(self, requests: dict[Key, str]) -> list[ClaimedJob]:
+        """Tell these runs that an operator asked them to stop; the jobs told now
+        (those told before are left out)."""
+        with self._lock:
+            held = [self._held.get(key) for key in requests]
+        return [
+            h.job
+            for h in held
+            if h is not None and h.ours and h.control.request_cancel(requests[h.job.key])
+        ]
 
     def earliest_lease_end(self) -> float | None:
         with self._lock:

@@ -5,10 +5,16 @@ reconnecting, a job whose run_at arrives later), so the worker keeps polling.
 The session itself (worker/session.py) is opened by the worker before it claims
 anything; this thread reopens it after the connection is lost, and stops the
 worker if its id was taken meanwhile.
+
+The same channel carries the requests to stop running jobs
+(``Job.objects.cancel``): a JSON payload ``{"abort": worker_id}``, which no
+queue name can be, makes the worker named in it renew its leases at once, and
+the heartbeat that does so tells the jobs.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -22,7 +28,8 @@ logger = logging.getLogger("django_pgqueue")
 
 class Listener(ServiceThread):
     """Calls ``wake()`` whenever a job is committed to one of ``queues`` (None: any),
-    and ``on_listening()`` each time it (re)connects and listens."""
+    ``on_abort()`` when a job this worker holds was asked to stop, and
+    ``on_listening()`` each time it (re)connects and listens."""
 
     def __init__(
         self,
@@ -31,12 +38,15 @@ class Listener(ServiceThread):
         wake: Callable[[], None],
         on_listening: Callable[[], None],
         supervision: Supervision,
+        *,
+        on_abort: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(session.alias, "pgqueue-listener", supervision)
         self.session = session
         self.queues = frozenset(queues) if queues else None
         self.wake = wake
         self.on_listening = on_listening
+        self.on_abort = on_abort
         self._announced = False
 
     def _reopen(self) -> bool:
@@ -70,7 +80,9 @@ class Listener(ServiceThread):
             while not self.stopped:
                 # Without a channel this only waits, and notices a lost connection.
                 for note in conn.notifies(timeout=0.5):
-                    if self.queues is None or note.payload in self.queues:
+                    if note.payload.startswith("{"):
+                        self._control(note.payload)
+                    elif self.queues is None or note.payload in self.queues:
                         self.wake()
                 self.last_ok = time.monotonic()
         except BaseException:
@@ -78,3 +90,11 @@ class Listener(ServiceThread):
             self._announced = False
             raise
         return 0.0
+
+    def _control(self, payload: str) -> None:
+        try:
+            message = json.loads(payload)
+        except ValueError:
+            return  # not ours: someone else's message on the channel
+        if isinstance(message, dict) and message.get("abort") == self.session.worker_id:
+            self.on_abort()

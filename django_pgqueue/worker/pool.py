@@ -12,15 +12,15 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
+from typing import Literal
 
 from django.db import connections
 
 from django_pgqueue import jobdb
-from django_pgqueue.records import ClaimedJob, Failure, Success
+from django_pgqueue.control import RunningJob
+from django_pgqueue.records import ClaimedJob, Outcome
 from django_pgqueue.worker.executor import execute, failure
 from django_pgqueue.worker.services import ConnectionEpoch
-
-Outcome = Success | Failure
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -28,14 +28,14 @@ logger = logging.getLogger("django_pgqueue")
 class JobPool:
     """``size`` threads; each runs one job at a time and reports its outcome.
 
-    ``on_start(job)`` says whether the job is still ours to run; ``on_done(job,
-    outcome)`` receives what happened.
+    ``on_start(job)`` gives the job's control, or False if the job is no longer
+    ours to run; ``on_done(job, outcome)`` receives what happened.
     """
 
     def __init__(
         self,
         size: int,
-        on_start: Callable[[ClaimedJob], bool],
+        on_start: Callable[[ClaimedJob], RunningJob | Literal[False]],
         on_done: Callable[[ClaimedJob, Outcome], None],
         epoch: ConnectionEpoch,
     ) -> None:
@@ -76,7 +76,8 @@ class JobPool:
     def _loop(self) -> None:
         seen_epoch = self._epoch.value
         while (job := self._jobs.get()) is not None:
-            if not self._on_start(job):
+            control = self._on_start(job)
+            if control is False:
                 continue  # given back while it waited
             if self._epoch.value != seen_epoch:
                 # The worker lost its database since this thread's last job: its
@@ -84,7 +85,7 @@ class JobPool:
                 seen_epoch = self._epoch.value
                 jobdb.drop_all()
             try:
-                outcome = execute(job)
+                outcome = execute(job, control)
             except BaseException as exc:
                 # execute() turns everything a job does into an outcome; this is
                 # the backstop for a bug of ours, so that a thread never dies

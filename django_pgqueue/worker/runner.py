@@ -12,22 +12,24 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Literal
 
 from django_pgqueue import registry
+from django_pgqueue.control import RunningJob
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
 from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
 from django_pgqueue.queue.claims import batch_size
-from django_pgqueue.records import ClaimedJob, Success
+from django_pgqueue.records import ClaimedJob, Outcome, Success
 from django_pgqueue.worker import shutdown
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
-from django_pgqueue.worker.executor import failure
+from django_pgqueue.worker.executor import failure, policy_for
 from django_pgqueue.worker.housekeeping import Housekeeping
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
-from django_pgqueue.worker.pool import JobPool, Outcome
+from django_pgqueue.worker.pool import JobPool
 from django_pgqueue.worker.prefetch import Prefetch
 from django_pgqueue.worker.services import (
     Backoff,
@@ -82,7 +84,13 @@ class Worker:
             config.poll_interval,
         )
         self.listener: Listener | None = Listener(
-            self.session, config.queues, self.waker.set, self._listening, supervision
+            self.session,
+            config.queues,
+            self.waker.set,
+            self._listening,
+            supervision,
+            # Asked to stop one of our jobs: renew now, which tells the job.
+            on_abort=lambda: self.heartbeat.hurry("heartbeat"),
         )
         self.housekeeping = Housekeeping(config, self.ledger, self.events)
         self.maintenance = Timers(
@@ -239,11 +247,11 @@ class Worker:
 
     # -- callbacks from other threads ----------------------------------------------
 
-    def _job_starting(self, job: ClaimedJob) -> bool:
-        if not self.ledger.start(job):
-            return False
-        self.events.emit("started", job=job)
-        return True
+    def _job_starting(self, job: ClaimedJob) -> RunningJob | Literal[False]:
+        control = self.ledger.start(job)
+        if control is not False:
+            self.events.emit("started", job=job)
+        return control
 
     def _job_done(self, job: ClaimedJob, outcome: Outcome) -> None:
         held = self.ledger.finish(job)
@@ -264,6 +272,7 @@ class Worker:
                         f"{self.config.job_timeout:g}s; what it returned is discarded"
                     ),
                     trace="",
+                    policy=policy_for(job),
                 )
             elif logger.isEnabledFor(logging.DEBUG):
                 logger.debug(

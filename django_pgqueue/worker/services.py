@@ -96,11 +96,17 @@ class ServiceThread(threading.Thread):
         self.alias = alias
         self.supervision = supervision
         self._halt = threading.Event()
+        self._wake = threading.Event()  # ends the pause between steps early
         #: monotonic time of the last step that returned normally (liveness).
         self.last_ok = time.monotonic()
 
     def stop(self) -> None:
         self._halt.set()
+        self._wake.set()
+
+    def poke(self) -> None:
+        """Run the next step now rather than after the pause (any thread)."""
+        self._wake.set()
 
     @property
     def stopped(self) -> bool:
@@ -124,7 +130,8 @@ class ServiceThread(threading.Thread):
                 backoff.reset()
                 self.last_ok = time.monotonic()
                 if pause > 0:
-                    self._halt.wait(pause)
+                    self._wake.wait(pause)
+                self._wake.clear()
         except BaseException:  # even the guard failed: never die without a word
             logger.exception("%s: the thread failed outside its loop", self.name)
             self.supervision.fatal(f"the {self.name} thread failed")
@@ -161,6 +168,8 @@ class Timer:
     interval: float
     action: Callable[[], None]
     due: float = 0.0  # monotonic time of the next run; 0 runs it at start
+    #: Run at the next step, whatever ``due`` says (set by ``Timers.hurry``).
+    urgent: bool = False
 
 
 class Timers(ServiceThread):
@@ -184,12 +193,23 @@ class Timers(ServiceThread):
         self.timers = timers
         self.critical = critical
 
+    def hurry(self, name: str) -> None:
+        """Run timer ``name`` now, ahead of its schedule (any thread)."""
+        for timer in self.timers:
+            if timer.name == name:
+                timer.urgent = True
+        self.poke()
+
     def step(self) -> float:
         now = time.monotonic()
         for timer in self.timers:
-            if timer.due <= now:
+            if timer.due <= now or timer.urgent:
+                # A hurry that comes while the action runs calls for another run.
+                timer.urgent = False
                 # Before the action: a failing one is retried in a second, not at once.
                 timer.due = now + min(timer.interval, 1.0)
                 timer.action()
                 timer.due = now + timer.interval
+        if any(timer.urgent for timer in self.timers):
+            return 0.0
         return max(0.01, min(t.due for t in self.timers) - time.monotonic())

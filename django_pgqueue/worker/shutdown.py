@@ -29,7 +29,7 @@ from django_pgqueue.records import ClaimedJob
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
-from django_pgqueue.worker.executor import failure
+from django_pgqueue.worker.executor import failure, policy_for
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.pool import JobPool
@@ -224,6 +224,7 @@ class Shutdown:
                     "when its worker exited"
                 ),
                 trace="",
+                policy=policy_for(job),
             )
             for job in overdue
         ]

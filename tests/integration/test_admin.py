@@ -166,9 +166,9 @@ def test_summary_counts_each_queue_by_status(admin_client: Client, jobs: dict[st
     assert [
         (line.queue, line.counts, line.dead_last_24h, line.lease_expired) for line in summary
     ] == [
-        ("default", {"queued": 2, "running": 1, "done": 1, "dead": 0}, 0, 1),
-        ("emails", {"queued": 0, "running": 0, "done": 0, "dead": 1}, 1, 0),
-        ("all queues", {"queued": 2, "running": 1, "done": 1, "dead": 1}, 1, 1),
+        ("default", {"queued": 2, "running": 1, "done": 1, "dead": 0, "cancelled": 0}, 0, 1),
+        ("emails", {"queued": 0, "running": 0, "done": 0, "dead": 1, "cancelled": 0}, 1, 0),
+        ("all queues", {"queued": 2, "running": 1, "done": 1, "dead": 1, "cancelled": 0}, 1, 1),
     ]
     assert summary[0].oldest_ready.startswith("10 min")
     assert summary[1].oldest_ready == ""
@@ -305,8 +305,8 @@ def test_retry_requeues_dead_and_waiting_jobs_and_skips_the_rest(
     shown = post_action(admin_client, "retry_jobs", [dead, waiting, running, done])
     assert shown == [
         "Retried 2 jobs: queued now, attempts reset.",
-        "Skipped 2 jobs that cannot be retried (only dead jobs, and queued jobs waiting for a "
-        "later run_at, can be; a dead job whose unique_key is live again cannot): "
+        "Skipped 2 jobs that cannot be retried (only dead and cancelled jobs, and queued jobs "
+        "waiting for a later run_at, can be; one whose unique_key is live again cannot): "
         f"#{done} done, #{running} running.",
     ]
     row = Job.objects.get(pk=dead)
@@ -328,16 +328,28 @@ def test_retry_requeues_dead_and_waiting_jobs_and_skips_the_rest(
 def test_cancel_records_the_reason_and_who(admin_client: Client, jobs: dict[str, Job]) -> None:
     ready, running = jobs["ready"].pk, jobs["running"].pk
     reason = "customer refunded (by admin in the admin)"
-    shown = post_action(admin_client, "cancel_jobs", [ready, running], reason="customer refunded")
+    done = jobs["done"].pk
+    shown = post_action(
+        admin_client, "cancel_jobs", [ready, running, done], reason="customer refunded"
+    )
     assert shown == [
         f"Cancelled 1 job: {reason}.",
-        f"Skipped 1 job that were not queued: #{running} running.",
+        f"Skipped 1 job that were not queued or running: #{done} done.",
+        f"Asked 1 running job to stop: {reason}. Each ends cancelled once its task stops; "
+        "one that finishes first ends as it finished.",
     ]
     row = Job.objects.get(pk=ready)
-    assert (row.status, row.last_error) == ("dead", f"Cancelled: {reason}")
-    assert list(LogEntry.objects.values_list("object_id", "action_flag", "change_message")) == [
-        (str(ready), CHANGE, f"Cancelled: {reason}")
-    ]
+    assert (row.status, row.last_error) == ("cancelled", f"Cancelled: {reason}")
+    held = Job.objects.get(pk=running)
+    assert (held.status, held.cancel_reason) == ("running", reason)
+    assert sorted(
+        LogEntry.objects.values_list("object_id", "action_flag", "change_message")
+    ) == sorted(
+        [
+            (str(ready), CHANGE, f"Cancelled: {reason}"),
+            (str(running), CHANGE, f"Asked to stop: {reason}"),
+        ]
+    )
 
 
 @committed
@@ -346,7 +358,8 @@ def test_delete_removes_finished_jobs_only(admin_client: Client, jobs: dict[str,
     shown = post_action(admin_client, "delete_finished_jobs", [dead, done, ready])
     assert shown == [
         "Deleted 2 jobs.",
-        f"Skipped 1 job that were not finished (only done and dead jobs can be): #{ready} queued.",
+        "Skipped 1 job that were not finished (only done, dead and cancelled jobs can be): "
+        f"#{ready} queued.",
     ]
     assert status_counts() == {"queued": 2, "running": 1}
     assert sorted(LogEntry.objects.values_list("object_id", "action_flag")) == sorted(
@@ -372,6 +385,7 @@ def test_migrations_create_the_retry_and_cancel_permissions() -> None:
         ("cancel_job", "Can cancel jobs"),
         ("change_job", "Can change job"),
         ("delete_job", "Can delete job"),
+        ("pause_queue", "Can pause and resume queues"),
         ("retry_job", "Can retry jobs"),
         ("view_job", "Can view job"),
     ]

@@ -7,11 +7,14 @@ show what a pgqueue worker adds (attempts, retries).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from django.db import transaction
 
-from django_pgqueue.backend import PgQueueTask, PgQueueTaskContext
+from django_pgqueue import Cancel, Snooze
+from django_pgqueue.backend import PgQueueTask, PgQueueTaskContext, options
 from django_pgqueue.backend.compat import Task, TaskContext, task
 
 
@@ -98,3 +101,50 @@ def fails_until(context: TaskContext[Any, Any], failures: int) -> dict[str, Any]
 def leaks_transaction() -> None:
     """Enters a transaction.atomic() block and never leaves it (a bug in a task)."""
     transaction.atomic().__enter__()
+
+
+# -- job control ------------------------------------------------------------------------
+
+
+@task(takes_context=True)
+def stops_when_asked(context: TaskContext[Any, Any], seconds: float = 30.0) -> str:
+    """Polls the context's ``cancel_requested``; returns when asked to stop."""
+    assert isinstance(context, PgQueueTaskContext)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if context.cancel_requested:
+            return "stopped"
+        time.sleep(0.005)
+    return "finished"
+
+
+@task
+async def sleeps_async(seconds: float = 30.0) -> str:
+    await asyncio.sleep(seconds)
+    return "finished"
+
+
+@task
+def snoozes_once(marker: str) -> str:
+    """Snoozes on its first run (a row in testapp_run marks it), then returns."""
+    from tests.testapp.tasks import record, run_counts_of
+
+    if not run_counts_of(marker):
+        record(marker)
+        raise Snooze(0)
+    return "woke"
+
+
+@task
+def cancels_itself() -> None:
+    raise Cancel("the order is gone")
+
+
+@task
+def fails_with(error: str) -> None:
+    raise ConnectionError(error) if error == "io" else ValueError(error)
+
+
+# The retry policy is the task's own: set where the task is declared, as the worker
+# finds it there (enqueueing a copy with another one is refused).
+fails_with = options(fails_with, max_attempts=3, retry_on=(ConnectionError,))

@@ -8,9 +8,10 @@ import os
 import time
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import connection, transaction
 
-from django_pgqueue import task
+from django_pgqueue import Cancel, Snooze, current_job, task
 
 
 def record(label: str, *, started: float | None = None) -> None:
@@ -21,6 +22,13 @@ def record(label: str, *, started: float | None = None) -> None:
             "to_timestamp(%s), clock_timestamp())",
             [label, started if started is not None else time.time()],
         )
+
+
+def run_counts_of(label: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM testapp_run WHERE label = %s", [label])
+        (runs,) = cursor.fetchone()
+    return int(runs)
 
 
 @task
@@ -118,3 +126,59 @@ def whoami(label: str, sleep: float = 0.0) -> int:
 @task
 def returns_a_set() -> set[int]:
     return {1}  # not JSON
+
+
+# -- job control (tests/worker/test_job_control*.py) ------------------------------------
+
+
+@task
+def waits_to_be_stopped(label: str, seconds: float = 30.0) -> str:
+    """Polls ``cancel_requested`` every 5 ms; returns when asked to stop (the job then
+    ends cancelled) or after ``seconds`` (it finished anyway)."""
+    record(label)
+    job = current_job()
+    assert job is not None
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if job.cancel_requested:
+            return "stopped"
+        time.sleep(0.005)
+    return "finished"
+
+
+@task
+async def awaits_to_be_stopped(label: str, seconds: float = 30.0) -> str:
+    """Awaits; an abort cancels it at its await (CancelledError)."""
+    await sync_to_async(record)(label)
+    await asyncio.sleep(seconds)
+    return "finished"
+
+
+@task(max_attempts=3)
+def snoozes(label: str, times: int, seconds: float = 0.0) -> int:
+    """Snoozes until it has run ``times + 1`` times (counted in the database)."""
+    record(label)
+    runs = run_counts_of(label)
+    if runs <= times:
+        raise Snooze(seconds)
+    return runs
+
+
+@task(max_attempts=5)
+def gives_up(label: str) -> None:
+    record(label)
+    raise Cancel(f"{label}: nothing left to do")
+
+
+@task(max_attempts=3, retry_on=(ConnectionError, TimeoutError))
+def retries_io_only(label: str, error: str) -> None:
+    """Raises ConnectionError (retried) or ValueError (not: it buries the job)."""
+    record(label)
+    raise ConnectionError(label) if error == "io" else ValueError(label)
+
+
+@task(max_attempts=3, discard_on=LookupError)
+def discards_lookups(label: str, error: str) -> None:
+    """Raises KeyError (discarded: buried at once) or RuntimeError (retried)."""
+    record(label)
+    raise KeyError(label) if error == "lookup" else RuntimeError(label)

@@ -71,7 +71,14 @@ COMMANDS = sorted(module.name for module in pkgutil.iter_modules(commands.__path
 
 
 def test_every_command_is_found() -> None:
-    assert COMMANDS == ["prunejobs", "queuestats", "reapjobs", "runworker"]
+    assert COMMANDS == [
+        "pausequeue",
+        "prunejobs",
+        "queuestats",
+        "reapjobs",
+        "resumequeue",
+        "runworker",
+    ]
 
 
 @pytest.mark.parametrize("name", COMMANDS)

@@ -17,8 +17,12 @@ EXPECTED = {
     "heartbeat",
     "release",
     "reap",
+    "expired_leases",
     "retry",
     "cancel",
+    "pause_queue",
+    "resume_queue",
+    "paused_queues",
     "prune",
     "count_prunable",
     "stats",
@@ -43,9 +47,11 @@ def test_every_parameter_is_typed_so_server_side_binding_works() -> None:
 
 
 def test_claim_is_one_statement_with_skip_locked_and_materialised_ids() -> None:
-    for name in ("claim", "claim_queues"):
+    # The claim of every queue has two branches (in order; by queue while one is
+    # paused), each locking as it reads.
+    for name, branches in (("claim", 2), ("claim_queues", 1)):
         claim = query(name)
-        assert claim.count("FOR UPDATE OF j SKIP LOCKED") == 1, name
+        assert claim.count("FOR UPDATE OF j SKIP LOCKED") == branches, name
         assert "AS MATERIALIZED" in claim, name
         assert "-- include:" not in claim, name  # the shared parts are filled in
         assert claim.count("UPDATE pgqueue_job AS j") == 1, name

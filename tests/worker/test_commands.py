@@ -39,9 +39,12 @@ BAD_ARGUMENTS = [
     (
         "prunejobs",
         ["--older-than", "7d", "--status", "queued"],
-        "argument --status: expected done, dead or done,dead",
+        "argument --status: expected one or more of done, dead, cancelled, comma-separated",
     ),
     ("prunejobs", ["--older-than", "7d", "--batch-size", "0"], "argument --batch-size"),
+    ("pausequeue", [], "the following arguments are required: NAME"),
+    ("pausequeue", ["a b"], "argument NAME: expected a queue name (1-64 letters"),
+    ("resumequeue", ["emails", "x/y"], "argument NAME: expected a queue name"),
 ]
 
 
@@ -121,7 +124,7 @@ def test_prunejobs_dry_run_then_delete() -> None:
     Job.objects.filter(pk__in=ids[3:5]).update(status="dead", done_at=old)
     out = io.StringIO()
     call_command("prunejobs", "--older-than", "7d", "--dry-run", stdout=out)
-    assert out.getvalue() == "would delete 5 jobs (done,dead)\n"
+    assert out.getvalue() == "would delete 5 jobs (done,dead,cancelled)\n"
     call_command("prunejobs", "--older-than", "7d", "--status", "dead", stdout=out)
     assert out.getvalue().endswith("deleted 2 jobs (dead)\n")
     assert status_counts() == {"done": 3, "queued": 1}

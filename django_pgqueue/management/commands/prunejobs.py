@@ -18,7 +18,7 @@ from django_pgqueue.models import Job
 
 
 class Command(PgQueueCommand):
-    help = "Delete done and dead jobs older than a bound, in batches."
+    help = "Delete done, dead and cancelled jobs older than a bound, in batches."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -31,7 +31,8 @@ class Command(PgQueueCommand):
             "--status",
             type=finished_statuses,
             default=FINISHED_STATUSES,
-            help="done, dead, or done,dead (default).",
+            help="Which finished jobs: done, dead, cancelled, or several comma-separated "
+            "(default: done,dead,cancelled).",
         )
         parser.add_argument("--batch-size", type=positive_int, default=5000)
         parser.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")

@@ -41,8 +41,11 @@ class Command(PgQueueCommand):
                 with contextlib.suppress(Exception):
                     connections[settings.DATABASE].close()
             else:
+                # Runs of jobs an operator had asked to stop end cancelled.
+                cancelled = f", cancelled {result.cancelled}" if result.cancelled else ""
                 self.stdout.write(
                     f"returned {result.returned} jobs to the queue, buried {result.buried}"
+                    f"{cancelled}"
                 )
                 if not options["loop"]:
                     return

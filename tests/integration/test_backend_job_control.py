@@ -1,0 +1,166 @@
+"""Job control for Tasks-framework tasks: the context's cancel_requested, async tasks
+cancelled at their await, Snooze and Cancel through the framework's signals, the
+cancelled state as a FAILED result, and the retry policy set with options()."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+import pytest
+
+pytest.importorskip(
+    "django_pgqueue.backend", reason="needs django.tasks or the backport", exc_type=ImportError
+)
+
+from django_pgqueue import Cancel, task
+from django_pgqueue.backend import options
+from django_pgqueue.backend.compat import (
+    InvalidTask,
+    TaskResult,
+    TaskResultStatus,
+    task_backends,
+    task_finished,
+)
+from django_pgqueue.exceptions import InvalidJob
+from django_pgqueue.models import Job
+from django_pgqueue.records import Failure
+from tests.conftest import status_counts
+from tests.integration.test_backend_worker import claim, run, run_next
+from tests.testapp import djtasks
+from tests.testapp.tasks import retries_io_only
+from tests.worker.conftest import wait_for
+from tests.worker.inprocess import worker_thread
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def finished() -> Iterator[list[tuple[str, str | None]]]:
+    """(status, last error's class path) of each task_finished sent."""
+    seen: list[tuple[str, str | None]] = []
+
+    def on_finished(sender: type, task_result: TaskResult[Any, Any], **kw: Any) -> None:
+        last = task_result.errors[-1].exception_class_path if task_result.errors else None
+        seen.append((task_result.status, last))
+
+    task_finished.connect(on_finished)
+    yield seen
+    task_finished.disconnect(on_finished)
+
+
+def fetch(result: TaskResult[Any, Any]) -> TaskResult[Any, Any]:
+    return task_backends["default"].get_result(result.id)
+
+
+def is_running(job_id: str) -> bool:
+    return Job.objects.filter(pk=int(job_id), status="running").exists()
+
+
+@pytest.mark.slow
+def test_a_takes_context_task_sees_cancel_requested_and_its_result_is_failed(
+    finished: list[tuple[str, str | None]],
+) -> None:
+    enqueued = djtasks.stops_when_asked.enqueue()
+    with worker_thread(poll_interval=5) as worker:
+        worker.wait("listening")
+        worker.wait("started")
+        wait_for(partial(is_running, enqueued.id), 10, "the job to run")
+        time.sleep(0.05)  # polling by now
+        Job.objects.cancel([int(enqueued.id)], reason="operator")
+        worker.wait("recorded")
+    result = fetch(enqueued)
+    assert result.status == TaskResultStatus.FAILED
+    error = result.errors[-1]
+    assert error.exception_class_path == "django_pgqueue.control.Cancel"
+    assert error.exception_class is Cancel
+    assert error.traceback.endswith("Cancelled: operator\n")
+    assert Job.objects.get(pk=int(enqueued.id)).status == "cancelled"
+    assert finished == [(TaskResultStatus.FAILED, "django_pgqueue.control.Cancel")]
+
+
+@pytest.mark.slow
+def test_an_async_task_is_cancelled_at_its_await() -> None:
+    enqueued = djtasks.sleeps_async.enqueue()
+    with worker_thread(poll_interval=5) as worker:
+        worker.wait("listening")
+        worker.wait("started")
+        wait_for(partial(is_running, enqueued.id), 10, "the job to run")
+        started = time.monotonic()
+        Job.objects.cancel([int(enqueued.id)], reason="operator")
+        worker.wait("finished")
+        assert time.monotonic() - started < 0.1
+        worker.wait("recorded")
+    result = fetch(enqueued)
+    assert result.status == TaskResultStatus.FAILED
+    assert "CancelledError" in result.errors[-1].traceback
+
+
+def test_snooze_reports_ready_and_the_job_runs_again_on_its_first_attempt(
+    finished: list[tuple[str, str | None]],
+) -> None:
+    enqueued = djtasks.snoozes_once.enqueue(f"snooze-{time.time_ns()}")
+    first = run_next()
+    assert isinstance(first, Failure)
+    assert first.snooze
+    assert fetch(enqueued).status == TaskResultStatus.READY
+    second = claim()
+    assert second.attempt == 1  # the snooze did not spend it
+    run(second)
+    result = fetch(enqueued)
+    assert (result.status, result.return_value, result.errors) == (
+        TaskResultStatus.SUCCESSFUL,
+        "woke",
+        [],
+    )
+    assert finished == [(TaskResultStatus.READY, None), (TaskResultStatus.SUCCESSFUL, None)]
+
+
+def test_cancel_raised_by_a_task_ends_it_cancelled_and_failed() -> None:
+    enqueued = djtasks.cancels_itself.enqueue()
+    run_next()
+    result = fetch(enqueued)
+    assert (result.status, result.errors[-1].exception_class_path) == (
+        TaskResultStatus.FAILED,
+        "django_pgqueue.control.Cancel",
+    )
+    assert result.errors[-1].traceback.endswith("Cancelled: the order is gone\n")
+    assert status_counts() == {"cancelled": 1}
+
+
+def test_retry_on_set_with_options_where_the_task_is_declared() -> None:
+    io = djtasks.fails_with.enqueue("io")  # retried: max_attempts 3
+    for _ in range(3):
+        run(claim())
+    value = djtasks.fails_with.enqueue("value")  # not retried
+    run(claim())
+    assert (
+        Job.objects.get(pk=int(io.id)).attempts,
+        Job.objects.get(pk=int(value.id)).attempts,
+    ) == (
+        3,
+        1,
+    )
+    assert status_counts() == {"dead": 2}
+    # A copy keeps the declared policy, so it may carry other options.
+    assert djtasks.fails_with.using(priority=5).enqueue("io").status == TaskResultStatus.READY
+
+
+def test_a_retry_policy_the_worker_would_not_apply_is_refused_at_enqueue() -> None:
+    with pytest.raises(InvalidTask, match="set them where the task is declared"):
+        options(djtasks.fails_with, retry_on=(ValueError,)).enqueue("x")
+    with pytest.raises(InvalidTask, match="set them where the task is declared"):
+        options(djtasks.noop_task, discard_on=KeyError).enqueue()
+    with pytest.raises(InvalidTask, match="retry_on 'ValueError' must be an exception class"):
+        options(djtasks.noop_task, retry_on="ValueError")  # type: ignore[arg-type]
+    assert not Job.objects.exists()
+
+
+def test_the_direct_api_takes_the_policy_at_the_decorator_only() -> None:
+    with pytest.raises(InvalidJob, match="cannot be set per enqueue"):
+        retries_io_only.using(retry_on=(KeyError,))
+    with pytest.raises(InvalidJob, match="discard_on 3 must be an exception class"):
+        task(discard_on=3)  # type: ignore[call-overload]
+    assert retries_io_only.retry_policy.retry_on == (ConnectionError, TimeoutError)

@@ -1,0 +1,271 @@
+"""Job control at the queue's level, against a real PostgreSQL: the cancelled state, stop
+requests on running jobs and every way out of running that honours them, snoozes,
+the reaper's backoff, paused queues."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+
+import psycopg
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from django_pgqueue.exceptions import InvalidJob
+from django_pgqueue.models import Job
+from django_pgqueue.records import Failure, JobSpec
+from tests.conftest import status_counts
+from tests.testapp.tasks import add
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def boom(job_id: int, run: int, *, delay: float = 0.0) -> Failure:
+    return Failure(job_id, run, "ValueError", "boom", "Traceback...\nValueError: boom\n", delay)
+
+
+def snooze(job_id: int, run: int, seconds: float) -> Failure:
+    return Failure(job_id, run, "Snooze", f"snoozed for {seconds:g}s", "", seconds, snooze=True)
+
+
+# -- cancel ---------------------------------------------------------------------------------
+
+
+def test_cancel_ends_queued_jobs_cancelled_and_asks_running_ones_to_stop() -> None:
+    running = add.enqueue(1, 1)
+    (claimed,) = Job.objects.claim("w", limit=1)
+    queued = add.enqueue(2, 2)
+    done = add.enqueue(3, 3)
+    Job.objects.filter(pk=done.pk).update(status="done", done_at=timezone.now())
+    acted = Job.objects.cancel([queued.pk, running.pk, done.pk, 10**9], reason="customer left")
+    assert acted == sorted([queued.pk, running.pk])
+    row = Job.objects.get(pk=queued.pk)
+    assert (row.status, row.last_error, row.errors[-1]["exception"]) == (
+        "cancelled",
+        "Cancelled: customer left",
+        "Cancelled",
+    )
+    assert row.done_at is not None
+    held = Job.objects.get(pk=running.pk)
+    assert (held.status, held.cancel_reason) == ("running", "customer left")
+    assert held.cancel_requested_at is not None
+    # The worker holding it hears of it at its heartbeat; a second request keeps the first.
+    assert Job.objects.cancel([running.pk], reason="again") == [running.pk]
+    renewal = Job.objects.renew("w", [claimed.key])
+    assert renewal.kept == {claimed.key}
+    assert renewal.cancel_requested == {claimed.key: "customer left"}
+    assert Job.objects.heartbeat("w", [claimed.key]) == {claimed.key}  # the plain API is kept
+    assert Job.objects.get(pk=done.pk).status == "done"
+
+
+def test_cancel_notifies_the_worker_holding_a_running_job(db_url: str) -> None:
+    add.enqueue(1, 1)
+    (claimed,) = Job.objects.claim("worker a", limit=1)
+    queued = add.enqueue(2, 2)
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN pgqueue_jobs")
+        Job.objects.cancel([queued.pk])  # queued only: no worker to tell
+        assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+        Job.objects.cancel([claimed.id], reason="stop")
+        (note,) = listener.notifies(timeout=2, stop_after=1)
+    # JSON: no queue name can look like it (a queue name has no braces).
+    assert json.loads(note.payload) == {"abort": "worker a"}
+
+
+def test_a_running_job_asked_to_stop_is_never_retried_whichever_way_its_run_ends() -> None:
+    """fail, snooze, release and reap each end it cancelled, with the operator's reason."""
+    Job.objects.enqueue_many(JobSpec.build(add.using(backoff=0), [n, n]) for n in range(4))
+    runs = {job.id: job for job in Job.objects.claim("w", limit=4, lease=0.3)}
+    ids = sorted(runs)
+    Job.objects.cancel(ids, reason="operator")
+    failed, snoozed, released, reaped = (runs[i] for i in ids)
+    assert Job.objects.fail("w", [boom(failed.id, failed.run)]) == {failed.id: "cancelled"}
+    assert Job.objects.fail("w", [snooze(snoozed.id, snoozed.run, 60)]) == {snoozed.id: "cancelled"}
+    assert Job.objects.release("w", [released.key]) == {released.id}
+    time.sleep(0.4)
+    assert Job.objects.reap().cancelled == 1
+    assert status_counts() == {"cancelled": 4}
+    for job in Job.objects.all():
+        assert job.last_error == "Cancelled: operator"
+        assert job.errors[-1]["exception"] == "Cancelled"
+        assert job.errors[-1]["message"] == "operator"
+    # What actually happened to each run is kept in the entry.
+    assert Job.objects.get(pk=failed.id).errors[-1]["traceback"].endswith("ValueError: boom\n")
+    assert "WorkerShutdown" in Job.objects.get(pk=released.id).errors[-1]["traceback"]
+    assert "LeaseExpired" in Job.objects.get(pk=reaped.id).errors[-1]["traceback"]
+
+
+def test_a_run_that_finishes_anyway_ends_done() -> None:
+    from tests.integration.test_claim import ok
+
+    add.enqueue(1, 1)
+    (claimed,) = Job.objects.claim("w")
+    Job.objects.cancel([claimed.id], reason="too late")
+    assert Job.objects.complete("w", [ok(claimed.id, claimed.run, "2")]) == {claimed.id}
+    row = Job.objects.get(pk=claimed.id)
+    assert (row.status, row.result, row.cancel_reason) == ("done", 2, "too late")
+
+
+def test_a_stale_run_asked_to_stop_cannot_touch_the_newer_run() -> None:
+    """The fence holds for the new outcomes: a run whose lease was lost gets no stop
+    request, and nothing it records lands on the run after it."""
+    add.using(backoff=0).enqueue(1, 1)
+    (stale,) = Job.objects.claim("slow", lease=0.1)
+    time.sleep(0.2)
+    assert Job.objects.reap().returned == 1
+    (fresh,) = Job.objects.claim("fast", lease=30)
+    Job.objects.cancel([fresh.id], reason="stop the new one")
+    assert Job.objects.renew("slow", [stale.key]).cancel_requested == {}
+    stopped = Failure(stale.id, stale.run, "Cancelled", "x", "", 0.0, final=True, cancel=True)
+    assert Job.objects.fail("slow", [stopped]) == {}
+    assert Job.objects.fail("slow", [snooze(stale.id, stale.run, 1)]) == {}
+    row = Job.objects.get(pk=fresh.id)
+    assert (row.status, row.locked_by) == ("running", "fast")
+    assert Job.objects.renew("fast", [fresh.key]).cancel_requested == {
+        fresh.key: "stop the new one"
+    }
+
+
+def test_cancelled_jobs_are_finished_prunable_and_retryable() -> None:
+    job = add.using(unique_key="k").enqueue(1, 1)
+    assert Job.objects.cancel([job.pk]) == [job.pk]
+    assert add.using(unique_key="k").enqueue(2, 2).duplicate is False  # the key is free
+    Job.objects.filter(unique_key="k", status="queued").delete()
+    assert list(Job.objects.cancelled()) == list(Job.objects.finished())
+    assert Job.objects.retry([job.pk]) == [job.pk]
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.snoozes, row.cancel_requested_at) == (
+        "queued",
+        0,
+        0,
+        None,
+    )
+    assert Job.objects.cancel(Job.objects.all(), reason="again") == [job.pk]
+    Job.objects.filter(pk=job.pk).update(done_at=timezone.now() - dt.timedelta(days=2))
+    assert Job.objects.prune(dt.timedelta(days=1), statuses=["cancelled"], dry_run=True) == 1
+    assert Job.objects.prune(dt.timedelta(days=1)) == 1
+    with pytest.raises(InvalidJob, match="only deletes done, dead, cancelled jobs"):
+        Job.objects.prune(dt.timedelta(days=1), statuses=["queued"])
+
+
+def test_the_status_constraint_takes_cancelled_and_refuses_the_unknown() -> None:
+    from django.db import IntegrityError
+
+    job = add.enqueue(1, 1)
+    Job.objects.filter(pk=job.pk).update(status="cancelled")
+    with pytest.raises(IntegrityError, match="pgqueue_job_status_valid"):
+        Job.objects.filter(pk=job.pk).update(status="aborted")
+
+
+# -- snooze and the reaper's backoff ----------------------------------------------------------
+
+
+def test_snooze_requeues_later_without_spending_the_attempt_or_recording_a_failure() -> None:
+    job = add.using(max_attempts=1).enqueue(1, 1)
+    (claimed,) = Job.objects.claim("w")
+    before = timezone.now()
+    assert Job.objects.fail("w", [snooze(claimed.id, claimed.run, 30)]) == {job.pk: "queued"}
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.snoozes, row.errors, row.last_error) == (
+        "queued",
+        0,
+        1,
+        [],
+        "",
+    )
+    assert row.run_at >= before + dt.timedelta(seconds=29)
+    assert Job.objects.claim("w") == []  # not before its run_at
+    Job.objects.filter(pk=job.pk).update(run_at=timezone.now())
+    (again,) = Job.objects.claim("w")
+    assert (again.attempt, again.snoozes) == (1, 1)  # max_attempts=1, still its first attempt
+
+
+def test_the_reaper_requeues_an_expired_lease_after_the_jobs_backoff() -> None:
+    """A job that kills its worker must not be taken up again at once by the next one."""
+    job = add.using(backoff=60).enqueue(1, 1)
+    Job.objects.claim("dying", lease=0.1)
+    time.sleep(0.2)
+    reaped_at = timezone.now()
+    assert Job.objects.reap().returned == 1
+    row = Job.objects.get(pk=job.pk)
+    assert row.status == "queued"
+    # backoff 60 s for the first failure, with the tests' 20 % jitter at most.
+    assert reaped_at + dt.timedelta(seconds=47) <= row.run_at
+    assert row.run_at <= reaped_at + dt.timedelta(seconds=73)
+    assert Job.objects.claim("healthy") == []
+
+
+# -- paused queues ------------------------------------------------------------------------------
+
+
+def test_a_paused_queue_is_skipped_by_both_claims_and_served_again_on_resume(db_url: str) -> None:
+    Job.objects.enqueue_many(JobSpec.build(add, [n, n], queue="emails") for n in range(3))
+    other = add.using(queue="default").enqueue(9, 9)
+    assert Job.objects.pause_queue("emails") is True
+    assert Job.objects.pause_queue("emails") is False
+    assert Job.objects.paused_queues() == ["emails"]
+    assert [j.id for j in Job.objects.claim("w", limit=10)] == [other.pk]
+    assert Job.objects.claim("w", limit=10, queues=["emails", "default"]) == []
+    assert Job.objects.claim("w", limit=10, queues=["emails"]) == []
+    assert status_counts() == {"queued": 3, "running": 1}
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN pgqueue_jobs")
+        assert Job.objects.resume_queue("emails") is True
+        heard = [n.payload for n in listener.notifies(timeout=2, stop_after=1)]
+    assert heard == ["emails"]  # idle workers serving it wake at once
+    assert Job.objects.resume_queue("emails") is False
+    assert Job.objects.paused_queues() == []
+    assert len(Job.objects.claim("w", limit=10, queues=["emails"])) == 3
+
+
+def test_pausing_checks_the_queue_name() -> None:
+    with pytest.raises(InvalidJob, match="is not a valid queue name"):
+        Job.objects.pause_queue("no spaces")
+    assert Job.objects.pause_queue("later") is True  # a queue with no jobs yet
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM pgqueue_queue WHERE paused_at IS NOT NULL")
+        assert cursor.fetchall() == [("later",)]
+
+
+def test_a_job_run_by_the_executor_alone_is_current_too() -> None:
+    from django_pgqueue.records import Success
+    from django_pgqueue.worker.executor import execute
+    from tests.testapp.tasks import waits_to_be_stopped
+
+    waits_to_be_stopped.enqueue("direct", seconds=0)  # asserts current_job() is not None
+    (claimed,) = Job.objects.claim("w")
+    outcome = execute(claimed)
+    assert isinstance(outcome, Success)
+    assert outcome.result == '"finished"'
+
+
+@pytest.mark.slow
+def test_cancel_picked_as_a_deadlock_victim_is_retried(db_url: str) -> None:
+    """cancel() locks running rows that a worker may be writing (a batch of outcomes
+    in one transaction); if PostgreSQL breaks a deadlock by failing cancel, it tries
+    again rather than failing the operator's call."""
+    import threading
+
+    Job.objects.enqueue_many(JobSpec.build(add, [n, n]) for n in range(2))
+    first, second = sorted(job.id for job in Job.objects.claim("w", limit=2))
+    result: list[object] = []
+
+    def cancel() -> None:
+        try:
+            result.append(Job.objects.cancel([first, second], reason="stop"))
+        finally:
+            connections.close_all()  # this thread's own connection
+
+    with psycopg.connect(db_url) as worker:  # a transaction, like the completer's
+        worker.execute("UPDATE pgqueue_job SET priority = 1 WHERE id = %s", [second])
+        canceller = threading.Thread(target=cancel)
+        canceller.start()  # locks the first row, then waits for the second
+        time.sleep(0.3)
+        # Now each waits for the other; cancel waited first, so it is the victim.
+        worker.execute("UPDATE pgqueue_job SET priority = 1 WHERE id = %s", [first])
+        worker.commit()
+        canceller.join(10)
+    assert result == [[first, second]]
+    assert set(Job.objects.values_list("cancel_reason", flat=True)) == {"stop"}

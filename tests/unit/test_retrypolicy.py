@@ -1,0 +1,63 @@
+"""The retry policy: one object decides whether and when, for the executor and the
+reaper alike."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+
+from django_pgqueue.exceptions import InvalidJob, JobTimeout
+from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, policy_of
+
+NO_JITTER = {"BACKOFF_BASE": 2.0, "BACKOFF_MAX": 100.0, "BACKOFF_JITTER": 0}
+
+
+def test_by_default_every_exception_is_retried_while_attempts_are_left() -> None:
+    with override_settings(PGQUEUE=NO_JITTER):
+        assert DEFAULT.after_failure(ValueError(), 1, 3, None) == 2.0
+        assert DEFAULT.after_failure(KeyboardInterrupt(), 2, 3, None) == 4.0
+        assert DEFAULT.after_failure(ValueError(), 3, 3, None) is None  # spent
+        assert DEFAULT.after_failure(ValueError(), 1, 3, 10.0) == 10.0  # the job's own
+
+
+def test_retry_on_retries_only_those_and_discard_on_wins() -> None:
+    policy = RetryPolicy.build(retry_on=(OSError, JobTimeout), discard_on=FileNotFoundError)
+    assert policy.retries(ConnectionError())  # a subclass of OSError
+    assert policy.retries(JobTimeout())
+    assert not policy.retries(ValueError())
+    assert not policy.retries(FileNotFoundError())  # an OSError, but discarded
+    with override_settings(PGQUEUE=NO_JITTER):
+        assert policy.after_failure(ValueError(), 1, 5, None) is None
+        assert policy.after_failure(TimeoutError(), 1, 5, None) == 2.0
+    assert RetryPolicy.build(discard_on=[KeyError]).retries(ValueError())
+    assert not RetryPolicy.build(retry_on=()).retries(ValueError())  # nothing retried
+
+
+def test_a_lost_lease_is_a_failure_under_the_backoff_whatever_retry_on_says() -> None:
+    picky = RetryPolicy.build(retry_on=KeyError)
+    with override_settings(PGQUEUE=NO_JITTER):
+        assert picky.after_lease_expired(1, 3, None) == 2.0
+        assert picky.after_lease_expired(2, 3, 1.0) == 2.0
+        assert picky.after_lease_expired(3, 3, None) is None
+
+
+def test_snoozes_are_bounded_by_max_snoozes() -> None:
+    assert DEFAULT.may_snooze(99)
+    assert not DEFAULT.may_snooze(100)
+    with override_settings(PGQUEUE={"MAX_SNOOZES": 0}):
+        assert not DEFAULT.may_snooze(0)
+
+
+@pytest.mark.parametrize("value", ["ValueError", ValueError(), 3, (ValueError, "x"), int])
+def test_a_policy_takes_exception_classes_only(value: object) -> None:
+    with pytest.raises(InvalidJob, match=r"retry_on .* must be an exception class or a tuple"):
+        RetryPolicy.build(retry_on=value)
+
+
+def test_policy_of_reads_the_task_objects_policy() -> None:
+    class Declared:
+        retry_policy = RetryPolicy.build(retry_on=KeyError)
+
+    assert policy_of(Declared()).retry_on == (KeyError,)
+    assert policy_of(object()) is DEFAULT
+    assert RetryPolicy.build(retry_on=[KeyError]) == RetryPolicy.build(retry_on=KeyError)

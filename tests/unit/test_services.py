@@ -1,0 +1,65 @@
+"""The worker's timer thread runs a timer at once when hurried (a stop request's NOTIFY
+makes the heartbeat run now), and keeps its schedule otherwise."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from django_pgqueue.worker.services import ConnectionEpoch, Supervision, Timer, Timers
+
+
+def test_hurry_runs_the_timer_now_and_a_hurry_during_its_run_runs_it_again() -> None:
+    runs: list[float] = []
+    ran = threading.Condition()
+    timers: Timers
+
+    def action() -> None:
+        with ran:
+            runs.append(time.monotonic())
+            ran.notify_all()
+        if len(runs) == 2:
+            timers.hurry("beat")  # while it runs: it must run once more
+
+    def wait_for(count: int) -> None:
+        with ran:
+            assert ran.wait_for(lambda: len(runs) >= count, timeout=5), runs
+
+    timers = Timers(
+        "default",
+        [Timer("beat", 3600.0, action)],
+        Supervision(fatal=lambda reason: None, epoch=ConnectionEpoch()),
+        name="test-timers",
+    )
+    timers.start()
+    try:
+        wait_for(1)  # at start
+        hurried = time.monotonic()
+        timers.hurry("beat")
+        wait_for(3)
+        assert runs[2] - hurried < 1.0  # not an hour later
+        time.sleep(0.1)
+        assert len(runs) == 3  # and then back on its hourly schedule
+    finally:
+        timers.stop()
+        timers.join(5)
+    assert not timers.is_alive()
+
+
+def test_the_listener_renews_at_once_only_for_a_stop_request_naming_its_worker() -> None:
+    from django_pgqueue.worker.listener import Listener
+    from django_pgqueue.worker.session import WorkerSession
+
+    aborts: list[str] = []
+    session = WorkerSession("host:1:ab", "default", None, "pgqueue_jobs", 1.0)
+    listener = Listener(
+        session,
+        None,
+        wake=lambda: None,
+        on_listening=lambda: None,
+        supervision=Supervision(fatal=lambda reason: None, epoch=ConnectionEpoch()),
+        on_abort=lambda: aborts.append("now"),
+    )
+    for payload in ('{"abort": "other:2:cd"}', "{not json", '["abort"]', '{"abort": "host:1:ab"}'):
+        listener._control(payload)
+    assert aborts == ["now"]

@@ -1,0 +1,201 @@
+"""Job control in a running worker, in process: aborting sync and async tasks (woken by
+NOTIFY, or at the heartbeat), Snooze, Cancel, retry_on and discard_on, paused queues.
+Each test waits on the worker's events; the delays are measured and asserted with
+margins (docs/guarantees.md#stopping-a-running-job states them)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from functools import partial
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from django_pgqueue.models import Job
+from tests.conftest import run_counts, status_counts
+from tests.testapp.tasks import (
+    awaits_to_be_stopped,
+    discards_lookups,
+    gives_up,
+    mark,
+    retries_io_only,
+    snoozes,
+    waits_to_be_stopped,
+)
+from tests.worker.conftest import wait_for
+from tests.worker.inprocess import WorkerThread, worker_thread
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def run_starts(label: str) -> list[float]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM started) FROM testapp_run WHERE label = %s ORDER BY 1",
+            [label],
+        )
+        return [float(start) for (start,) in cursor.fetchall()]
+
+
+def has_started(label: str) -> bool:
+    return run_counts(label) == {label: 1}
+
+
+def abort(worker: WorkerThread, job_id: int, label: str, reason: str = "operator") -> float:
+    """Once the job's task runs, ask it to stop; seconds from the request's commit to the
+    job's thread returning."""
+    wait_for(partial(has_started, label), 10, f"{label} to start")
+    finished = worker.recorder.count("finished")
+    asked = time.monotonic()
+    assert Job.objects.cancel([job_id], reason=reason) == [job_id]  # autocommit: committed
+    worker.wait("finished", finished + 1, timeout=15)
+    return time.monotonic() - asked
+
+
+def test_a_polling_task_woken_by_notify_stops_within_100ms_and_ends_cancelled() -> None:
+    job = waits_to_be_stopped.enqueue("poller")
+    # The heartbeat every 10 s (a third of the tests' 30 s lease): only NOTIFY is quick.
+    with worker_thread(poll_interval=5) as worker:
+        worker.wait("listening")
+        delay = abort(worker, job.pk, "poller", reason="customer left")
+        worker.wait("recorded")
+    assert delay < 0.1, delay
+    assert worker.recorder.count("cancel_requested") == 1
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.last_error, row.result) == (
+        "cancelled",
+        1,
+        "Cancelled: customer left",
+        None,  # it returned "stopped": a run that stopped because it was asked stores nothing
+    )
+    assert row.errors[-1]["exception"] == "Cancelled"
+
+
+def test_an_async_task_is_cancelled_at_its_await_within_100ms() -> None:
+    job = awaits_to_be_stopped.enqueue("sleeper")
+    with worker_thread(poll_interval=5) as worker:
+        worker.wait("listening")
+        delay = abort(worker, job.pk, "sleeper")
+        worker.wait("recorded")
+    assert delay < 0.1, delay
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.last_error) == ("cancelled", 1, "Cancelled: operator")
+    assert "CancelledError" in row.errors[-1]["traceback"]  # raised at its await
+
+
+def test_without_notify_the_request_arrives_within_one_heartbeat_interval() -> None:
+    sync = waits_to_be_stopped.enqueue("unwoken-sync")
+    coroutine = awaits_to_be_stopped.enqueue("unwoken-async")
+    with worker_thread(listen=False, heartbeat_interval=0.5, concurrency=2) as worker:
+        delays = [abort(worker, sync.pk, "unwoken-sync")]
+        delays.append(abort(worker, coroutine.pk, "unwoken-async"))
+        worker.wait("recorded", timeout=5, where=lambda d: d["settled"])
+        wait_for(lambda: status_counts() == {"cancelled": 2}, 5, "both cancelled")
+    assert max(delays) < 0.5 + 0.25, delays  # one interval, plus the run's own unwinding
+    assert worker.recorder.count("cancel_requested") == 2
+
+
+def test_a_task_that_does_not_look_finishes_anyway_and_ends_done() -> None:
+    job = mark.enqueue("busy", sleep=0.5)
+    with worker_thread(poll_interval=5) as worker:
+        worker.wait("listening")
+        wait_for(lambda: Job.objects.running().exists(), 10, "the job to run")
+        Job.objects.cancel([job.pk], reason="too late")
+        worker.wait("cancel_requested")
+        worker.wait("recorded")
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.result, row.cancel_reason) == ("done", "busy", "too late")
+
+
+def test_snooze_runs_again_later_without_spending_attempts() -> None:
+    job = snoozes.enqueue("snoozer", times=2, seconds=0.2)  # max_attempts=3
+    # Not --burst: a snoozed job waits for its run_at, which a burst does not wait for.
+    with worker_thread(poll_interval=0.05) as worker:
+        wait_for(lambda: status_counts() == {"done": 1}, 10, "the job to finish")
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.result, row.attempts, row.snoozes, row.errors) == (
+        "done",
+        3,
+        1,
+        2,
+        [],
+    )
+    assert run_counts("snoozer") == {"snoozer": 3}
+    starts = run_starts("snoozer")
+    assert all(later - earlier >= 0.19 for earlier, later in itertools.pairwise(starts)), starts
+    started = [data["job"] for name, data in worker.recorder.seen if name == "started"]
+    assert [j.attempt for j in started] == [1, 1, 1]  # the same attempt each time
+
+
+@override_settings(PGQUEUE={"BACKOFF_BASE": 0.05, "BACKOFF_MAX": 0.2, "MAX_SNOOZES": 2})
+def test_a_job_that_snoozes_past_max_snoozes_is_buried_with_the_reason() -> None:
+    job = snoozes.enqueue("sleepy", times=100)
+    with worker_thread(burst=True) as worker:
+        assert worker.join(30) == 0
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.snoozes) == ("dead", 1, 2)
+    assert row.last_error.startswith(
+        "django_pgqueue.exceptions.TooManySnoozes: the job snoozed 2 times, the most "
+        "PGQUEUE['MAX_SNOOZES'] allows"
+    )
+    assert run_counts("sleepy") == {"sleepy": 3}
+
+
+def test_cancel_raised_by_the_task_ends_it_cancelled_at_once() -> None:
+    job = gives_up.enqueue("quitter")  # max_attempts=5
+    with worker_thread(burst=True) as worker:
+        assert worker.join(30) == 0
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.last_error) == (
+        "cancelled",
+        1,
+        "Cancelled: quitter: nothing left to do",
+    )
+    assert "raise Cancel(" in row.errors[-1]["traceback"]
+    assert run_counts("quitter") == {"quitter": 1}
+
+
+def test_retry_on_retries_only_the_listed_exceptions() -> None:
+    io = retries_io_only.enqueue("io", "io")
+    value = retries_io_only.enqueue("value", "value")
+    # Not --burst, which would not wait for a retry's backoff.
+    with worker_thread(poll_interval=0.05):
+        wait_for(lambda: status_counts() == {"dead": 2}, 10, "both jobs to be buried")
+    assert run_counts() == {"io": 3, "value": 1}
+    io_row, value_row = Job.objects.get(pk=io.pk), Job.objects.get(pk=value.pk)
+    assert (io_row.status, io_row.attempts, len(io_row.errors)) == ("dead", 3, 3)
+    assert io_row.last_error == "ConnectionError: io"
+    assert (value_row.status, value_row.attempts, value_row.last_error) == (
+        "dead",
+        1,
+        "ValueError: value",
+    )
+
+
+def test_discard_on_buries_at_once_and_other_errors_are_retried() -> None:
+    lookup = discards_lookups.enqueue("lookup", "lookup")
+    other = discards_lookups.enqueue("other", "other")
+    with worker_thread(poll_interval=0.05):
+        wait_for(lambda: status_counts() == {"dead": 2}, 10, "both jobs to be buried")
+    assert run_counts() == {"lookup": 1, "other": 3}
+    assert Job.objects.get(pk=lookup.pk).attempts == 1
+    assert Job.objects.get(pk=lookup.pk).last_error == "KeyError: 'lookup'"
+    assert (Job.objects.get(pk=other.pk).status, Job.objects.get(pk=other.pk).attempts) == (
+        "dead",
+        3,
+    )
+
+
+def test_burst_does_not_wait_on_a_paused_queue() -> None:
+    held = mark.using(queue="emails").enqueue("held")
+    free = mark.using(queue="default").enqueue("free")
+    Job.objects.pause_queue("emails")
+    started = time.monotonic()
+    with worker_thread(burst=True) as worker:
+        assert worker.join(30) == 0
+    assert time.monotonic() - started < 5
+    assert Job.objects.get(pk=free.pk).status == "done"
+    row = Job.objects.get(pk=held.pk)
+    assert (row.status, row.attempts, row.worker_ids) == ("queued", 0, [])

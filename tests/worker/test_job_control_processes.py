@@ -1,0 +1,93 @@
+"""Job control across processes: jobs running in ``runworker`` subprocesses aborted
+from this process, and a paused queue skipped by three workers at once."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+
+from django_pgqueue.models import Job
+from django_pgqueue.records import JobSpec
+from tests.conftest import run_counts, status_counts
+from tests.testapp.tasks import awaits_to_be_stopped, mark, waits_to_be_stopped
+from tests.worker.conftest import WorkerProcess, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+Start = Callable[..., WorkerProcess]
+
+
+def status(job_id: int) -> str:
+    return Job.objects.filter(pk=job_id).values_list("status", flat=True).get()
+
+
+def stop_delay(job_id: int, label: str) -> float:
+    """Ask the running job ``job_id`` to stop; seconds from the request's commit to its
+    outcome's (the job's row cancelled)."""
+    wait_for(lambda: run_counts(label) == {label: 1}, 20, f"{label} to start")
+    asked = time.monotonic()
+    assert Job.objects.cancel([job_id], reason="from another process") == [job_id]
+    while status(job_id) == "running":
+        assert time.monotonic() - asked < 20, f"{label} was not stopped"
+        time.sleep(0.002)
+    return time.monotonic() - asked
+
+
+def test_sync_and_async_tasks_aborted_from_another_process_end_cancelled_within_100ms(
+    start_worker: Start,
+) -> None:
+    """The worker hears the NOTIFY, renews at once, and tells the task; the heartbeat
+    alone (every 10 s here) would be far too slow for this bound."""
+    worker = start_worker("--concurrency", "2", "--poll-interval", "5", "--worker-id", "far")
+    worker.wait_for_output("listening for new jobs")
+    delays: dict[str, list[float]] = {"sync": [], "async": []}
+    for n in range(3):
+        sync = waits_to_be_stopped.enqueue(f"sync-{n}")
+        coroutine = awaits_to_be_stopped.enqueue(f"async-{n}")
+        delays["sync"].append(stop_delay(sync.pk, f"sync-{n}"))
+        delays["async"].append(stop_delay(coroutine.pk, f"async-{n}"))
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+    assert status_counts() == {"cancelled": 6}
+    for job in Job.objects.all():
+        assert (job.attempts, job.last_error) == (1, "Cancelled: from another process")
+        assert job.worker_ids == ["far"]
+    # Each delay includes writing the outcome (docs/guarantees.md quotes the medians).
+    assert max(delays["sync"] + delays["async"]) < 0.1, delays
+    assert "asked to stop (from another process)" in worker.output
+
+
+def test_a_paused_queue_is_skipped_by_three_workers_and_drains_on_resume(
+    start_worker: Start,
+) -> None:
+    long = mark.using(queue="emails").enqueue("emails-long", sleep=1.0)
+    workers = [
+        start_worker("--concurrency", "4", "--poll-interval", "0.2", "--worker-id", f"w{n}")
+        for n in range(3)
+    ]
+    wait_for(lambda: Job.objects.running().filter(pk=long.pk).exists(), 20, "the long job")
+    pause = start_worker("emails", command="pausequeue")
+    assert pause.wait(30) == 0
+    assert "paused queue 'emails'" in pause.output
+    # Enqueued after the pause and older than the defaults: an unpaused claim takes the
+    # emails first (same priority, earlier run_at), so any claim of them would show.
+    Job.objects.enqueue_many(JobSpec.build(mark, [f"email-{n}"], queue="emails") for n in range(20))
+    Job.objects.enqueue_many(JobSpec.build(mark, [f"other-{n}"]) for n in range(20))
+    wait_for(lambda: len(run_counts("other-")) == 20, 30, "the default queue to drain")
+    wait_for(lambda: run_counts("emails-long") == {"emails-long": 1}, 20, "the running job")
+    assert Job.objects.get(pk=long.pk).status == "done"  # running jobs finish
+    emails = Job.objects.filter(queue="emails").exclude(pk=long.pk)
+    assert set(emails.values_list("status", "attempts")) == {("queued", 0)}
+    assert all(ids == [] for ids in emails.values_list("worker_ids", flat=True))
+
+    resume = start_worker("emails", command="resumequeue")
+    assert resume.wait(30) == 0
+    assert "resumed queue 'emails'" in resume.output
+    wait_for(lambda: status_counts() == {"done": 41}, 30, "the emails to drain")
+    assert run_counts("email-") == {f"email-{n}": 1 for n in range(20)}
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    assert [worker.wait(20) for worker in workers] == [0, 0, 0]

@@ -199,6 +199,11 @@ class Job(models.Model):
     unique_key = models.CharField(max_length=MAX_KEY, null=True, blank=True)
     concurrency_key = models.CharField(max_length=MAX_KEY, null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
+    retry_policy = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="retry_on/discard_on as exception class paths; empty: retry any exception.",
+    )
     cancel_requested_at = models.DateTimeField(
         null=True,
         blank=True,

@@ -19,6 +19,7 @@ from django.utils import timezone
 from django_pgqueue import conf, registry, validation
 from django_pgqueue.exceptions import InvalidJob, UnknownTask
 from django_pgqueue.jsonargs import dumps
+from django_pgqueue.retrypolicy import policy_of
 
 
 class JobStatus(models.TextChoices):
@@ -56,6 +57,8 @@ class JobSpec:
     unique_key: str | None
     concurrency_key: str | None
     backoff: float | None
+    #: The job's retry policy as the row keeps it (``RetryPolicy.to_json()``).
+    retry_policy: str | None = None
 
     @classmethod
     def build(
@@ -66,7 +69,8 @@ class JobSpec:
         **options: Any,
     ) -> JobSpec:
         """Validate one job. ``task`` is a dotted path or a registered task, whose own
-        options (``@task(queue=..., max_attempts=...)``) are the defaults."""
+        options (``@task(queue=..., max_attempts=...)``) and retry policy are the
+        defaults."""
         defaults = getattr(task, "options", None)
         return cls._build(task, args, kwargs, **({**defaults, **options} if defaults else options))
 
@@ -85,6 +89,8 @@ class JobSpec:
         unique_key: str | None = None,
         concurrency_key: str | None = None,
         backoff: float | dt.timedelta | None = None,
+        retry_on: Any = None,
+        discard_on: Any = None,
     ) -> JobSpec:
         settings = conf.get()
         path = validation.TASK_PATH(task if isinstance(task, str) else getattr(task, "path", task))
@@ -110,6 +116,9 @@ class JobSpec:
         if concurrency_key is not None:
             validation.KEY(concurrency_key, "concurrency_key")
         seconds = None if backoff is None else validation.BACKOFF(backoff)
+        policy = policy_of(task)
+        if retry_on is not None or discard_on is not None:
+            policy = policy.replace(retry_on, discard_on)
         if isinstance(args, str | bytes | dict) or not isinstance(args, Sequence):
             raise InvalidJob(f"args must be a list or tuple, not {type(args).__name__}")
         if kwargs is not None and not isinstance(kwargs, dict):
@@ -125,6 +134,7 @@ class JobSpec:
             unique_key,
             concurrency_key,
             seconds,
+            policy.to_json(),
         )
 
 
@@ -164,6 +174,8 @@ class ClaimedJob:
     attempted_at: float = 0.0
     errors: str | None = None
     worker_ids: str = "[]"
+    #: The job's retry policy (``RetryPolicy.from_json`` reads it).
+    retry_policy: str | None = None
 
     @property
     def key(self) -> tuple[int, int]:

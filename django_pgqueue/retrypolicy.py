@@ -1,9 +1,12 @@
 """Whether and when a job runs again after a run that did not succeed.
 
 One :class:`RetryPolicy` decides, for the executor (a task raised) and the
-reaper (a run's lease expired) alike. A task carries its own (``retry_on`` and
-``discard_on``, given where the task is declared: the worker reads them from the
-task, never from the row); the default retries every exception. The delays are
+reaper (a run's lease expired) alike. ``retry_on`` and ``discard_on`` are given
+with the task (``@task(retry_on=...)``, ``options(task, retry_on=...)``) or per
+enqueue (``.using(...)``), and each job row keeps its own as the exceptions'
+class paths (JSON, column ``retry_policy``): the worker matches a raised
+exception's class and its bases against those names, so it never imports
+anything a row names. The default retries every exception. The delays are
 ``backoff.retry_delay``: exponential from the job's ``backoff`` (or
 ``PGQUEUE["BACKOFF_BASE"]``), capped, with jitter.
 """
@@ -11,35 +14,74 @@ task, never from the row); the default retries every exception. The delays are
 from __future__ import annotations
 
 import dataclasses
+import json
+from functools import lru_cache
 from typing import Any
 
 from django_pgqueue import conf, validation
 from django_pgqueue.backoff import retry_delay
 
 Classes = tuple[type[BaseException], ...]
+Paths = tuple[str, ...]
+
+
+def class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """``retry_on``: only these exceptions are retried (None: every exception);
-    ``discard_on``: these bury the job at once, and win over ``retry_on``."""
+    ``discard_on``: these bury the job at once, and win over ``retry_on``. Both
+    hold class paths (``builtins.ValueError``); an exception matches when its
+    class, or one of its bases, is named."""
 
-    retry_on: Classes | None = None
-    discard_on: Classes = ()
+    retry_on: Paths | None = None
+    discard_on: Paths = ()
 
     @classmethod
     def build(cls, retry_on: Any = None, discard_on: Any = None) -> RetryPolicy:
-        """A checked policy; :class:`~django_pgqueue.exceptions.InvalidJob` names a bad value."""
+        """A checked policy from exception classes; :class:`~django_pgqueue.exceptions.
+        InvalidJob` names a bad value."""
         return cls(
-            None if retry_on is None else validation.EXCEPTIONS(retry_on, "retry_on"),
-            () if discard_on is None else validation.EXCEPTIONS(discard_on, "discard_on"),
+            None if retry_on is None else _paths(validation.EXCEPTIONS(retry_on, "retry_on")),
+            () if discard_on is None else _paths(validation.EXCEPTIONS(discard_on, "discard_on")),
         )
+
+    def replace(self, retry_on: Any = None, discard_on: Any = None) -> RetryPolicy:
+        """This policy with ``retry_on`` and/or ``discard_on`` (classes) replaced."""
+        given = RetryPolicy.build(retry_on, discard_on)
+        return RetryPolicy(
+            self.retry_on if retry_on is None else given.retry_on,
+            self.discard_on if discard_on is None else given.discard_on,
+        )
+
+    def to_json(self) -> str | None:
+        """What the row keeps: None for the default policy."""
+        if self == DEFAULT:
+            return None
+        return json.dumps(
+            {
+                "retry_on": None if self.retry_on is None else list(self.retry_on),
+                "discard_on": list(self.discard_on),
+            },
+            separators=(",", ":"),
+        )
+
+    @staticmethod
+    def from_json(text: str | None) -> RetryPolicy:
+        """The policy a row keeps (the default for None, or for anything malformed: a
+        row written by hand cannot stop its job from running)."""
+        return DEFAULT if text is None else _decoded(text)
 
     def retries(self, exc: BaseException) -> bool:
         """Whether a run that raised ``exc`` may be tried again (attempts allowing)."""
-        if self.discard_on and isinstance(exc, self.discard_on):
+        if self.retry_on is None and not self.discard_on:
+            return True
+        names = {class_path(c) for c in type(exc).__mro__}
+        if not names.isdisjoint(self.discard_on):
             return False
-        return self.retry_on is None or isinstance(exc, self.retry_on)
+        return self.retry_on is None or not names.isdisjoint(self.retry_on)
 
     def delay(self, attempt: int, backoff: float | None) -> float:
         """Seconds before the run after ``attempt`` (1 for the first one)."""
@@ -77,6 +119,23 @@ DEFAULT = RetryPolicy()
 
 
 def policy_of(target: Any) -> RetryPolicy:
-    """The retry policy of a registered task object (the default if it has none)."""
+    """The retry policy a task object carries (the default if it has none)."""
     found = getattr(target, "retry_policy", None)
     return found if isinstance(found, RetryPolicy) else DEFAULT
+
+
+def _paths(classes: Classes) -> Paths:
+    return tuple(sorted({class_path(c) for c in classes}))
+
+
+@lru_cache(maxsize=256)
+def _decoded(text: str) -> RetryPolicy:
+    try:
+        found = json.loads(text)
+        retry_on, discard_on = found.get("retry_on"), found.get("discard_on") or []
+        return RetryPolicy(
+            None if retry_on is None else tuple(str(n) for n in retry_on),
+            tuple(str(n) for n in discard_on),
+        )
+    except (ValueError, TypeError, AttributeError):
+        return DEFAULT

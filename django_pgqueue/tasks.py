@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from django_pgqueue import registry
 from django_pgqueue.control import run_coroutine
-from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy
 
@@ -41,15 +40,12 @@ class TaskFunction[**P, R]:
 
     def using(self, **options: Any) -> TaskFunction[P, R]:
         """A copy with other enqueue options (queue, priority, delay, run_at,
-        max_attempts, unique_key, concurrency_key, backoff)."""
-        policy = sorted({"retry_on", "discard_on"} & set(options))
-        if policy:
-            raise InvalidJob(
-                f"{' and '.join(policy)} cannot be set per enqueue: the worker reads the retry "
-                f"policy from the task it runs, so give it where the task is declared, "
-                f"@task(retry_on=...) for {self.path!r}"
-            )
-        return dataclasses.replace(self, options={**self.options, **options})
+        max_attempts, unique_key, concurrency_key, backoff, retry_on, discard_on)."""
+        retry_on, discard_on = options.pop("retry_on", None), options.pop("discard_on", None)
+        policy = self.retry_policy
+        if retry_on is not None or discard_on is not None:
+            policy = policy.replace(retry_on, discard_on)
+        return dataclasses.replace(self, options={**self.options, **options}, retry_policy=policy)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue a run in the current transaction (see ``JobManager.enqueue``)."""

@@ -27,7 +27,7 @@ from django_pgqueue.backend.compat import (
 from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments, UnknownTask
 from django_pgqueue.jsonargs import dumps
 from django_pgqueue.records import JobSpec
-from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, policy_of
+from django_pgqueue.retrypolicy import RetryPolicy, policy_of
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -42,6 +42,7 @@ class Plan:
     unique_key: str | None
     concurrency_key: str | None
     backoff: float | None
+    retry_policy: str | None = None
 
     def spec(self, args: str, kwargs: str) -> JobSpec:
         return JobSpec(
@@ -55,6 +56,7 @@ class Plan:
             self.unique_key,
             self.concurrency_key,
             self.backoff,
+            self.retry_policy,
         )
 
 
@@ -95,8 +97,6 @@ def _plan(
     settings = conf.get()
     try:
         registry.check_importable(task.module_path, task.func.__module__)
-        if policy != DEFAULT:
-            _check_policy(task, policy)
         return Plan(
             path=validation.TASK_PATH(task.module_path),
             queue=task.queue_name,
@@ -110,24 +110,12 @@ def _plan(
             backoff=None
             if (b := _first_set(backoff, options.get("BACKOFF"))) is None
             else validation.BACKOFF(b),
+            retry_policy=policy.to_json(),
         )
     except (InvalidJob, UnknownTask) as exc:
         # An option the queue refuses (a bad OPTIONS value, a task no worker would
         # import): the framework's exception, with the queue's message.
         raise InvalidTask(f"{exc} (TASKS[{alias!r}])") from exc
-
-
-def _check_policy(task: Task[Any, Any], policy: RetryPolicy) -> None:
-    """The worker applies the retry policy of the task it finds at the task's path,
-    not the enqueued copy's: a copy with another one would be silently ignored."""
-    declared = registry.resolve(task.module_path).target
-    if policy_of(declared) != policy:
-        raise InvalidJob(
-            f"task {task.module_path!r} is enqueued with retry_on/discard_on other than "
-            "those of the task the worker runs for that path (the worker reads them from "
-            "the task, not from the job): set them where the task is declared, "
-            f"{task.name} = options({task.name}, retry_on=...) in its module"
-        )
 
 
 def _forget_plans(*, setting: str, **kwargs: Any) -> None:

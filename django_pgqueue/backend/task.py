@@ -62,7 +62,7 @@ class PgQueueTask(_TaskBase):
     @property
     def retry_policy(self) -> RetryPolicy:
         """What the worker does after a failed run of this task."""
-        return RetryPolicy(self.retry_on, self.discard_on)
+        return RetryPolicy.build(self.retry_on, self.discard_on)
 
     def using(
         self,
@@ -112,8 +112,9 @@ def options[T: _TaskBase](
     concurrency_key=...)``, and it works on a Task of any backend class: one
     declared while ``TASKS`` pointed at Django's DummyBackend (as in a project's
     tests) becomes a :class:`PgQueueTask`, and backends other than ours ignore the
-    options. ``retry_on`` and ``discard_on`` are the task's retry policy: set them
-    where the task is declared (``charge = options(charge, retry_on=(Timeout,))``).
+    options. ``retry_on`` and ``discard_on`` are the job's retry policy: given
+    where the task is declared (``charge = options(charge, retry_on=(Timeout,))``)
+    or per enqueue, each job keeps its own.
     """
     ours = (
         task

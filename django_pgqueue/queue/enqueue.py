@@ -74,6 +74,7 @@ def insert_many(specs: Sequence[JobSpec], alias: str) -> tuple[list[int], dt.dat
         "unique_keys": [s.unique_key for s in specs],
         "concurrency_keys": [s.concurrency_key for s in specs],
         "backoffs": [s.backoff for s in specs],
+        "retry_policies": [s.retry_policy for s in specs],
     }
     row = runner.fetch_one("enqueue_many", {**columns, **notify_params()}, alias)
     return list(row["ids"]), row["now"]
@@ -105,6 +106,7 @@ def _copy_many(specs: Sequence[JobSpec], alias: str) -> tuple[list[int], dt.date
                     "[]",
                     s.concurrency_key,
                     s.backoff,
+                    s.retry_policy,
                 )
                 for job_id, s in zip(ids, specs, strict=True)
             ),

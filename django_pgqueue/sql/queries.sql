@@ -15,12 +15,13 @@
 WITH inserted AS (
     INSERT INTO pgqueue_job (
         task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
-        last_error, errors, worker_ids, unique_key, concurrency_key, backoff
+        last_error, errors, worker_ids, unique_key, concurrency_key, backoff, retry_policy
     )
     VALUES (
         %(task)s::text, %(args)s::jsonb, %(kwargs)s::jsonb, %(queue)s::text, %(priority)s::int, 'queued', 0,
         %(max_attempts)s::int, COALESCE(%(run_at)s::timestamptz, now()),
-        '', '[]', '[]', %(unique_key)s::text, %(concurrency_key)s::text, %(backoff)s::float8
+        '', '[]', '[]', %(unique_key)s::text, %(concurrency_key)s::text, %(backoff)s::float8,
+        %(retry_policy)s::jsonb
     )
     ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
     DO NOTHING
@@ -36,14 +37,16 @@ FROM inserted AS i;
 WITH inserted AS (
     INSERT INTO pgqueue_job (
         task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
-        last_error, errors, worker_ids, unique_key, concurrency_key, backoff
+        last_error, errors, worker_ids, unique_key, concurrency_key, backoff, retry_policy
     )
-    SELECT t, a::jsonb, k::jsonb, q, p, 'queued', 0, m, COALESCE(r, now()), '', '[]', '[]', u, c, b
+    SELECT t, a::jsonb, k::jsonb, q, p, 'queued', 0, m, COALESCE(r, now()), '', '[]', '[]', u, c, b,
+           rp::jsonb
     FROM unnest(
         %(tasks)s::text[], %(args)s::text[], %(kwargs)s::text[], %(queues)s::text[],
         %(priorities)s::int[], %(max_attempts)s::int[], %(run_ats)s::timestamptz[],
-        %(unique_keys)s::text[], %(concurrency_keys)s::text[], %(backoffs)s::float8[]
-    ) WITH ORDINALITY AS x (t, a, k, q, p, m, r, u, c, b, n)
+        %(unique_keys)s::text[], %(concurrency_keys)s::text[], %(backoffs)s::float8[],
+        %(retry_policies)s::text[]
+    ) WITH ORDINALITY AS x (t, a, k, q, p, m, r, u, c, b, rp, n)
     ORDER BY n
     ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
     DO NOTHING
@@ -69,7 +72,7 @@ FROM generate_series(1, %(count)s::int);
 -- Many jobs at COPY speed (no ON CONFLICT: used only when no job has a unique_key).
 COPY pgqueue_job (
     id, task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
-    created_at, last_error, errors, worker_ids, concurrency_key, backoff
+    created_at, last_error, errors, worker_ids, concurrency_key, backoff, retry_policy
 ) FROM STDIN;
 
 -- name: notify_queues
@@ -233,7 +236,7 @@ RETURNING j.id, j.lease_token AS run, j.task, j.args::text AS args, j.kwargs::te
           extract(epoch FROM j.started_at)::float8 AS started_at,
           extract(epoch FROM j.attempted_at)::float8 AS attempted_at,
           CASE WHEN j.errors = '[]'::jsonb THEN NULL ELSE j.errors::text END AS errors,
-          j.worker_ids::text AS worker_ids;
+          j.worker_ids::text AS worker_ids, j.retry_policy::text AS retry_policy;
 
 -- name: complete
 -- Record finished runs in one statement. The fence (still running, the same run,

@@ -126,7 +126,11 @@ def snoozed(job: ClaimedJob, snooze: Snooze) -> Failure:
 
 
 def policy_for(job: ClaimedJob) -> RetryPolicy:
-    """The retry policy of ``job``'s task (the default for a task not registered)."""
+    """The retry policy ``job``'s row keeps (given with its task or its enqueue). A
+    row without one (the default policy, or a job queued before rows kept theirs)
+    takes its task's: the same unless the task declares one."""
+    if job.retry_policy is not None:
+        return RetryPolicy.from_json(job.retry_policy)
     try:
         return policy_of(registry.resolve(job.task).target)
     except UnknownTask:
@@ -205,7 +209,7 @@ def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Fai
         logger.info(
             "job %s (%s) failed on attempt %s: %s", job.id, job.task, job.attempt, class_path(exc)
         )
-        return failure(job, exc, policy=policy_of(runnable.target))
+        return failure(job, exc, policy=policy_for(job))
     if control.stopped_by_request and control.cancel_reason is not None:
         return _cancelled(job, control.cancel_reason, "")  # it saw the request and returned
     return success(job, result)

@@ -145,6 +145,5 @@ def fails_with(error: str) -> None:
     raise ConnectionError(error) if error == "io" else ValueError(error)
 
 
-# The retry policy is the task's own: set where the task is declared, as the worker
-# finds it there (enqueueing a copy with another one is refused).
+# A retry policy declared with the task: every job of it keeps a copy on its row.
 fails_with = options(fails_with, max_attempts=3, retry_on=(ConnectionError,))

@@ -58,6 +58,17 @@ def test_policy_of_reads_the_task_objects_policy() -> None:
     class Declared:
         retry_policy = RetryPolicy.build(retry_on=KeyError)
 
-    assert policy_of(Declared()).retry_on == (KeyError,)
+    assert policy_of(Declared()).retry_on == ("builtins.KeyError",)
     assert policy_of(object()) is DEFAULT
     assert RetryPolicy.build(retry_on=[KeyError]) == RetryPolicy.build(retry_on=KeyError)
+
+
+def test_a_policy_travels_as_class_paths_and_matches_subclasses() -> None:
+    policy = RetryPolicy.build(retry_on=OSError, discard_on=FileNotFoundError)
+    copy = RetryPolicy.from_json(policy.to_json())
+    assert copy == policy
+    assert copy.retries(ConnectionError())  # an OSError subclass
+    assert not copy.retries(FileNotFoundError())
+    assert not copy.retries(KeyError())
+    assert RetryPolicy().to_json() is None
+    assert RetryPolicy.from_json('{"retry_on": 3}') is DEFAULT  # written by hand: ignored

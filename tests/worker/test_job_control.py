@@ -174,6 +174,15 @@ def test_retry_on_retries_only_the_listed_exceptions() -> None:
     )
 
 
+def test_a_row_without_a_policy_takes_its_tasks() -> None:
+    """A job queued before rows kept their policy (column empty) obeys its task's."""
+    value = retries_io_only.enqueue("value", "value")
+    Job.objects.filter(pk=value.pk).update(retry_policy=None)
+    with worker_thread(poll_interval=0.05):
+        wait_for(lambda: status_counts() == {"dead": 1}, 10, "the job to be buried")
+    assert run_counts() == {"value": 1}  # a ValueError is not in retry_on: not retried
+
+
 def test_discard_on_buries_at_once_and_other_errors_are_retried() -> None:
     lookup = discards_lookups.enqueue("lookup", "lookup")
     other = discards_lookups.enqueue("other", "other")

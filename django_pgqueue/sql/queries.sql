@@ -403,7 +403,7 @@ INSERT INTO pgqueue_worker (
 VALUES (
     %(worker)s::text, %(hostname)s::text, %(pid)s::int, %(queues)s::jsonb, %(concurrency)s::int,
     %(version)s::text, now(), now(), now() + make_interval(secs => %(gone_after)s::float8),
-    %(running)s::int, %(done)s::bigint
+    %(jobs_running)s::int, %(jobs_done)s::bigint
 )
 ON CONFLICT (id) DO UPDATE
 SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, queues = EXCLUDED.queues,

@@ -23,6 +23,12 @@ EXPECTED = {
     "reserve_ids",
     "copy_jobs",
     "notify_queues",
+    "worker_register",
+    "worker_leave",
+    "workers_forget",
+    "refresh_queue_gauges",
+    "queue_gauges",
+    "dead_since",
 }
 
 

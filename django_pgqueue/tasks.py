@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from asgiref.sync import async_to_sync
+from django.dispatch import Signal
 
 from django_pgqueue import registry
+from django_pgqueue.exceptions import InvalidJobArguments
 from django_pgqueue.jobdb import raise_if_transaction_left_open
+from django_pgqueue.jsonargs import Encoded, dumps
+from django_pgqueue.records import RunOutcome
+from django_pgqueue.signals import job_finished, job_started
 
 if TYPE_CHECKING:
     from django_pgqueue.models import Job
@@ -23,6 +29,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+logger = logging.getLogger("django_pgqueue")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +42,11 @@ class TaskFunction[**P, R]:
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
+
+    def __hash__(self) -> int:
+        # By path (equal tasks have equal paths): options are a dict, and signals
+        # look their senders up by hash.
+        return hash(self.path)
 
     def using(self, **options: Any) -> TaskFunction[P, R]:
         """A copy with other enqueue options (queue, priority, delay, run_at,
@@ -49,13 +61,44 @@ class TaskFunction[**P, R]:
 
 
 def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
-    if inspect.iscoroutinefunction(target.func):
-        # The worker's threads have no event loop: run the coroutine to completion.
-        result = async_to_sync(target.func)(*job.args, **job.kwargs)
-    else:
-        result = target.func(*job.args, **job.kwargs)
-    raise_if_transaction_left_open()
-    return result
+    _send(job_started, target, job=job)
+    try:
+        if inspect.iscoroutinefunction(target.func):
+            # The worker's threads have no event loop: run the coroutine to completion.
+            result = async_to_sync(target.func)(*job.args, **job.kwargs)
+        else:
+            result = target.func(*job.args, **job.kwargs)
+        raise_if_transaction_left_open()
+    except BaseException as exc:
+        # Inside the except block: a receiver logging with exc_info sees exc.
+        last = job.attempt >= job.max_attempts
+        outcome = RunOutcome.DEAD if last else RunOutcome.RETRIED
+        _send(job_finished, target, job=job, outcome=outcome, result=None, exception=exc)
+        raise
+    try:
+        encoded = dumps(result, "the return value")
+    except InvalidJobArguments as exc:
+        # Returned as it is: the executor refuses it and buries the job.
+        _send(job_finished, target, job=job, outcome=RunOutcome.DEAD, result=result, exception=exc)
+        return result
+    _send(
+        job_finished, target, job=job, outcome=RunOutcome.SUCCEEDED, result=result, exception=None
+    )
+    return Encoded(encoded)  # checked and encoded once: the executor stores the text
+
+
+def _send(signal: Signal, task: TaskFunction[..., Any], **data: Any) -> None:
+    # A receiver's error must not change what happens to the job.
+    try:
+        responses = signal.send_robust(task, **data)
+    except Exception:
+        logger.exception("job %s: sending a signal failed", data["job"].id)
+        return
+    for receiver, response in responses:
+        if isinstance(response, Exception):
+            logger.error(
+                "job %s: signal receiver %r raised", data["job"].id, receiver, exc_info=response
+            )
 
 
 @overload

@@ -21,6 +21,7 @@ from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.jsonargs import Encoded, dumps
 from django_pgqueue.records import ClaimedJob, Failure, Success
 from django_pgqueue.validation import storable
+from django_pgqueue.worker import joblog
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -107,18 +108,15 @@ def check_arguments(target: Any, args: Any, kwargs: Any) -> None:
 def execute(job: ClaimedJob) -> Success | Failure:
     """Run ``job`` in this thread and return its outcome."""
     if job.problem is not None:
-        logger.warning("job %s refused: %s", job.id, job.problem)
-        return failure(job, UndecodableJob(job.problem), final=True, trace="")
+        return refused(job, UndecodableJob(job.problem))
     try:
         runnable = registry.resolve(job.task)
     except UnknownTask as exc:
-        logger.warning("job %s refused: %s", job.id, exc)
-        return failure(job, exc, final=True, trace="")
+        return refused(job, exc)
     try:
         check_arguments(runnable.target, job.args, job.kwargs)
     except TypeError as exc:
-        logger.warning("job %s refused: %s", job.id, exc)
-        return failure(job, exc, final=True, trace="")
+        return refused(job, exc)
     try:
         result = runnable(job)
         # The invokers check this themselves (so the Tasks signals report it);
@@ -127,11 +125,17 @@ def execute(job: ClaimedJob) -> Success | Failure:
     except BaseException as exc:
         # Whatever a task raises (sys.exit(), KeyboardInterrupt raised by hand:
         # real signals only reach the main thread) fails the job, not the thread.
-        logger.info(
-            "job %s (%s) failed on attempt %s: %s", job.id, job.task, job.attempt, class_path(exc)
-        )
-        return failure(job, exc)
+        outcome = failure(job, exc)
+        joblog.failed(job, outcome, exc)
+        return outcome
     return success(job, result)
+
+
+def refused(job: ClaimedJob, exc: BaseException) -> Failure:
+    """A final failure (the job cannot succeed by retrying), logged."""
+    outcome = failure(job, exc, final=True, trace="")
+    joblog.failed(job, outcome, exc)
+    return outcome
 
 
 def success(job: ClaimedJob, result: Any) -> Success | Failure:
@@ -141,5 +145,5 @@ def success(job: ClaimedJob, result: Any) -> Success | Failure:
     try:
         encoded = dumps(result, "the return value")
     except InvalidJobArguments as exc:
-        return failure(job, exc, final=True, trace="")
+        return refused(job, exc)
     return Success(job_id=job.id, run=job.run, result=encoded)

@@ -94,6 +94,8 @@ class RegisteredWorker(models.Model):
         db_table = "pgqueue_worker"
         verbose_name = "worker"
         ordering = ("hostname", "id")
+        # Written by the workers only: the admin may look, nothing else.
+        default_permissions = ("view",)
 
     def __str__(self) -> str:
         return self.id
@@ -131,6 +133,7 @@ class QueueGauge(models.Model):
 
     class Meta:
         db_table = "pgqueue_queue_gauge"
+        default_permissions = ()  # not in the admin
         constraints: ClassVar[list[models.BaseConstraint]] = [
             models.UniqueConstraint(fields=["queue", "status"], name="pgqueue_queue_gauge_unique")
         ]

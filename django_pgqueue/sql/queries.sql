@@ -420,7 +420,7 @@ DELETE FROM pgqueue_worker WHERE id = %(worker)s::text RETURNING id;
 
 -- name: workers_forget
 -- Rows of workers gone for longer than the bound (killed, lost): shown as gone
--- until then, deleted by any worker's maintenance thread (or reapjobs).
+-- until then, deleted by any running worker's maintenance thread.
 DELETE FROM pgqueue_worker
 WHERE alive_until < now() - make_interval(secs => %(after)s::float8)
 RETURNING id;

@@ -70,13 +70,10 @@ def test_a_running_job_on_a_gone_worker_says_so_before_its_lease_expires(
     Job.objects.claim("w-gone", limit=1, lease=60)
     Job.objects.claim("w-alive", limit=1, lease=60)
     page = admin_client.get(f"{JOBS}{stranded.pk}/change/").content.decode()
-    assert (
-        f'held by <a href="{WORKERS}w-gone/change/">w-gone</a> for ' in page
-    )
+    assert f'held by <a href="{WORKERS}w-gone/change/">w-gone</a> for ' in page
     assert (
         "more, but that worker is gone (last seen 50 s ago): the reaper will put the "
-        "job back once the lease expires"
-        in page
+        "job back once the lease expires" in page
     )
     page = admin_client.get(f"{JOBS}{fine.pk}/change/").content.decode()
     assert f'held by <a href="{WORKERS}w-alive/change/">w-alive</a> for ' in page

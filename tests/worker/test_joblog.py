@@ -40,11 +40,14 @@ class Collect(logging.Handler):
 def collected() -> Iterator[Collect]:
     handler = Collect()
     logger = logging.getLogger("django_pgqueue")
+    level = logger.level  # runworker -v 0 in an earlier test may have raised it
+    logger.setLevel(logging.DEBUG)
     logger.addHandler(handler)
     try:
         yield handler
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def test_a_failed_attempt_warns_and_a_buried_job_errs_with_the_exception_and_fields() -> None:

@@ -124,16 +124,25 @@ def test_without_the_extra_a_metrics_port_is_a_one_line_error_and_no_port_is_fin
         "import sys\nsys.modules['prometheus_client'] = None\n"
     )
     env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    refused = start_worker("--metrics-port", "0", env=env)
+    # --skip-checks: the checks would load tests.urls, which mounts the metrics view
+    # (a project without the extra would not: that import fails, as it should).
+    refused = start_worker("--metrics-port", "0", "--skip-checks", env=env)
     assert refused.wait(30) == 1
     assert refused.output.strip().splitlines()[-1] == (
         "CommandError: serving metrics needs prometheus-client: "
         "pip install 'django-pgqueue[metrics]'"
     )
     add.enqueue(1, 1)
-    plain = start_worker("--burst", env=env)
+    plain = start_worker("--burst", "--skip-checks", env=env)
     assert plain.wait(30) == 0
     assert status_counts() == {"done": 1}
+    # A project that mounts the view without the extra hears it when its URLs load.
+    check = start_worker(command="check", env=env)
+    assert check.wait(30) == 1
+    assert (
+        "ImproperlyConfigured: django_pgqueue.views serves Prometheus metrics and needs "
+        "prometheus-client: pip install 'django-pgqueue[metrics]'"
+    ) in check.output
 
 
 def test_a_port_in_use_is_a_one_line_error(start_worker: Start) -> None:

@@ -95,6 +95,10 @@ def claim(
                 raise
     else:
         return []
+    # UPDATE ... RETURNING comes in the join's order, which follows the plan (and
+    # so the table's statistics): put the batch back in the claim's order, so the
+    # worker starts its jobs highest priority first.
+    rows.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
     return [_decoded(row) for row in rows]
 
 

@@ -76,6 +76,13 @@ class Settings:
     #: Modules outside the installed apps that workers may import to find tasks
     #: (each with its submodules), such as a project's own ``mysite.tasks``.
     TASK_MODULES: tuple[str, ...] = ()
+    #: Port a worker serves ``/metrics`` and ``/healthz`` on (needs the ``metrics``
+    #: extra); ``None``: no metrics, and no metrics code loaded. 0 picks a free port.
+    METRICS_PORT: int | None = None
+    #: Address the metrics server listens on.
+    METRICS_ADDR: str = "127.0.0.1"
+    #: Seconds between recomputations of the queue gauges (one worker at a time).
+    METRICS_REFRESH_INTERVAL: float = 15.0
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -90,6 +97,10 @@ class Settings:
     @property
     def heartbeat_interval(self) -> float:
         return self.HEARTBEAT_INTERVAL or self.LEASE / 3
+
+
+def valid_port(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and 0 <= value <= 65535
 
 
 def _fail(key: str, value: Any, expected: str) -> ImproperlyConfigured:
@@ -116,7 +127,13 @@ _OPTION_RULES: dict[str, validation.Rule[Any]] = {
 
 
 def _check(key: str, value: Any) -> None:
-    positive = {"LEASE", "POLL_INTERVAL", "REAP_INTERVAL", "PRUNE_INTERVAL"}
+    positive = {
+        "LEASE",
+        "POLL_INTERVAL",
+        "REAP_INTERVAL",
+        "PRUNE_INTERVAL",
+        "METRICS_REFRESH_INTERVAL",
+    }
     optional_positive = {"HEARTBEAT_INTERVAL", "JOB_TIMEOUT", "PRUNE_AFTER"}
     rule = _OPTION_RULES.get(key)
     if rule is not None:
@@ -157,12 +174,14 @@ def _check(key: str, value: Any) -> None:
             raise _fail(
                 key, value, f"None or a non-empty list of queue names ({validation.QUEUE.expected})"
             )
-    elif key == "DATABASE" and (not isinstance(value, str) or not value):
+    elif key in {"DATABASE", "METRICS_ADDR"} and (not isinstance(value, str) or not value):
         raise _fail(key, value, "a non-empty string")
     elif (
         key == "LISTEN_DATABASE" and value is not None and (not isinstance(value, str) or not value)
     ):
         raise _fail(key, value, "None or a database alias (a non-empty string)")
+    elif key == "METRICS_PORT" and value is not None and not valid_port(value):
+        raise _fail(key, value, "None or a port number, 0 to 65535 (0 picks a free port)")
     elif key == "TASK_MODULES" and (
         not isinstance(value, tuple)
         or not all(

@@ -18,6 +18,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from django_pgqueue import schema
+from django_pgqueue.monitoring.models import QueueGauge, RegisteredWorker
 from django_pgqueue.queue import enqueue
 from django_pgqueue.queue.enqueue import Inserted
 from django_pgqueue.queue.manager import QueueOperations
@@ -28,7 +29,15 @@ from django_pgqueue.records import (
 )
 from django_pgqueue.validation import MAX_KEY
 
-__all__ = ["Job", "JobManager", "JobQuerySet", "JobStatus", "Queue"]
+__all__ = [
+    "Job",
+    "JobManager",
+    "JobQuerySet",
+    "JobStatus",
+    "Queue",
+    "QueueGauge",
+    "RegisteredWorker",
+]
 
 
 class JobQuerySet(models.QuerySet["Job"]):

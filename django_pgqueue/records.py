@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import enum
 from collections.abc import Sequence
 from typing import Any
 
@@ -240,3 +241,23 @@ class QueueStats:
     oldest_ready_age: float | None
     dead_last_24h: int
     lease_expired: int
+
+
+class RunOutcome(enum.StrEnum):
+    """What one run came to, as the worker's metrics and signals name it (the
+    ``outcome`` label of ``pgqueue_jobs_completed_total``)."""
+
+    SUCCEEDED = "succeeded"
+    RETRIED = "retried"  # failed, back to queued for another attempt
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+    RELEASED = "released"  # given back by a stopping worker, the attempt not spent
+
+    @classmethod
+    def of(cls, status: str) -> RunOutcome:
+        """The outcome of a run whose recording left the job in ``status``."""
+        if status == JobStatus.DONE:
+            return cls.SUCCEEDED
+        if status == JobStatus.QUEUED:
+            return cls.RETRIED
+        return cls(status)  # dead (and cancelled) name the state itself

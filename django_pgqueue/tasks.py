@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
+from django.dispatch import Signal
+
 from django_pgqueue import registry
-from django_pgqueue.control import run_coroutine
+from django_pgqueue.control import Cancel, Snooze, current_job, run_coroutine
+from django_pgqueue.exceptions import InvalidJobArguments
 from django_pgqueue.jobdb import raise_if_transaction_left_open
+from django_pgqueue.jsonargs import Encoded, dumps
+from django_pgqueue.records import RunOutcome
 from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy
+from django_pgqueue.signals import job_finished, job_started
 
 if TYPE_CHECKING:
     from django_pgqueue.models import Job
@@ -23,6 +30,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+logger = logging.getLogger("django_pgqueue")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +45,11 @@ class TaskFunction[**P, R]:
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
+
+    def __hash__(self) -> int:
+        # By path (equal tasks have equal paths): options are a dict, and signals
+        # look their senders up by hash.
+        return hash(self.path)
 
     def using(self, **options: Any) -> TaskFunction[P, R]:
         """A copy with other enqueue options (queue, priority, delay, run_at,
@@ -55,14 +68,59 @@ class TaskFunction[**P, R]:
 
 
 def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
-    if inspect.iscoroutinefunction(target.func):
-        # The worker's threads have no event loop: run the coroutine to completion
-        # (as a task an abort can cancel).
-        result = run_coroutine(target.func, job.args, job.kwargs)
-    else:
-        result = target.func(*job.args, **job.kwargs)
-    raise_if_transaction_left_open()
-    return result
+    _send(job_started, target, job=job)
+    try:
+        if inspect.iscoroutinefunction(target.func):
+            # The worker's threads have no event loop: run the coroutine to completion
+            # (as a task an abort can cancel).
+            result = run_coroutine(target.func, job.args, job.kwargs)
+        else:
+            result = target.func(*job.args, **job.kwargs)
+        raise_if_transaction_left_open()
+    except BaseException as exc:
+        # Inside the except block: a receiver logging with exc_info sees exc.
+        outcome = _raised(target, job, exc)
+        _send(job_finished, target, job=job, outcome=outcome, result=None, exception=exc)
+        raise
+    try:
+        encoded = dumps(result, "the return value")
+    except InvalidJobArguments as exc:
+        # Returned as it is: the executor refuses it and buries the job.
+        _send(job_finished, target, job=job, outcome=RunOutcome.DEAD, result=result, exception=exc)
+        return result
+    _send(
+        job_finished, target, job=job, outcome=RunOutcome.SUCCEEDED, result=result, exception=None
+    )
+    return Encoded(encoded)  # checked and encoded once: the executor stores the text
+
+
+def _raised(target: TaskFunction[..., Any], job: ClaimedJob, exc: BaseException) -> RunOutcome:
+    """What the executor will make of a run that raised ``exc`` (as it decides)."""
+    running = current_job()
+    if isinstance(exc, Cancel) or (running is not None and running.cancel_requested):
+        return RunOutcome.CANCELLED
+    if isinstance(exc, Snooze):
+        return RunOutcome.RETRIED  # back to queued, the attempt not spent
+    policy = (
+        target.retry_policy if job.retry_policy is None else RetryPolicy.from_json(job.retry_policy)
+    )
+    if job.attempt < job.max_attempts and policy.retries(exc):
+        return RunOutcome.RETRIED
+    return RunOutcome.DEAD
+
+
+def _send(signal: Signal, task: TaskFunction[..., Any], **data: Any) -> None:
+    # A receiver's error must not change what happens to the job.
+    try:
+        responses = signal.send_robust(task, **data)
+    except Exception:
+        logger.exception("job %s: sending a signal failed", data["job"].id)
+        return
+    for receiver, response in responses:
+        if isinstance(response, Exception):
+            logger.error(
+                "job %s: signal receiver %r raised", data["job"].id, receiver, exc_info=response
+            )
 
 
 @overload

@@ -11,8 +11,10 @@ from __future__ import annotations
 from django.contrib import admin
 
 from django_pgqueue.admin.job import JobAdmin
-from django_pgqueue.models import Job
+from django_pgqueue.admin.workers import WorkerAdmin
+from django_pgqueue.models import Job, RegisteredWorker
 
-__all__ = ["JobAdmin"]
+__all__ = ["JobAdmin", "WorkerAdmin"]
 
 admin.site.register(Job, JobAdmin)
+admin.site.register(RegisteredWorker, WorkerAdmin)

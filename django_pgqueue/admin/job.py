@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_pgqueue.admin import actions, display, queues
+from django_pgqueue.admin import actions, display, queues, workers
 from django_pgqueue.admin.changelist import (
     CappedPaginator,
     JobChangeList,
@@ -31,7 +31,7 @@ from django_pgqueue.admin.changelist import (
 )
 from django_pgqueue.admin.summary import STATUSES, summarise
 from django_pgqueue.models import Job, Queue
-from django_pgqueue.records import FINISHED, JobStatus
+from django_pgqueue.records import FINISHED
 
 #: A search term that names one job: ``123`` or ``#123`` (bigint range, ASCII digits).
 JOB_ID = re.compile(r"#?([0-9]{1,18})")
@@ -54,7 +54,7 @@ class JobAdmin(_ModelAdmin):
         "error_excerpt",
     )
     list_display_links = ("id", "task")
-    list_filter = ("status", QueueFilter, TaskFilter)
+    list_filter = ("status", QueueFilter, TaskFilter, workers.WorkerFilter)
     # A number is looked up as an id alone (get_search_results); other terms match
     # part of the task path or a whole unique_key ("=" would compare UPPER() texts).
     search_fields = ("task", "unique_key__exact")
@@ -204,17 +204,8 @@ class JobAdmin(_ModelAdmin):
     # -- the job page ---------------------------------------------------------------------
 
     @admin.display(description="lease")
-    def lease_left(self, obj: Job) -> str:
-        # complete, fail, release and reap clear locked_until; locked_by stays as history.
-        if obj.status != JobStatus.RUNNING or obj.locked_until is None:
-            return f"none (last held by {obj.locked_by})" if obj.locked_by else "none"
-        seconds = (obj.locked_until - timezone.now()).total_seconds()
-        if seconds >= 0:
-            return f"held by {obj.locked_by} for {display.duration(seconds)} more"
-        return (
-            f"held by {obj.locked_by}, expired {display.duration(-seconds)} ago: "
-            "the reaper will put the job back"
-        )
+    def lease_left(self, obj: Job) -> SafeString:
+        return workers.lease_note(obj)
 
     @admin.display(description="cancel request")
     def cancel_request(self, obj: Job) -> str:

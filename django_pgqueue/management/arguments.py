@@ -103,6 +103,19 @@ def finished_statuses(value: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(statuses))
 
 
+def port(value: str) -> int:
+    """A TCP port, 0 to 65535 (0: any free one)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"expected a port number, 0 to 65535 (0 picks a free port), got {value!r}"
+        )
+    return number
+
+
 def worker_id(value: str) -> str:
     if not value.strip() or len(value) > 200:
         raise argparse.ArgumentTypeError("expected a non-empty worker id of at most 200 chars")

@@ -562,3 +562,173 @@ SELECT pg_backend_pid() AS pid;
 -- false when another live session (another worker with the same id) holds it.
 -- Session-scoped on purpose: only ever run on a session connection.
 SELECT pg_try_advisory_lock(%(key)s::bigint) AS locked;
+-- name: worker_register
+-- A worker's row in the registry (pgqueue_worker), written when it starts and
+-- rewritten by each of its heartbeats while it runs. A restarted worker that
+-- reuses its id (a pod name) takes its row over. alive_until is when the row is
+-- shown as gone unless the next heartbeat moves it on.
+INSERT INTO pgqueue_worker (
+    id, hostname, pid, queues, concurrency, version, started_at, last_seen, alive_until,
+    jobs_running, jobs_done
+)
+VALUES (
+    %(worker)s::text, %(hostname)s::text, %(pid)s::int, %(queues)s::jsonb, %(concurrency)s::int,
+    %(version)s::text, now(), now(), now() + make_interval(secs => %(gone_after)s::float8),
+    %(jobs_running)s::int, %(jobs_done)s::bigint
+)
+ON CONFLICT (id) DO UPDATE
+SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
+    concurrency = EXCLUDED.concurrency, version = EXCLUDED.version,
+    started_at = CASE WHEN %(starting)s::bool THEN EXCLUDED.started_at
+                      ELSE pgqueue_worker.started_at END,
+    last_seen = EXCLUDED.last_seen, alive_until = EXCLUDED.alive_until,
+    jobs_running = EXCLUDED.jobs_running, jobs_done = EXCLUDED.jobs_done
+RETURNING id;
+
+-- name: worker_leave
+-- A worker that exits removes its row.
+DELETE FROM pgqueue_worker WHERE id = %(worker)s::text RETURNING id;
+
+-- name: workers_forget
+-- Rows of workers gone for longer than the bound (killed, lost): shown as gone
+-- until then, deleted by any running worker's maintenance thread.
+DELETE FROM pgqueue_worker
+WHERE alive_until < now() - make_interval(secs => %(after)s::float8)
+RETURNING id;
+
+-- name: refresh_queue_gauges
+-- The queue gauges (jobs by queue and status, the oldest ready job's age), kept
+-- in the small table pgqueue_queue_gauge so that every worker and the web tier
+-- can serve them for the price of reading it. One caller at a time recomputes
+-- them, once they are older than max_age and only if it wins the advisory lock;
+-- everyone else reads the table as it is. Concurrent refreshes (possible in a
+-- short window around a commit) upsert the same rows, so none is duplicated.
+WITH stale AS MATERIALIZED (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM pgqueue_queue_gauge
+        WHERE refreshed_at > now() - make_interval(secs => %(max_age)s::float8)
+    ) AS stale
+),
+due AS MATERIALIZED (
+    SELECT 1 AS due FROM stale WHERE stale AND pg_try_advisory_xact_lock(%(lock)s::bigint)
+),
+-- include: _queue_gauges
+,
+cleared AS (
+    DELETE FROM pgqueue_queue_gauge AS g
+    WHERE EXISTS (SELECT 1 FROM due)
+      AND NOT EXISTS (SELECT 1 FROM fresh AS f WHERE f.queue = g.queue AND f.status = g.status)
+),
+written AS (
+    INSERT INTO pgqueue_queue_gauge (queue, status, jobs, oldest_ready_age, estimated, refreshed_at)
+    SELECT queue, status, jobs, oldest_ready_age, estimated, now() FROM fresh
+    ON CONFLICT (queue, status) DO UPDATE
+    SET jobs = EXCLUDED.jobs, oldest_ready_age = EXCLUDED.oldest_ready_age,
+        estimated = EXCLUDED.estimated, refreshed_at = EXCLUDED.refreshed_at
+)
+SELECT queue, status, jobs, oldest_ready_age, estimated, 0::float8 AS age FROM fresh
+UNION ALL
+SELECT queue, status, jobs, oldest_ready_age, estimated,
+       extract(epoch FROM now() - refreshed_at)::float8 AS age
+FROM pgqueue_queue_gauge
+WHERE NOT EXISTS (SELECT 1 FROM due)
+ORDER BY queue, status;
+
+-- name: queue_gauges
+-- The same numbers computed now, written nowhere (queuestats --check).
+WITH due AS (SELECT 1 AS due),
+-- include: _queue_gauges
+SELECT queue, status, jobs, oldest_ready_age, estimated, 0::float8 AS age FROM fresh
+ORDER BY queue, status;
+
+-- name: _queue_gauges
+-- Cheap whatever the table holds. Queued and running jobs are counted exactly,
+-- from the partial indexes that hold only them (pgqueue_job_ready_by_queue,
+-- index-only, and pgqueue_job_leases): the cost follows the backlog and the jobs
+-- running, never the finished rows. Finished jobs are counted exactly while the
+-- finished index holds fewer than exact_limit rows (dead ones while the dead
+-- index does), and estimated beyond it from the planner's statistics: the
+-- table's size now (reltuples scaled to its current pages, as the planner does)
+-- times the frequencies ANALYZE found for the status and the queue.
+queued AS (
+    SELECT queue, 'queued'::text AS status, count(*) AS jobs,
+           extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
+               AS oldest_ready_age
+    FROM pgqueue_job
+    WHERE status = 'queued' AND EXISTS (SELECT 1 FROM due)
+    GROUP BY queue
+),
+running AS (
+    SELECT queue, 'running'::text AS status, count(*) AS jobs, NULL::float8 AS oldest_ready_age
+    FROM pgqueue_job
+    WHERE status = 'running' AND EXISTS (SELECT 1 FROM due)
+    GROUP BY queue
+),
+few_finished AS MATERIALIZED (
+    SELECT count(*) < %(exact_limit)s::int AS few FROM (
+        SELECT 1 FROM pgqueue_job
+        WHERE status IN ('done', 'dead', 'cancelled') AND EXISTS (SELECT 1 FROM due)
+        LIMIT %(exact_limit)s::int
+    ) AS f
+),
+few_dead AS MATERIALIZED (
+    SELECT count(*) < %(exact_limit)s::int AS few FROM (
+        SELECT 1 FROM pgqueue_job
+        WHERE status = 'dead' AND EXISTS (SELECT 1 FROM due) AND NOT (SELECT few FROM few_finished)
+        LIMIT %(exact_limit)s::int
+    ) AS d
+),
+finished_exact AS (
+    SELECT queue, status, count(*) AS jobs
+    FROM pgqueue_job
+    WHERE status IN ('done', 'dead', 'cancelled') AND (SELECT few FROM few_finished)
+    GROUP BY queue, status
+    UNION ALL
+    SELECT queue, status, count(*) AS jobs
+    FROM pgqueue_job
+    WHERE status = 'dead' AND NOT (SELECT few FROM few_finished) AND (SELECT few FROM few_dead)
+    GROUP BY queue, status
+),
+table_rows AS (
+    SELECT CASE WHEN c.relpages > 0
+                THEN c.reltuples / c.relpages
+                     * (pg_relation_size(c.oid) / current_setting('block_size')::float8)
+                ELSE greatest(c.reltuples, 0) END AS n
+    FROM pg_class AS c
+    WHERE c.oid = 'pgqueue_job'::regclass
+),
+frequencies AS (
+    SELECT s.attname, m.value, m.freq
+    FROM pg_stats AS s
+    CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs)
+        AS m (value, freq)
+    WHERE s.schemaname = current_schema() AND s.tablename = 'pgqueue_job'
+      AND s.attname IN ('queue', 'status') AND NOT (SELECT few FROM few_finished)
+),
+finished_estimated AS (
+    SELECT q.value AS queue, st.value AS status,
+           round((SELECT n FROM table_rows) * q.freq * st.freq)::bigint AS jobs
+    FROM frequencies AS q, frequencies AS st
+    WHERE q.attname = 'queue' AND st.attname = 'status'
+      AND st.value IN ('done', 'dead', 'cancelled')
+      AND (st.value <> 'dead' OR NOT (SELECT few FROM few_dead))
+),
+fresh AS (
+    SELECT queue, status, jobs, oldest_ready_age, false AS estimated FROM queued
+    UNION ALL
+    SELECT queue, status, jobs, oldest_ready_age, false FROM running
+    UNION ALL
+    SELECT queue, status, jobs, NULL::float8, false FROM finished_exact
+    UNION ALL
+    SELECT queue, status, jobs, NULL::float8, true FROM finished_estimated WHERE jobs > 0
+)
+
+-- name: dead_since
+-- Jobs buried dead in the last window, by queue: a range of the finished index
+-- (pgqueue_job_finished, by done_at), so its cost is the jobs finished in the window.
+SELECT queue, count(*) AS jobs
+FROM pgqueue_job
+WHERE status IN ('done', 'dead', 'cancelled') AND done_at > now() - make_interval(secs => %(seconds)s::float8)
+  AND status = 'dead'
+GROUP BY queue
+ORDER BY queue;

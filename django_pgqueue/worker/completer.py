@@ -22,8 +22,8 @@ logger = logging.getLogger("django_pgqueue")
 MAX_BATCH = 1000
 LINGER = 0.001
 #: Called with the (id, run) pairs settled (written, or refused by the fence),
-#: how many became done and how many dead.
-OnSettled = Callable[[list[tuple[int, int]], int, int], None]
+#: how many became done and how many dead, and each run's new status (None: fenced).
+OnSettled = Callable[[list[tuple[int, int]], int, int, dict[tuple[int, int], str | None]], None]
 
 
 class OutcomeNotStored(Exception):
@@ -157,6 +157,10 @@ class Completer(ServiceThread):
             # the newer run owns the row now.
             logger.warning("%d outcomes were refused: their leases had expired", fenced)
         buried = sum(1 for status in failed.values() if status == JobStatus.DEAD)
-        self._on_settled([(o.job_id, o.run) for o in batch], len(done), buried)
+        statuses = {
+            (o.job_id, o.run): JobStatus.DONE.value if o.job_id in done else failed.get(o.job_id)
+            for o in batch
+        }
+        self._on_settled(list(statuses), len(done), buried, statuses)
         with self._lock:
             self._pending -= len(batch)

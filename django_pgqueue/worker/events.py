@@ -1,12 +1,15 @@
 """Named events a worker emits, for tests and metrics (River's test signals).
 
 ``claimed(jobs)``, ``started(job)``, ``finished(job, outcome)``,
-``recorded(settled, succeeded, buried)``, ``heartbeat(kept, lost)``,
+``recorded(settled, succeeded, buried, statuses)`` (``statuses``: each settled
+run's new job status, None for one the fence refused), ``heartbeat(kept, lost)``,
 ``cancel_requested(job, reason)`` (the worker told a running job to stop),
-``listening()``, ``idle()``, ``reaped(result)``, ``stopping(reason)`` and
-``stopped(status)``. A subscriber is called in the thread that emits, so it must
-be quick; one that raises is logged and does not disturb the worker. With no
-subscriber an event costs one dictionary lookup.
+``listening()``, ``idle()``, ``reaped(result)``, ``polled(seconds, jobs)`` (every
+claim statement: how long it took and how many jobs it took), ``released(keys)``
+(runs a stopping worker gave back), ``stopping(reason)`` and ``stopped(status)``.
+A subscriber is called in the thread that emits, so it must be quick; one that
+raises is logged and does not disturb the worker. With no subscriber an event
+costs one dictionary lookup.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ NAMES = frozenset(
         "listening",
         "idle",
         "reaped",
+        "polled",
+        "released",
         "stopping",
         "stopped",
     }

@@ -29,6 +29,7 @@ from django_pgqueue.jsonargs import Encoded, dumps
 from django_pgqueue.records import ClaimedJob, Failure, Success
 from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, policy_of
 from django_pgqueue.validation import storable
+from django_pgqueue.worker import joblog
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -171,18 +172,15 @@ def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Fai
     """Run ``job`` in this thread and return its outcome; ``control`` is the job's
     line to the worker (``current_job()`` while it runs)."""
     if job.problem is not None:
-        logger.warning("job %s refused: %s", job.id, job.problem)
-        return failure(job, UndecodableJob(job.problem), final=True, trace="")
+        return refused(job, UndecodableJob(job.problem))
     try:
         runnable = registry.resolve(job.task)
     except UnknownTask as exc:
-        logger.warning("job %s refused: %s", job.id, exc)
-        return failure(job, exc, final=True, trace="")
+        return refused(job, exc)
     try:
         check_arguments(runnable.target, job.args, job.kwargs)
     except TypeError as exc:
-        logger.warning("job %s refused: %s", job.id, exc)
-        return failure(job, exc, final=True, trace="")
+        return refused(job, exc)
     if control is None:  # run outside a worker's pool (tests): current_job() still works
         control = RunningJob(job)
     asked = control.cancel_reason
@@ -206,10 +204,9 @@ def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Fai
             return _cancelled(job, asked, _trace(exc))
         if isinstance(exc, Snooze):
             return snoozed(job, exc)
-        logger.info(
-            "job %s (%s) failed on attempt %s: %s", job.id, job.task, job.attempt, class_path(exc)
-        )
-        return failure(job, exc, policy=policy_for(job))
+        outcome = failure(job, exc, policy=policy_for(job))
+        joblog.failed(job, outcome, exc)
+        return outcome
     if control.stopped_by_request and control.cancel_reason is not None:
         return _cancelled(job, control.cancel_reason, "")  # it saw the request and returned
     return success(job, result)
@@ -220,6 +217,13 @@ def _cancelled(job: ClaimedJob, reason: str, trace: str) -> Failure:
     return cancelled(job, reason, trace)
 
 
+def refused(job: ClaimedJob, exc: BaseException) -> Failure:
+    """A final failure (the job cannot succeed by retrying), logged."""
+    outcome = failure(job, exc, final=True, trace="")
+    joblog.failed(job, outcome, exc)
+    return outcome
+
+
 def success(job: ClaimedJob, result: Any) -> Success | Failure:
     """A success outcome, or a final failure if the return value is not JSON."""
     if isinstance(result, Encoded):
@@ -227,5 +231,5 @@ def success(job: ClaimedJob, result: Any) -> Success | Failure:
     try:
         encoded = dumps(result, "the return value")
     except InvalidJobArguments as exc:
-        return failure(job, exc, final=True, trace="")
+        return refused(job, exc)
     return Success(job_id=job.id, run=job.run, result=encoded)

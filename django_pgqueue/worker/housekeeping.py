@@ -16,6 +16,7 @@ import time
 from django_pgqueue.models import Job
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
+from django_pgqueue.worker.latency import Latency
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.services import Timer
 
@@ -27,6 +28,7 @@ class Housekeeping:
         self.config = config
         self.ledger = ledger
         self.events = events
+        self.latency = Latency(events)
         self._window_start = time.monotonic()
 
     def timers(self) -> list[Timer]:
@@ -111,13 +113,14 @@ class Housekeeping:
         elapsed, self._window_start = now - self._window_start, now
         overdue = sum(1 for held in running if held.overdue)
         logger.info(
-            "throughput: %d jobs in %.0fs (%.1f/s), %d running%s; totals: claimed %d, "
+            "throughput: %d jobs in %.0fs (%.1f/s), %d running%s; %s; totals: claimed %d, "
             "succeeded %d, buried %d",
             done,
             elapsed,
             done / elapsed if elapsed else 0,
             len(running),
             f" ({overdue} past the job timeout)" if overdue else "",
+            self.latency.take().describe(),
             self.ledger.claimed,
             self.ledger.succeeded,
             self.ledger.buried,

@@ -31,6 +31,7 @@ from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.pool import JobPool
 from django_pgqueue.worker.prefetch import Prefetch
+from django_pgqueue.worker.presence import Presence
 from django_pgqueue.worker.services import (
     Backoff,
     ConnectionEpoch,
@@ -63,6 +64,8 @@ class Worker:
         self.events = events or Events()
         # Plain attributes, not Events: signal handlers set them (see waker.py).
         self.stopping = False
+        #: monotonic time the claim loop last went round (its liveness, for /healthz).
+        self.loop_at = time.monotonic()
         self.stop_reason = "asked to stop"
         self.urgent_since: float | None = None
         self.fatal_reason: str | None = None
@@ -93,14 +96,21 @@ class Worker:
             on_abort=lambda: self.heartbeat.hurry("heartbeat"),
         )
         self.housekeeping = Housekeeping(config, self.ledger, self.events)
+        self.presence = Presence(config, self.ledger, self.events)
         self.maintenance = Timers(
-            config.database, self.housekeeping.timers(), supervision, name="pgqueue-maintenance"
+            config.database,
+            self.housekeeping.timers() + self.presence.maintenance_timers(),
+            supervision,
+            name="pgqueue-maintenance",
         )
         # The heartbeat on a thread of its own: a long prune or reap must never
         # delay the renewals that keep running jobs from being taken back.
         self.heartbeat = Timers(
             config.database,
-            [Timer("heartbeat", config.heartbeat_interval, self.housekeeping.heartbeat)],
+            [
+                Timer("heartbeat", config.heartbeat_interval, self.housekeeping.heartbeat),
+                *self.presence.heartbeat_timers(),
+            ],
             supervision,
             name="pgqueue-heartbeat",
             critical=True,
@@ -152,6 +162,7 @@ class Worker:
             self.fail_fast(f"the claim loop failed: {type(exc).__name__}: {exc}")
         finally:
             status = shutdown.Shutdown(self).run()
+            self.presence.leave()
             self.session.close()  # last: the worker id stays locked until its runs are settled
             bookkeeping_thread(on=False)
         self.events.emit("stopped", status=status)
@@ -180,6 +191,7 @@ class Worker:
         backoff = Backoff()
         refill_from: float | None = None
         while not self.stopping:
+            self.loop_at = time.monotonic()
             self.waker.clear()
             free, busy = self._free_slots()
             if c.max_jobs is not None and self.ledger.claimed >= c.max_jobs:
@@ -200,9 +212,11 @@ class Worker:
             refill_from = None
             free = batch_size(free)
             try:
+                sent = time.monotonic()
                 jobs = Job.objects.claim(
                     c.worker_id, limit=free, queues=c.queues, lease=c.lease, using=c.database
                 )
+                self.events.emit("polled", seconds=time.monotonic() - sent, jobs=len(jobs))
             except Exception as exc:
                 if not self._claim_failed(exc):
                     return
@@ -293,9 +307,17 @@ class Worker:
     def _listening(self) -> None:
         self.events.emit("listening")
 
-    def _settled(self, keys: list[tuple[int, int]], succeeded: int, buried: int) -> None:
+    def _settled(
+        self,
+        keys: list[tuple[int, int]],
+        succeeded: int,
+        buried: int,
+        statuses: dict[tuple[int, int], str | None],
+    ) -> None:
         self.ledger.settled(keys, succeeded, buried)
-        self.events.emit("recorded", settled=keys, succeeded=succeeded, buried=buried)
+        self.events.emit(
+            "recorded", settled=keys, succeeded=succeeded, buried=buried, statuses=statuses
+        )
 
 
 __all__ = ["JobTimeout", "Worker"]

@@ -212,6 +212,7 @@ class Shutdown:
             logger.warning(
                 "shutdown: put %s back in the queue: %s", jobs(len(released)), sorted(released)
             )
+            self.worker.events.emit("released", keys=[k for k in keys if k[0] in released])
             return
 
     def _fail_overdue(self, overdue: list[ClaimedJob]) -> None:

@@ -41,3 +41,11 @@ def test_a_view_that_fails_after_enqueueing_leaves_no_order_and_no_job() -> None
     assert response.json() == {"error": "the last item was sold a moment ago"}
     assert Order.objects.count() == 0
     assert Job.objects.count() == 0
+
+
+def test_the_example_serves_the_queue_gauges_to_prometheus() -> None:
+    Client().post("/orders/", {"email": "c@example.com", "total_cents": 100})
+    response = Client().get("/pgqueue/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    assert 'pgqueue_queue_jobs{queue="emails",status="queued"} 1.0' in response.content.decode()

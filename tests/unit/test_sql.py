@@ -31,6 +31,12 @@ EXPECTED = {
     "notify_queues",
     "backend_pid",
     "lock_worker_id",
+    "worker_register",
+    "worker_leave",
+    "workers_forget",
+    "refresh_queue_gauges",
+    "queue_gauges",
+    "dead_since",
 }
 
 

@@ -1,31 +1,74 @@
-"""``manage.py queuestats``: counts by queue and status, and what to alert on."""
+"""``manage.py queuestats``: counts by queue and status, the workers, and what to
+alert on; ``--check`` exits 1 with one line per failed condition."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from typing import Any
 
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
+from django.utils import timezone
 
 from django_pgqueue import conf
-from django_pgqueue.management.arguments import PgQueueCommand
-from django_pgqueue.models import Job
+from django_pgqueue.management.arguments import PgQueueCommand, duration, non_negative_int
+from django_pgqueue.models import Job, RegisteredWorker
+from django_pgqueue.monitoring import health
+
+WORKERS_HEADER = (
+    "worker                           state queues           slots running     done  last seen"
+)
 
 
 class Command(PgQueueCommand):
     help = (
         "Show jobs by queue and status, the oldest ready job's age, recent deaths and the "
-        "paused queues."
+        "paused queues and the workers; with --check, exit 1 with one line per failed "
+        "condition."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="Print JSON for monitoring.")
+        parser.add_argument(
+            "--check",
+            action="store_true",
+            help="Check health instead: exit 0 when healthy, 1 with one line per failure "
+            "(a queue with ready jobs and no live worker serving it, and the limits below).",
+        )
+        parser.add_argument(
+            "--max-ready-age",
+            type=duration,
+            help="With --check: fail when a queue's oldest ready job has waited longer (30s, 5m).",
+        )
+        parser.add_argument(
+            "--max-dead",
+            type=non_negative_int,
+            help="With --check: fail when more jobs than this died in the last hour.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        database = conf.get().DATABASE
-        stats = Job.objects.stats(using=database)
-        paused = Job.objects.paused_queues(using=database)
+        alias = conf.get().DATABASE
+        if not options["check"] and (
+            options["max_ready_age"] is not None or options["max_dead"] is not None
+        ):
+            raise CommandError("--max-ready-age and --max-dead go with --check")
+        if options["check"]:
+            self._check(options, alias)
+            return
+        stats = Job.objects.stats(using=alias)
+        paused = Job.objects.paused_queues(using=alias)
+        now = timezone.now()
+        workers = list(RegisteredWorker.objects.using(alias).all())
+        alive = {w.id for w in workers if w.alive_at(now)}
+        gone = {w.id for w in workers} - alive
+        orphans = list(
+            Job.objects.using(alias)
+            .running()
+            .filter(locked_by__in=gone)
+            .order_by("id")
+            .values_list("id", "locked_by")
+        )
         # A paused queue's jobs wait on purpose: they are not what the alert is for.
         ages = [
             s.oldest_ready_age
@@ -37,7 +80,24 @@ class Command(PgQueueCommand):
             "dead_last_24h": sum(s.dead_last_24h for s in stats),
             "running_past_lease": sum(s.lease_expired for s in stats),
             "paused_queues": paused,
+            "running_on_gone_workers": [job_id for job_id, _ in orphans],
             "queues": [{**dataclasses.asdict(s), "paused": s.queue in paused} for s in stats],
+            "workers": [
+                {
+                    "id": w.id,
+                    "hostname": w.hostname,
+                    "pid": w.pid,
+                    "queues": w.queues,
+                    "concurrency": w.concurrency,
+                    "version": w.version,
+                    "started_at": w.started_at.isoformat(),
+                    "last_seen": w.last_seen.isoformat(),
+                    "alive": w.id in alive,
+                    "jobs_running": w.jobs_running,
+                    "jobs_done": w.jobs_done,
+                }
+                for w in workers
+            ],
         }
         if options["json"]:
             self.stdout.write(json.dumps(summary, indent=2))
@@ -54,3 +114,30 @@ class Command(PgQueueCommand):
             f"running past their lease: {summary['running_past_lease']}; "
             f"paused queues: {', '.join(paused) if paused else 'none'}"
         )
+        self.stdout.write("")
+        self.stdout.write(WORKERS_HEADER)
+        for w in workers:
+            queues = ",".join(w.queues) if w.queues is not None else "*"
+            seen = f"{(now - w.last_seen).total_seconds():.0f}s ago"
+            state = "alive" if w.id in alive else "gone"
+            self.stdout.write(
+                f"{w.id:<32} {state:<5} {queues:<16} {w.concurrency:>5} {w.jobs_running:>7} "
+                f"{w.jobs_done:>8} {seen:>10}"
+            )
+        if not workers:
+            self.stdout.write("no workers registered")
+        if orphans:
+            listed = ", ".join(f"#{job_id} on {worker}" for job_id, worker in orphans)
+            self.stdout.write(
+                f"running on gone workers ({len(orphans)}; the reaper returns them once "
+                f"their leases expire): {listed}"
+            )
+
+    def _check(self, options: dict[str, Any], alias: str) -> None:
+        limits = health.Limits(max_ready_age=options["max_ready_age"], max_dead=options["max_dead"])
+        found = health.problems(limits, using=alias)
+        for line in found:
+            self.stdout.write(line)
+        if found:
+            sys.exit(1)
+        self.stdout.write("ok")

@@ -8,15 +8,18 @@ import signal
 import sys
 import threading
 import time
+from importlib.util import find_spec
 from types import FrameType
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError, CommandParser
 
+from django_pgqueue import conf
 from django_pgqueue.management.arguments import (
     PgQueueCommand,
     non_negative_seconds,
+    port,
     positive_int,
     positive_seconds,
     prefetch,
@@ -80,6 +83,17 @@ class Command(PgQueueCommand):
             type=positive_seconds,
             help="Seconds between throughput lines (default 60).",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=port,
+            help="Serve /metrics and /healthz on this port, 0 for any free one (default: "
+            "PGQUEUE['METRICS_PORT'], none). Needs the metrics extra (prometheus-client).",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            help="Address the metrics server listens on (default: PGQUEUE['METRICS_ADDR'], "
+            "127.0.0.1).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["verbosity"])
@@ -101,9 +115,14 @@ class Command(PgQueueCommand):
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
         worker = Worker(config)
+        exporter = serve_metrics(worker, options["metrics_port"], options["metrics_addr"])
         exits = ExitGuard(worker)
         exits.install()
-        status = exits.status(worker.run())
+        try:
+            status = exits.status(worker.run())
+        finally:
+            if exporter is not None:
+                exporter.close()
         if worker.ledger.running():
             # A job thread is still inside an overrunning job, and its job was
             # given back: end the process now, not after interpreter teardown.
@@ -121,6 +140,29 @@ class Command(PgQueueCommand):
             handler = logging.StreamHandler(sys.stderr)
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             logger.addHandler(handler)
+
+
+def serve_metrics(worker: Worker, port: int | None, addr: str | None) -> Any:
+    """The worker's metrics exporter, serving, when a port is set; else None, and
+    nothing of the metrics is imported."""
+    settings = conf.get()
+    port = settings.METRICS_PORT if port is None else port
+    if port is None:
+        return None
+    if find_spec("prometheus_client") is None:
+        raise CommandError(
+            "serving metrics needs prometheus-client: pip install 'django-pgqueue[metrics]'"
+        )
+    import prometheus_client
+
+    from django_pgqueue.monitoring import exporter
+
+    addr = addr or settings.METRICS_ADDR
+    try:
+        # The default registry: the process's own metrics and any a task defines come along.
+        return exporter.serve(worker, addr, port, prometheus_client.REGISTRY)
+    except OSError as exc:
+        raise CommandError(f"cannot serve metrics on {addr}:{port}: {exc}") from None
 
 
 class ExitGuard:

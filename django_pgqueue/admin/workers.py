@@ -1,0 +1,138 @@
+"""The admin's view of the worker registry: a read-only list of workers, the job
+list's worker filter, and the job page's lease line, which says when the worker
+holding a running job is gone (before the job's lease expires and the reaper
+takes it back)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from django_pgqueue.admin.display import duration
+from django_pgqueue.models import Job, RegisteredWorker
+from django_pgqueue.records import JobStatus
+
+if TYPE_CHECKING:
+    from django.db.models import Model
+
+    _ModelAdmin = admin.ModelAdmin[RegisteredWorker]
+else:  # ModelAdmin is generic only in django-stubs, not at runtime.
+    _ModelAdmin = admin.ModelAdmin
+
+
+def running_jobs_url(worker_id: str) -> str:
+    query = urlencode(
+        {"status__exact": JobStatus.RUNNING.value, WorkerFilter.parameter_name: worker_id}
+    )
+    return f"{reverse('admin:django_pgqueue_job_changelist')}?{query}"
+
+
+def worker_link(worker_id: str) -> SafeString:
+    try:
+        url = reverse("admin:django_pgqueue_registeredworker_change", args=[worker_id])
+    except NoReverseMatch:  # the workers admin is not on this site
+        return format_html("{}", worker_id)
+    return format_html('<a href="{}">{}</a>', url, worker_id)
+
+
+def lease_note(job: Job) -> SafeString:
+    """The job page's lease line: who holds it, for how long, and whether that
+    worker is alive."""
+    # complete, fail, release and reap clear locked_until; locked_by stays as history.
+    if job.status != JobStatus.RUNNING or job.locked_until is None:
+        if job.locked_by:
+            return format_html("none (last held by {})", job.locked_by)
+        return format_html("{}", "none")
+    now = timezone.now()
+    seconds = (job.locked_until - now).total_seconds()
+    holder = RegisteredWorker.objects.filter(pk=job.locked_by).first()
+    # A link to the worker's row when it has one (an older worker may not).
+    name = worker_link(holder.id) if holder is not None else format_html("{}", job.locked_by)
+    if seconds < 0:
+        return format_html(
+            "held by {}, expired {} ago: the reaper will put the job back",
+            name,
+            duration(-seconds),
+        )
+    if holder is not None and not holder.alive_at(now):
+        return format_html(
+            "held by {} for {} more, but that worker is gone (last seen {} ago): "
+            "the reaper will put the job back once the lease expires",
+            name,
+            duration(seconds),
+            duration((now - holder.last_seen).total_seconds()),
+        )
+    return format_html("held by {} for {} more", name, duration(seconds))
+
+
+class WorkerFilter(admin.SimpleListFilter):
+    """Jobs by the worker holding (or last holding) them; choices: registered workers."""
+
+    title = "worker"
+    parameter_name = "worker"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        ids = set(RegisteredWorker.objects.values_list("id", flat=True))
+        if self.value():
+            ids.add(str(self.value()))
+        return [(worker_id, worker_id) for worker_id in sorted(ids)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Model]) -> QuerySet[Model]:
+        value = self.value()
+        return queryset.filter(locked_by=value) if value else queryset
+
+
+class WorkerAdmin(_ModelAdmin):
+    """Read-only: rows are written by the workers' heartbeats."""
+
+    list_display = (
+        "id",
+        "state",
+        "hostname",
+        "pid",
+        "queue_list",
+        "concurrency",
+        "running_jobs",
+        "jobs_done",
+        "version",
+        "started_at",
+        "last_seen",
+    )
+    ordering = ("hostname", "id")
+    search_fields = ("id", "hostname")
+    readonly_fields = (*(f.name for f in RegisteredWorker._meta.fields), "state", "running_jobs")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(
+        self, request: HttpRequest, obj: RegisteredWorker | None = None
+    ) -> bool:
+        return False
+
+    def has_delete_permission(
+        self, request: HttpRequest, obj: RegisteredWorker | None = None
+    ) -> bool:
+        return False  # a gone worker's row is forgotten on its own, an hour later
+
+    @admin.display(description="state")
+    def state(self, obj: RegisteredWorker) -> SafeString:
+        if obj.alive_at(timezone.now()):
+            return format_html('<span class="pgqueue-worker-alive">{}</span>', "alive")
+        return format_html('<strong class="pgqueue-worker-gone">{}</strong>', "gone")
+
+    @admin.display(description="queues")
+    def queue_list(self, obj: RegisteredWorker) -> str:
+        return ", ".join(obj.queues) if obj.queues is not None else "every queue"
+
+    @admin.display(description="jobs running")
+    def running_jobs(self, obj: RegisteredWorker) -> SafeString:
+        return format_html('<a href="{}">{}</a>', running_jobs_url(obj.id), obj.jobs_running)

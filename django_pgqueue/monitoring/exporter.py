@@ -1,0 +1,159 @@
+"""``/metrics`` and ``/healthz`` from a worker process (``runworker --metrics-port``).
+
+One small threaded HTTP server on ``METRICS_ADDR:METRICS_PORT``. ``/metrics`` is
+the worker's metrics (``metrics.py``), the queue gauges (refreshed on the
+worker's maintenance thread, one worker at a time computing them) and whatever
+else ``registry`` holds (with the default registry: the process's own metrics
+and any a task defines). ``/healthz`` answers 200 while the claim loop and the
+heartbeat thread go round, 503 when either is stuck. Imported only with a port.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any, Protocol
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from django_pgqueue import conf
+from django_pgqueue.monitoring.gauges import QueueGauges
+from django_pgqueue.monitoring.metrics import WorkerMetrics
+from django_pgqueue.monitoring.models import QueueGauge
+from django_pgqueue.worker.config import WorkerConfig
+from django_pgqueue.worker.events import Events
+from django_pgqueue.worker.presence import gone_after
+from django_pgqueue.worker.services import Timer, Timers
+
+logger = logging.getLogger("django_pgqueue")
+
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+
+
+class Observed(Protocol):
+    """What the exporter reads of a worker (``worker.runner.Worker`` has it)."""
+
+    config: WorkerConfig
+    events: Events
+    maintenance: Timers
+    heartbeat: Timers
+    loop_at: float
+    stopping: bool
+
+
+def claim_loop_limit(config: WorkerConfig) -> float:
+    """Seconds without a round of the claim loop after which it counts as stuck: it
+    goes round at least every poll interval, and retries a failed claim within 5 s."""
+    return 2 * max(config.poll_interval, 5.0) + 5.0
+
+
+def health(worker: Observed) -> tuple[bool, dict[str, Any]]:
+    """Whether the worker's claim loop and heartbeat thread are alive, and the detail."""
+    now = time.monotonic()
+    loop_age = now - worker.loop_at
+    loop_limit = claim_loop_limit(worker.config)
+    beat_age = now - worker.heartbeat.last_ok
+    beat_limit = gone_after(worker.config)
+    loop_ok = worker.stopping or loop_age <= loop_limit
+    beat_ok = worker.heartbeat.is_alive() and beat_age <= beat_limit
+    detail = {
+        "status": "ok" if loop_ok and beat_ok else "stuck",
+        "stopping": worker.stopping,
+        "claim_loop": {"ok": loop_ok, "age": round(loop_age, 3), "limit": loop_limit},
+        "heartbeat": {
+            "ok": beat_ok,
+            "alive": worker.heartbeat.is_alive(),
+            "age": round(beat_age, 3),
+            "limit": beat_limit,
+        },
+    }
+    return loop_ok and beat_ok, detail
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes every few seconds are not worth a log line each."""
+
+
+class Exporter:
+    """The metrics of one worker, served over HTTP until :meth:`close`."""
+
+    def __init__(
+        self, worker: Observed, registry: CollectorRegistry, *, refresh_interval: float
+    ) -> None:
+        self.worker = worker
+        self.registry = registry
+        self.metrics = WorkerMetrics(registry, worker.config.concurrency)
+        self.metrics.subscribe(worker.events)
+        self.gauges = QueueGauges()
+        registry.register(self.gauges)
+        self.refresh_interval = refresh_interval
+        # On the maintenance thread: its guard retries a database outage.
+        worker.maintenance.timers.append(
+            Timer("queue gauges", refresh_interval, self.refresh_gauges)
+        )
+        self._metrics_app = make_wsgi_app(registry)
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def refresh_gauges(self) -> None:
+        # Half the interval: with many workers the gauges are recomputed about
+        # once per interval, by whichever gets there first.
+        rows = QueueGauge.objects.refresh(
+            self.refresh_interval / 2, using=self.worker.config.database
+        )
+        self.gauges.update(rows)
+
+    def app(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/healthz":
+            ok, detail = health(self.worker)
+            body = json.dumps(detail).encode()
+            status = "200 OK" if ok else "503 Service Unavailable"
+            start_response(status, [("Content-Type", "application/json")])
+            return [body]
+        if path == "/metrics":
+            result: Iterable[bytes] = self._metrics_app(environ, start_response)
+            return result
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"not found: try /metrics or /healthz\n"]
+
+    def serve(self, addr: str, port: int) -> tuple[str, int]:
+        """Start serving in a daemon thread; the address and port bound (port 0 picks one)."""
+        server = make_server(addr, port, self.app, _Server, _QuietHandler)
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, name="pgqueue-metrics", daemon=True
+        )
+        self._thread.start()
+        host, bound = server.server_address[:2]
+        logger.info("serving metrics on http://%s:%d/metrics (and /healthz)", host, bound)
+        return str(host), int(bound)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        self.metrics.close()
+        self.registry.unregister(self.gauges)
+
+
+def serve(worker: Observed, addr: str, port: int, registry: CollectorRegistry) -> Exporter:
+    """Attach metrics to ``worker`` (before it runs) and serve them on ``addr:port``."""
+    exporter = Exporter(worker, registry, refresh_interval=conf.get().METRICS_REFRESH_INTERVAL)
+    try:
+        exporter.serve(addr, port)
+    except BaseException:
+        exporter.close()
+        raise
+    return exporter

@@ -1,0 +1,54 @@
+"""The queue gauges as a Prometheus collector, for a worker's ``/metrics`` and for
+the web tier's view. Imported only where ``prometheus-client`` is installed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from django_pgqueue.queue.gauges import QueueGaugeRow
+
+
+def families(rows: Sequence[QueueGaugeRow]) -> Iterable[Metric]:
+    jobs = GaugeMetricFamily(
+        "pgqueue_queue_jobs",
+        "Jobs in the table by queue and status (finished ones estimated on a big table).",
+        labels=["queue", "status"],
+    )
+    oldest = GaugeMetricFamily(
+        "pgqueue_queue_oldest_ready_age_seconds",
+        "How long the oldest ready job of the queue has waited (0: none is ready).",
+        labels=["queue"],
+    )
+    age = GaugeMetricFamily(
+        "pgqueue_queue_gauges_age_seconds",
+        "Seconds since the queue gauges were computed.",
+    )
+    queues: dict[str, float] = {}
+    for row in rows:
+        jobs.add_metric([row.queue, row.status], row.jobs)
+        queues.setdefault(row.queue, 0.0)
+        if row.oldest_ready_age is not None:
+            queues[row.queue] = max(queues[row.queue], row.oldest_ready_age)
+    for queue, seconds in sorted(queues.items()):
+        oldest.add_metric([queue], seconds)
+    yield jobs
+    yield oldest
+    if rows:
+        age.add_metric([], max(row.age for row in rows))
+        yield age
+
+
+class QueueGauges(Collector):
+    """Serves the rows it was last given (``update``)."""
+
+    def __init__(self) -> None:
+        self._rows: Sequence[QueueGaugeRow] = ()
+
+    def update(self, rows: Sequence[QueueGaugeRow]) -> None:
+        self._rows = tuple(rows)  # replaced whole: a scrape never sees half an update
+
+    def collect(self) -> Iterator[Metric]:
+        yield from families(self._rows)

@@ -1,0 +1,70 @@
+"""What ``queuestats --check`` checks, each condition one line when it fails.
+
+Every number comes from statements that stay cheap on a big table: the queue
+gauges computed now (the partial indexes of queued and running jobs), the
+worker registry, and the dead jobs of the last hour (a range of the finished
+index).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from django.utils import timezone
+
+from django_pgqueue.models import Job
+from django_pgqueue.monitoring.models import QueueGauge, RegisteredWorker
+from django_pgqueue.records import JobStatus
+
+#: The window of ``--max-dead``.
+DEAD_WINDOW = 3600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    max_ready_age: float | None = None  # seconds
+    max_dead: int | None = None  # jobs dead in the last hour
+
+
+def serves(worker: RegisteredWorker, queue: str) -> bool:
+    return worker.queues is None or queue in worker.queues
+
+
+def problems(limits: Limits, *, using: str, now: dt.datetime | None = None) -> list[str]:
+    """One line per failed condition; empty when healthy."""
+    now = now or timezone.now()
+    # A paused queue's jobs wait on purpose (pausequeue): not a failed condition.
+    paused = set(Job.objects.paused_queues(using=using))
+    ready = {
+        row.queue: row.oldest_ready_age
+        for row in QueueGauge.objects.compute(using=using)
+        if row.status == JobStatus.QUEUED
+        and row.oldest_ready_age is not None
+        and row.queue not in paused
+    }
+    alive = [w for w in RegisteredWorker.objects.using(using).all() if w.alive_at(now)]
+    found = []
+    for queue, age in sorted(ready.items()):
+        if not any(serves(worker, queue) for worker in alive):
+            found.append(
+                f"queue {queue}: jobs are ready (the oldest waiting {age:.1f}s) "
+                "and no live worker serves it"
+            )
+    if limits.max_ready_age is not None:
+        for queue, age in sorted(ready.items()):
+            if age > limits.max_ready_age:
+                found.append(
+                    f"queue {queue}: the oldest ready job has waited {age:.1f}s "
+                    f"(more than --max-ready-age {limits.max_ready_age:g}s)"
+                )
+    if limits.max_dead is not None:
+        dead = QueueGauge.objects.dead_since(DEAD_WINDOW, using=using)
+        total = sum(dead.values())
+        if total > limits.max_dead:
+            by_queue = ", ".join(f"{queue} {count}" for queue, count in sorted(dead.items()))
+            found.append(
+                f"{total} jobs died in the last hour (more than --max-dead "
+                f"{limits.max_dead}): {by_queue}"
+            )
+    return found

@@ -1,0 +1,55 @@
+"""The worker registry's statements: a worker's row written, renewed and removed,
+and the rows of workers long gone forgotten."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+
+from django_pgqueue.sql import runner
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Registration:
+    """What a worker says about itself in ``pgqueue_worker``."""
+
+    worker: str
+    hostname: str
+    pid: int
+    queues: Sequence[str] | None
+    concurrency: int
+    version: str
+    #: Seconds after a heartbeat past which the row is shown as gone.
+    gone_after: float
+
+
+def register(entry: Registration, running: int, done: int, *, starting: bool, alias: str) -> None:
+    """Write (or rewrite) the worker's row: at start (``starting``, which resets
+    ``started_at``) and on every heartbeat."""
+    runner.fetch(
+        "worker_register",
+        {
+            "worker": entry.worker,
+            "hostname": entry.hostname,
+            "pid": entry.pid,
+            "queues": json.dumps(list(entry.queues)) if entry.queues is not None else None,
+            "concurrency": entry.concurrency,
+            "version": entry.version,
+            "gone_after": entry.gone_after,
+            "jobs_running": running,
+            "jobs_done": done,
+            "starting": starting,
+        },
+        alias,
+    )
+
+
+def leave(worker: str, alias: str) -> bool:
+    """Remove the worker's row; whether there was one."""
+    return bool(runner.fetch("worker_leave", {"worker": worker}, alias))
+
+
+def forget(after: float, alias: str) -> list[str]:
+    """Delete the rows of workers gone for more than ``after`` seconds; their ids."""
+    return sorted(row["id"] for row in runner.fetch("workers_forget", {"after": after}, alias))

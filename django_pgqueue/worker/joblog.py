@@ -1,0 +1,78 @@
+"""The log lines of a failed run, for people and for error trackers.
+
+A failed attempt that will be retried is logged at WARNING, a job buried
+``dead`` (its last attempt, or a failure that retrying cannot fix) at ERROR;
+both with ``exc_info`` (so Sentry, Rollbar and the like capture the exception
+and its traceback) and with ``extra`` fields for structured logging:
+``job_id``, ``task``, ``queue``, ``attempt`` and ``worker``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from django_pgqueue.records import ClaimedJob, Failure
+
+logger = logging.getLogger("django_pgqueue")
+
+
+def worker_of(job: ClaimedJob) -> str:
+    """The id of the worker running ``job``: the claim appended it to worker_ids."""
+    try:
+        ids = json.loads(job.worker_ids)
+        return str(ids[-1]) if ids else ""
+    except (ValueError, TypeError, IndexError):
+        return ""
+
+
+def fields(job: ClaimedJob) -> dict[str, object]:
+    return {
+        "job_id": job.id,
+        "task": job.task,
+        "queue": job.queue,
+        "attempt": job.attempt,
+        "worker": worker_of(job),
+    }
+
+
+def buries(job: ClaimedJob, outcome: Failure) -> bool:
+    """Whether recording ``outcome`` makes the job dead (as the fail statement decides)."""
+    return outcome.final or job.attempt >= job.max_attempts
+
+
+def failed(job: ClaimedJob, outcome: Failure, exc: BaseException) -> None:
+    """Log one failed run: WARNING with a retry to come, ERROR when the job is buried."""
+    what = f"{outcome.exception}: {outcome.message}" if outcome.message else outcome.exception
+    if not buries(job, outcome):
+        logger.warning(
+            "job %s (%s) failed on attempt %s of %s, retrying in %.1fs: %s",
+            job.id,
+            job.task,
+            job.attempt,
+            job.max_attempts,
+            outcome.delay,
+            what,
+            exc_info=exc,
+            extra=fields(job),
+        )
+    elif job.attempt < job.max_attempts:  # final before its last attempt
+        logger.error(
+            "job %s (%s) buried dead: it cannot succeed by retrying: %s",
+            job.id,
+            job.task,
+            what,
+            exc_info=exc,
+            extra=fields(job),
+        )
+    else:
+        logger.error(
+            "job %s (%s) buried dead after attempt %s of %s: %s",
+            job.id,
+            job.task,
+            job.attempt,
+            job.max_attempts,
+            what,
+            exc_info=exc,
+            extra=fields(job),
+        )

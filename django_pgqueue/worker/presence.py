@@ -1,0 +1,95 @@
+"""The worker's row in the registry (``pgqueue_worker``): written at start, renewed
+on the heartbeat thread, removed at exit; and the rows of workers long gone
+forgotten, on the maintenance thread.
+
+A row is shown as gone once ``alive_until`` passes: halfway between the moment
+the next heartbeat was due and the moment the leases it renewed expire, so a
+job running on a killed (or hung) worker shows as such before the reaper may
+take it back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+import django_pgqueue
+from django_pgqueue.dberrors import first_line, is_transient, schema_problem
+from django_pgqueue.monitoring.models import RegisteredWorker
+from django_pgqueue.queue.presence import Registration
+from django_pgqueue.worker.config import WorkerConfig
+from django_pgqueue.worker.events import Events
+from django_pgqueue.worker.ledger import Ledger
+from django_pgqueue.worker.services import Timer, reset_connection
+
+logger = logging.getLogger("django_pgqueue")
+
+
+def gone_after(config: WorkerConfig) -> float:
+    """Seconds after a heartbeat past which a worker that sent no other is gone."""
+    return (config.heartbeat_interval + config.lease) / 2
+
+
+class Presence:
+    def __init__(self, config: WorkerConfig, ledger: Ledger, events: Events) -> None:
+        self.config = config
+        self.ledger = ledger
+        self.entry = Registration(
+            worker=config.worker_id,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            queues=config.queues,
+            concurrency=config.concurrency,
+            version=django_pgqueue.__version__,
+            gone_after=gone_after(config),
+        )
+        self.done = 0
+        self._registered = False
+        self._left = False
+        events.subscribe("recorded", self._recorded)
+
+    def _recorded(self, settled: list[tuple[int, int]], **data: object) -> None:
+        self.done += len(settled)  # once per batch of outcomes, on the completer's thread
+
+    def heartbeat_timers(self) -> list[Timer]:
+        return [Timer("registry", self.config.heartbeat_interval, self.beat)]
+
+    def maintenance_timers(self) -> list[Timer]:
+        return [Timer("forget gone workers", self.config.reap_interval, self.forget)]
+
+    def beat(self) -> None:
+        """Write the row (at start), or renew it. A failure of the registry is
+        logged and never stops the worker: the row is only for people to read."""
+        if self._left:
+            return
+        try:
+            RegisteredWorker.objects.register(
+                self.entry,
+                running=len(self.ledger.running()),
+                done=self.done,
+                starting=not self._registered,
+                using=self.config.database,
+            )
+        except Exception as exc:
+            if is_transient(exc) or schema_problem(exc):
+                raise  # the heartbeat thread's guard waits for the database, or stops
+            logger.exception("could not write this worker's row in the registry")
+            reset_connection(self.config.database)
+            return
+        self._registered = True
+
+    def forget(self) -> None:
+        forgotten = RegisteredWorker.objects.forget(using=self.config.database)
+        if forgotten:
+            logger.info("forgot workers gone for over an hour: %s", ", ".join(forgotten))
+
+    def leave(self) -> None:
+        """Remove the row as the worker exits (best effort: a row left behind is
+        shown as gone, then forgotten)."""
+        self._left = True
+        try:
+            RegisteredWorker.objects.leave(self.config.worker_id, using=self.config.database)
+        except Exception as exc:
+            reset_connection(self.config.database)
+            logger.warning("could not remove this worker from the registry: %s", first_line(exc))

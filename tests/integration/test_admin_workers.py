@@ -1,0 +1,80 @@
+"""The admin's workers: a read-only list, links to their running jobs, and a job on a
+gone worker shown as such on its page while its lease still holds."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from django_pgqueue.models import Job, RegisteredWorker
+from tests.testapp.tasks import add
+
+pytestmark = pytest.mark.django_db(transaction=True)
+WORKERS = "/admin/django_pgqueue/registeredworker/"
+JOBS = "/admin/django_pgqueue/job/"
+
+
+def register(worker_id: str, *, alive: bool, queues: list[str] | None = None) -> None:
+    now = timezone.now()
+    RegisteredWorker.objects.create(
+        id=worker_id,
+        hostname="box",
+        pid=42,
+        queues=queues,
+        concurrency=4,
+        version="1.0",
+        last_seen=now - dt.timedelta(seconds=5 if alive else 50),
+        alive_until=now + dt.timedelta(seconds=30 if alive else -20),
+        jobs_running=1,
+    )
+
+
+def test_the_workers_list_is_read_only_and_links_to_their_running_jobs(
+    admin_client: Client,
+) -> None:
+    register("w-alive", alive=True, queues=["mail", "pdf"])
+    register("w-gone", alive=False)
+    html = admin_client.get(WORKERS).content.decode()
+    assert "w-alive" in html
+    assert '<span class="pgqueue-worker-alive">alive</span>' in html
+    assert '<strong class="pgqueue-worker-gone">gone</strong>' in html
+    assert "mail, pdf" in html
+    assert "every queue" in html
+    assert f'href="{JOBS}?status__exact=running&amp;worker=w-alive"' in html
+    assert "Add worker" not in html
+    page = admin_client.get(f"{WORKERS}w-gone/change/").content.decode()
+    assert 'name="_save"' not in page
+    assert admin_client.post(f"{WORKERS}w-gone/delete/", {"post": "yes"}).status_code == 403
+    assert RegisteredWorker.objects.count() == 2
+
+
+def test_the_worker_filter_lists_the_jobs_it_holds(admin_client: Client) -> None:
+    register("w-alive", alive=True)
+    mine, other = add.enqueue(1, 1), add.enqueue(2, 2)
+    Job.objects.claim("w-alive", limit=1)
+    Job.objects.claim("w-other", limit=1)
+    html = admin_client.get(f"{JOBS}?status__exact=running&worker=w-alive").content.decode()
+    assert f'href="{JOBS}{mine.pk}/change/' in html
+    assert f'href="{JOBS}{other.pk}/change/' not in html
+
+
+def test_a_running_job_on_a_gone_worker_says_so_before_its_lease_expires(
+    admin_client: Client,
+) -> None:
+    register("w-gone", alive=False)
+    register("w-alive", alive=True)
+    stranded, fine = add.enqueue(1, 1), add.enqueue(2, 2)
+    Job.objects.claim("w-gone", limit=1, lease=60)
+    Job.objects.claim("w-alive", limit=1, lease=60)
+    page = admin_client.get(f"{JOBS}{stranded.pk}/change/").content.decode()
+    assert f'held by <a href="{WORKERS}w-gone/change/">w-gone</a> for ' in page
+    assert (
+        "more, but that worker is gone (last seen 50 s ago): the reaper will put the "
+        "job back once the lease expires" in page
+    )
+    page = admin_client.get(f"{JOBS}{fine.pk}/change/").content.decode()
+    assert f'held by <a href="{WORKERS}w-alive/change/">w-alive</a> for ' in page
+    assert "that worker is gone" not in page

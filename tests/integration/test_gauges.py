@@ -1,0 +1,151 @@
+"""The queue gauges: exact for queued and running jobs and for few finished ones,
+estimated for many, recomputed by one caller at a time, and cheap on a big table."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_pgqueue.models import Job, QueueGauge
+from django_pgqueue.queue import gauges
+from django_pgqueue.records import JobSpec
+from django_pgqueue.sql import query
+from tests.testapp.tasks import add
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def fresh_statistics(transactional_db: None) -> Iterator[None]:
+    """These tests ANALYZE big tables: leave statistics of an empty one behind, or
+    later tests' plans (and the order a claim returns its rows in) would change."""
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM pgqueue_job")
+        cursor.execute("ANALYZE pgqueue_job")
+
+
+def by_key(rows: list[gauges.QueueGaugeRow]) -> dict[tuple[str, str], int]:
+    return {(r.queue, r.status): r.jobs for r in rows}
+
+
+def insert_finished(count: int, status: str, queue: str = "bulk") -> None:
+    """``count`` finished jobs in one statement: test data, not a queue operation."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_job (task, args, kwargs, errors, worker_ids, queue, status, "
+            "attempts, done_at) SELECT 'tests.testapp.tasks.noop', '[]', '{}', '[]', '[]', "
+            "%s, %s, 1, now() FROM generate_series(1, %s)",
+            [queue, status, count],
+        )
+
+
+def make_jobs() -> None:
+    Job.objects.enqueue_many(JobSpec.build(add, [i, 1], queue="mail") for i in range(5))
+    add.using(queue="mail", delay=3600).enqueue(0, 0)  # queued, not ready
+    add.using(queue="pdf").enqueue(1, 1)
+    Job.objects.claim("w", limit=2, queues=["mail"])
+    Job.objects.filter(pk=add.using(queue="pdf").enqueue(2, 2).pk).update(status="dead")
+    insert_finished(3, "done", queue="pdf")
+    Job.objects.filter(queue="mail", status="queued").update(
+        run_at=timezone.now() - dt.timedelta(seconds=30)
+    )
+
+
+def test_queued_running_and_few_finished_jobs_are_counted_exactly() -> None:
+    make_jobs()
+    rows = QueueGauge.objects.compute()
+    assert by_key(rows) == {
+        ("mail", "queued"): 4,
+        ("mail", "running"): 2,
+        ("pdf", "dead"): 1,
+        ("pdf", "done"): 3,
+        ("pdf", "queued"): 1,
+    }
+    assert not any(r.estimated for r in rows)
+    ages = {r.queue: r.oldest_ready_age for r in rows if r.status == "queued"}
+    assert ages["mail"] == pytest.approx(30, abs=5)  # the job not due yet is not "ready"
+    assert ages["pdf"] is not None
+    assert ages["pdf"] < 5
+    assert all(r.oldest_ready_age is None for r in rows if r.status != "queued")
+
+
+def test_many_finished_jobs_are_estimated_from_the_statistics() -> None:
+    add.using(queue="mail").enqueue(1, 1)
+    insert_finished(3000, "done", queue="bulk")
+    insert_finished(1000, "done", queue="mail")
+    insert_finished(40, "dead", queue="mail")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE pgqueue_job")
+    rows = gauges.compute("default", exact_limit=500)
+    estimated = {(r.queue, r.status): r.jobs for r in rows if r.estimated}
+    exact = {(r.queue, r.status): r.jobs for r in rows if not r.estimated}
+    # Done jobs are past the limit: estimated. Dead ones are few: still counted.
+    assert exact == {("mail", "queued"): 1, ("mail", "dead"): 40}
+    assert set(estimated) == {("bulk", "done"), ("mail", "done")}
+    # The frequencies are the whole table's, queue and status independent: near, not exact.
+    # Each status's total is the table's share of it; the split by queue follows
+    # the queues' shares of the whole table.
+    assert sum(estimated.values()) == pytest.approx(4000, rel=0.05)
+    assert estimated[("bulk", "done")] == pytest.approx(4000 * 3000 / 4041, rel=0.05)
+    rows = gauges.compute("default", exact_limit=20)
+    assert {(r.queue, r.status) for r in rows if r.estimated} >= {("mail", "dead")}
+
+
+def scanned(sql: str, params: dict[str, Any]) -> int:
+    """Rows of pgqueue_job (table or index) that the executed plan looked at, in all."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
+        (document,) = cursor.fetchone()
+    total, nodes = 0, [(document[0] if isinstance(document, list) else document)["Plan"]]
+    while nodes:
+        node = nodes.pop()
+        nodes.extend(node.get("Plans", []))
+        if node.get("Relation Name") == "pgqueue_job":
+            looked_at = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+            total += int(looked_at * node["Actual Loops"])
+    return total
+
+
+def test_the_statement_reads_the_backlog_and_no_more_than_the_limit_of_finished_rows() -> None:
+    Job.objects.enqueue_many(JobSpec.build(add, [i, 1], queue="mail") for i in range(50))
+    insert_finished(60_000, "done")
+    insert_finished(20_000, "dead")
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE pgqueue_job")
+    rows = scanned(query("queue_gauges"), {"exact_limit": 1000})
+    # The 50 queued, and about the limit's worth of finished rows twice (all
+    # finished, then dead): bounded by the limit, where a count would read 80,000.
+    assert 50 <= rows <= 3 * 1000, rows
+    dead = scanned(query("dead_since"), {"seconds": 3600})
+    assert 20_000 <= dead <= 20_000 + 10, dead  # the dead of the last hour, not the done
+
+
+def test_refresh_recomputes_once_per_interval_and_one_caller_at_a_time(db_url: str) -> None:
+    add.using(queue="mail").enqueue(1, 1)
+    first = QueueGauge.objects.refresh(max_age=60)
+    assert by_key(first) == {("mail", "queued"): 1}
+    assert first[0].age == 0
+    add.using(queue="mail").enqueue(1, 2)
+    # Fresh enough: the stored numbers, not a new count.
+    second = QueueGauge.objects.refresh(max_age=60)
+    assert by_key(second) == {("mail", "queued"): 1}
+    assert second[0].age > 0
+    # Another session holds the refresh lock: the stored numbers, even when stale.
+    with psycopg.connect(db_url, autocommit=False) as other:
+        other.execute("SELECT pg_advisory_xact_lock(%s)", [gauges.REFRESH_LOCK])
+        assert by_key(QueueGauge.objects.refresh(max_age=0)) == {("mail", "queued"): 1}
+    third = QueueGauge.objects.refresh(max_age=0)
+    assert by_key(third) == {("mail", "queued"): 2}
+    # A queue that emptied leaves the table; a status that appeared joins it.
+    Job.objects.claim("w", limit=2, queues=["mail"])
+    assert by_key(QueueGauge.objects.refresh(max_age=0)) == {("mail", "running"): 2}
+    assert list(QueueGauge.objects.values_list("queue", "status", "jobs")) == [
+        ("mail", "running", 2)
+    ]

@@ -1,0 +1,127 @@
+"""``queuestats --check``: exit 0 when healthy, 1 with one line per failed condition."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+from django_pgqueue.models import Job, RegisteredWorker
+from tests.testapp.tasks import add
+from tests.worker.conftest import ROOT
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def check(*args: str) -> tuple[int, list[str]]:
+    out = io.StringIO()
+    try:
+        call_command("queuestats", "--check", *args, stdout=out)
+    except SystemExit as exc:
+        return int(str(exc.code)), out.getvalue().splitlines()
+    return 0, out.getvalue().splitlines()
+
+
+def worker(worker_id: str, queues: list[str] | None, *, alive: bool = True) -> None:
+    RegisteredWorker.objects.create(
+        id=worker_id,
+        hostname="host",
+        pid=1,
+        queues=queues,
+        concurrency=4,
+        version="0",
+        alive_until=timezone.now() + dt.timedelta(minutes=1 if alive else -1),
+    )
+
+
+def ready_since(queue: str, seconds: float) -> None:
+    job = add.using(queue=queue).enqueue(1, 1)
+    Job.objects.filter(pk=job.pk).update(run_at=timezone.now() - dt.timedelta(seconds=seconds))
+
+
+def test_healthy_exits_0() -> None:
+    assert check() == (0, ["ok"])  # no jobs, no workers: nothing waits for anyone
+    worker("w1", ["mail"])
+    worker("w2", None)  # serves every queue
+    ready_since("mail", 5)
+    ready_since("pdf", 5)
+    add.using(queue="later", delay=3600).enqueue(1, 1)  # queued, not ready: needs no worker yet
+    assert check("--max-ready-age", "1m", "--max-dead", "0") == (0, ["ok"])
+
+
+def test_a_queue_with_ready_jobs_and_no_live_worker_fails() -> None:
+    worker("w1", ["mail"])
+    worker("w2", None, alive=False)  # gone: serves nothing any more
+    ready_since("mail", 5)
+    ready_since("pdf", 7)
+    status, lines = check()
+    assert status == 1
+    assert len(lines) == 1
+    assert lines[0].startswith("queue pdf: jobs are ready (the oldest waiting 7.")
+    assert lines[0].endswith("s) and no live worker serves it")
+
+
+def test_an_old_ready_job_fails_with_its_queue_and_age() -> None:
+    worker("w", None)
+    ready_since("mail", 400)
+    ready_since("pdf", 10)
+    status, lines = check("--max-ready-age", "5m")
+    assert status == 1
+    assert len(lines) == 1
+    assert lines[0].startswith("queue mail: the oldest ready job has waited 40")
+    assert lines[0].endswith("s (more than --max-ready-age 300s)")
+
+
+def test_too_many_dead_jobs_in_the_last_hour_fail() -> None:
+    worker("w", None)
+    recent = [add.using(queue=q).enqueue(1, 1).pk for q in ("mail", "mail", "pdf")]
+    old = add.using(queue="mail").enqueue(1, 1).pk
+    Job.objects.filter(pk__in=recent).update(status="dead", done_at=timezone.now())
+    Job.objects.filter(pk=old).update(status="dead", done_at=timezone.now() - dt.timedelta(hours=2))
+    assert check("--max-dead", "3") == (0, ["ok"])
+    assert check("--max-dead", "2") == (
+        1,
+        ["3 jobs died in the last hour (more than --max-dead 2): mail 2, pdf 1"],
+    )
+
+
+def test_every_failed_condition_is_its_own_line() -> None:
+    ready_since("mail", 600)
+    Job.objects.filter(pk=add.enqueue(1, 1).pk).update(status="dead", done_at=timezone.now())
+    status, lines = check("--max-ready-age", "60", "--max-dead", "0")
+    assert status == 1
+    assert [line.split(":")[0] for line in lines] == [
+        "queue mail",
+        "queue mail",
+        "1 jobs died in the last hour (more than --max-dead 0)",
+    ]
+
+
+def test_limits_without_check_and_bad_limits_are_one_line_errors() -> None:
+    with pytest.raises(CommandError, match="--max-ready-age and --max-dead go with --check"):
+        call_command("queuestats", "--max-dead", "1")
+    with pytest.raises(CommandError, match="argument --max-dead: expected a whole number"):
+        call_command("queuestats", "--check", "--max-dead", "-1")
+    with pytest.raises(CommandError, match="argument --max-ready-age: expected a duration"):
+        call_command("queuestats", "--check", "--max-ready-age", "soon")
+
+
+def test_the_command_line_exit_status_is_what_a_probe_reads(db_url: str) -> None:
+    ready_since("mail", 5)
+    command = [sys.executable, "-m", "django", "queuestats", "--check", "--settings=tests.settings"]
+    env = {**os.environ, "DATABASE_URL": db_url}
+    failed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert (failed.returncode, failed.stdout.splitlines()[0][:36]) == (
+        1,
+        "queue mail: jobs are ready (the olde",
+    )
+    worker("w", ["mail"])
+    passed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert (passed.returncode, passed.stdout) == (0, "ok\n")

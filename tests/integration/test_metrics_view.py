@@ -1,0 +1,46 @@
+"""The web tier's metrics view: the queue gauges, from the shared snapshot."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_pgqueue.models import Job, QueueGauge
+from tests.testapp.tasks import add
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def gauges(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_the_view_serves_every_queue_and_status_with_the_oldest_ready_age() -> None:
+    add.using(queue="mail").enqueue(1, 1)
+    add.using(queue="mail").enqueue(1, 2)
+    add.using(queue="pdf").enqueue(1, 3)
+    Job.objects.claim("w", queues=["pdf"])
+    response = Client().get(reverse("django_pgqueue:metrics"))
+    assert response.status_code == 200
+    found = gauges(response.content.decode())
+    assert found[("pgqueue_queue_jobs", (("queue", "mail"), ("status", "queued")))] == 2
+    assert found[("pgqueue_queue_jobs", (("queue", "pdf"), ("status", "running")))] == 1
+    assert found[("pgqueue_queue_oldest_ready_age_seconds", (("queue", "mail"),))] >= 0
+    assert found[("pgqueue_queue_oldest_ready_age_seconds", (("queue", "pdf"),))] == 0
+    assert found[("pgqueue_queue_gauges_age_seconds", ())] == 0
+    assert QueueGauge.objects.count() == 2  # the snapshot others read
+
+
+def test_openmetrics_when_asked_for_and_only_get() -> None:
+    add.enqueue(1, 1)
+    client = Client()
+    response = client.get("/pgqueue/metrics", HTTP_ACCEPT="application/openmetrics-text")
+    assert response["Content-Type"].startswith("application/openmetrics-text")
+    assert response.content.decode().endswith("# EOF\n")
+    assert client.post("/pgqueue/metrics").status_code == 405

@@ -1,0 +1,168 @@
+"""A worker's exporter in process: the queue gauges, runs given back or lost, and a
+heartbeat stuck behind a lock turning /healthz to 503 until it moves again."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+from prometheus_client import CollectorRegistry
+
+from django_pgqueue.models import Job
+from django_pgqueue.monitoring.exporter import Exporter, claim_loop_limit
+from tests.conftest import run_counts
+from tests.testapp.tasks import add, mark
+from tests.worker.conftest import wait_for
+from tests.worker.inprocess import WorkerThread
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@contextmanager
+def exported(**overrides: object) -> Iterator[tuple[WorkerThread, Exporter, str]]:
+    running = WorkerThread(**overrides)
+    exporter = Exporter(running.worker, CollectorRegistry(), refresh_interval=0.2)
+    host, port = exporter.serve("127.0.0.1", 0)
+    running.start()
+    try:
+        yield running, exporter, f"http://{host}:{port}"
+    finally:
+        if running._thread.is_alive():
+            running.stop()
+        exporter.close()
+
+
+def fetch(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def sample(exporter: Exporter, name: str, **labels: str) -> float:
+    return exporter.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_the_queue_gauges_follow_the_table() -> None:
+    with exported(queues=("mail",), poll_interval=0.1) as (_running, exporter, base):
+        mark.using(queue="other").enqueue("elsewhere")
+        mark.using(queue="other").enqueue("elsewhere-2")
+        wait_for(
+            lambda: sample(exporter, "pgqueue_queue_jobs", queue="other", status="queued") == 2,
+            10,
+            "the gauge to count the queued jobs",
+        )
+        status, text = fetch(f"{base}/metrics")
+        assert status == 200
+        assert 'pgqueue_queue_jobs{queue="other",status="queued"} 2.0' in text
+        assert 'pgqueue_queue_oldest_ready_age_seconds{queue="other"}' in text
+        assert "pgqueue_queue_gauges_age_seconds" in text
+        assert fetch(f"{base}/other")[0] == 404
+
+
+def test_given_back_and_lost_runs_are_counted_once() -> None:
+    held = mark.enqueue("held", sleep=3)
+    with exported(lease=2, shutdown_timeout=0.2) as (running, exporter, _base):
+        running.wait("started")
+        # Someone else's claim took the job over (as after a reap): the next
+        # heartbeat finds the lease lost.
+        Job.objects.filter(pk=held.pk).update(lease_token=1, locked_by="other")
+        running.wait("heartbeat", where=lambda d: bool(d["lost"]))
+        assert sample(exporter, "pgqueue_lease_lost_total") == 1
+        Job.objects.filter(pk=held.pk).update(status="done", locked_until=None)
+        given_back = mark.enqueue("given back", sleep=3)
+        running.wait("started", 2)
+        assert running.stop() == 0
+        assert Job.objects.get(pk=given_back.pk).status == "queued"
+        assert sample(exporter, "pgqueue_lease_lost_total") == 1  # not again at the fence
+        released = sample(
+            exporter,
+            "pgqueue_jobs_completed_total",
+            queue="default",
+            task=mark.path,
+            outcome="released",
+        )
+        assert released == 1
+        # Neither thread has returned: each still sleeps in its job.
+        assert sample(exporter, "pgqueue_jobs_running") == 2
+    assert run_counts("given back") == {}
+
+
+def test_a_heartbeat_stuck_behind_a_lock_makes_healthz_fail_until_it_moves(db_url: str) -> None:
+    job = mark.enqueue("long", sleep=8)
+    with exported(lease=1.5) as (running, _exporter, base):
+        running.wait("started")
+        status, body = fetch(f"{base}/healthz")
+        assert status == 200, body
+        assert json.loads(body)["heartbeat"]["ok"] is True
+        with psycopg.connect(db_url, autocommit=False) as blocker:
+            # The heartbeat's UPDATE waits for this row lock: the thread is stuck.
+            blocker.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [job.pk])
+            limit = json.loads(body)["heartbeat"]["limit"]
+            took = wait_for(lambda: fetch(f"{base}/healthz")[0] == 503, 10, "healthz to fail")
+            assert took <= limit + 1.0
+            status, body = fetch(f"{base}/healthz")
+            detail = json.loads(body)
+            assert detail["status"] == "stuck"
+            assert detail["heartbeat"]["ok"] is False
+            assert detail["claim_loop"]["ok"] is True
+        wait_for(lambda: fetch(f"{base}/healthz")[0] == 200, 10, "healthz to recover")
+
+
+def test_a_claim_loop_blocked_past_its_limit_makes_healthz_fail(db_url: str) -> None:
+    with exported(poll_interval=0.1) as (running, _exporter, base):
+        running.wait("idle")
+        assert fetch(f"{base}/healthz")[0] == 200
+        with psycopg.connect(db_url, autocommit=False) as blocker:
+            # A claim locks rows FOR UPDATE, which this table lock holds off.
+            blocker.execute("LOCK TABLE pgqueue_job IN EXCLUSIVE MODE")
+            idle = running.recorder.count("idle")
+            time.sleep(0.5)  # the loop goes round every 0.1 s at most: now it waits
+            assert running.recorder.count("idle") == idle
+            # Its limit is 15 s (2 x max(poll, 5 s) + 5 s): as if that long had passed.
+            running.worker.loop_at -= claim_loop_limit(running.worker.config)
+            status, body = fetch(f"{base}/healthz")
+            assert status == 503, body
+            detail = json.loads(body)
+            assert detail["claim_loop"]["ok"] is False
+            assert detail["heartbeat"]["ok"] is True
+        running.wait("idle", idle + 2)  # the blocked claim returned, and the loop went round
+        assert fetch(f"{base}/healthz")[0] == 200
+
+
+def test_a_worker_without_a_port_imports_no_metrics_code(db_url: str) -> None:
+    add.enqueue(1, 1)
+    import subprocess
+    import sys
+
+    from tests.worker.conftest import ROOT
+
+    script = (
+        "import sys, django; django.setup();"
+        "from django.core.management import call_command;"
+        "call_command('runworker', '--burst', verbosity=0);"
+        "print(sorted(m for m in sys.modules if m.startswith('prometheus_client')"
+        " or m.startswith('django_pgqueue.monitoring.') and not m.endswith('.models')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "DATABASE_URL": db_url,
+            "PATH": "/usr/bin:/bin",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert Job.objects.get().status == "done"

@@ -1,0 +1,43 @@
+"""The throughput line carries the claim latency and the queue lag of its window."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+
+import pytest
+from django.utils import timezone
+
+from django_pgqueue.models import Job
+from tests.testapp.tasks import add
+from tests.worker.inprocess import worker_thread
+from tests.worker.test_joblog import collected
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+LINE = re.compile(
+    r"throughput: (\d+) jobs in \d+s \([\d.]+/s\), 0 running; claims (\d+) \(avg [\d.]+ ms\), "
+    r"queue lag avg ([\d.]+)s, max ([\d.]+)s; totals: claimed 3, succeeded 3, buried 0"
+)
+
+
+def test_the_throughput_line_has_claim_latency_and_queue_lag() -> None:
+    late = [add.enqueue(i, 1).pk for i in range(3)]
+    Job.objects.filter(pk__in=late[:1]).update(run_at=timezone.now() - dt.timedelta(seconds=20))
+    with collected() as log, worker_thread() as running:
+        running.wait("recorded", where=lambda d: d["succeeded"] == 3)
+        running.worker.housekeeping.log_throughput()
+        running.worker.housekeeping.log_throughput()  # a window with nothing in it
+    lines = [
+        r.getMessage()
+        for r in log.records
+        if r.levelno == logging.INFO and r.getMessage().startswith("throughput:")
+    ]
+    match = LINE.fullmatch(lines[0])
+    assert match, lines[0]
+    assert int(match[1]) == 3
+    assert int(match[2]) >= 1
+    assert 20 / 3 <= float(match[3]) < 20 / 3 + 2  # one job 20 s late, two on time
+    assert 20 <= float(match[4]) < 22
+    assert lines[1].split("; ")[1].endswith("queue lag -")  # no job started in it

@@ -8,17 +8,15 @@ failure, buried at once with the reason, without calling anything.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import traceback
-from functools import cache
 from typing import Any
 
 from django_pgqueue import conf, registry
 from django_pgqueue.backoff import retry_delay
-from django_pgqueue.exceptions import InvalidJobArguments, UnknownTask
+from django_pgqueue.exceptions import UnknownTask
 from django_pgqueue.jobdb import raise_if_transaction_left_open
-from django_pgqueue.jsonargs import Encoded, dumps
+from django_pgqueue.jsonargs import Encoded, dumps_result
 from django_pgqueue.records import ClaimedJob, Failure, Success
 from django_pgqueue.validation import storable
 
@@ -74,36 +72,6 @@ def failure(
     )
 
 
-@cache
-def _signature(func: Any) -> inspect.Signature | None:
-    try:
-        return inspect.signature(func)
-    except (TypeError, ValueError):
-        return None
-
-
-def check_arguments(target: Any, args: Any, kwargs: Any) -> None:
-    """Raise TypeError if ``args``/``kwargs`` cannot be passed to ``target``'s function.
-
-    ``target`` is a registered object: a plain callable, or one with ``.func``
-    (our TaskFunction, a django.tasks Task); one whose ``takes_context`` is true
-    receives a context as its first argument, which the caller does not pass.
-    """
-    func = getattr(target, "func", target)
-    if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
-        raise TypeError(
-            f"malformed arguments: args must be a JSON list and kwargs a JSON "
-            f"object, got {type(args).__name__} and {type(kwargs).__name__}"
-        )
-    signature = _signature(func)
-    if signature is not None:
-        try:
-            leading = (None,) if getattr(target, "takes_context", False) else ()
-            signature.bind(*leading, *args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(f"arguments do not match the task's signature: {exc}") from None
-
-
 def execute(job: ClaimedJob) -> Success | Failure:
     """Run ``job`` in this thread and return its outcome."""
     if job.problem is not None:
@@ -115,7 +83,7 @@ def execute(job: ClaimedJob) -> Success | Failure:
         logger.warning("job %s refused: %s", job.id, exc)
         return failure(job, exc, final=True, trace="")
     try:
-        check_arguments(runnable.target, job.args, job.kwargs)
+        registry.check_arguments(runnable.target, job.args, job.kwargs)
     except TypeError as exc:
         logger.warning("job %s refused: %s", job.id, exc)
         return failure(job, exc, final=True, trace="")
@@ -139,7 +107,9 @@ def success(job: ClaimedJob, result: Any) -> Success | Failure:
     if isinstance(result, Encoded):
         return Success(job_id=job.id, run=job.run, result=result.text)
     try:
-        encoded = dumps(result, "the return value")
-    except InvalidJobArguments as exc:
+        encoded = dumps_result(result)
+    except TypeError as exc:
+        # Final: running it again would repeat its side effects and return the same.
+        logger.warning("job %s (%s) buried: %s", job.id, job.task, exc)
         return failure(job, exc, final=True, trace="")
     return Success(job_id=job.id, run=job.run, result=encoded)

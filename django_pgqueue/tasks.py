@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from asgiref.sync import async_to_sync
 
 from django_pgqueue import registry
+from django_pgqueue.installed import job_model
 from django_pgqueue.jobdb import raise_if_transaction_left_open
 
 if TYPE_CHECKING:
@@ -43,9 +44,7 @@ class TaskFunction[**P, R]:
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue a run in the current transaction (see ``JobManager.enqueue``)."""
-        from django_pgqueue.models import Job  # tasks are declared before the app registry
-
-        return Job.objects.enqueue(self, args, kwargs)
+        return job_model().objects.enqueue(self, args, kwargs)
 
 
 def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:

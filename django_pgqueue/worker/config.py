@@ -68,7 +68,7 @@ class WorkerConfig:
             "prune_interval": settings.PRUNE_INTERVAL,
             "listen": settings.LISTEN_NOTIFY,
             "channel": settings.CHANNEL,
-            "database": settings.DATABASE,
+            "database": conf.database(),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         if values["queues"] is not None:

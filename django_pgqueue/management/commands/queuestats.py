@@ -20,7 +20,7 @@ class Command(PgQueueCommand):
         parser.add_argument("--json", action="store_true", help="Print JSON for monitoring.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        stats = Job.objects.stats(using=conf.get().DATABASE)
+        stats = Job.objects.stats(using=conf.database())
         ages = [s.oldest_ready_age for s in stats if s.oldest_ready_age is not None]
         summary = {
             "oldest_ready_age_seconds": max(ages) if ages else None,

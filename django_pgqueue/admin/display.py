@@ -14,23 +14,9 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from django_pgqueue.records import JobStatus
+from django_pgqueue.wording import duration
 
-_UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
-
-
-def duration(seconds: float) -> str:
-    """A short human duration with at most two units: ``45 s``, ``3 min 20 s``, ``2 d 4 h``."""
-    left = max(0, int(seconds))
-    parts: list[str] = []
-    for unit, size in _UNITS:
-        if left >= size or (unit == "s" and not parts):
-            parts.append(f"{left // size} {unit}")
-            left %= size
-        elif parts:
-            break  # "2 h 0 min 5 s" reads worse than "2 h"
-        if len(parts) == 2:
-            break
-    return " ".join(parts)
+__all__ = ["duration", "error_history", "excerpt", "pretty_json", "run_at_note"]
 
 
 def run_at_note(status: str, run_at: dt.datetime | None, now: dt.datetime) -> str:

@@ -1,7 +1,7 @@
 """Named events a worker emits, for tests and metrics (River's test signals).
 
 ``claimed(jobs)``, ``started(job)``, ``finished(job, outcome)``,
-``recorded(settled, succeeded, buried)``, ``heartbeat(kept, lost)``,
+``recorded(settled, succeeded, buried, retried)``, ``heartbeat(kept, lost)``,
 ``listening()``, ``idle()``, ``reaped(result)``, ``stopping(reason)`` and
 ``stopped(status)``. A subscriber is called in the thread that emits, so it must
 be quick; one that raises is logged and does not disturb the worker. With no

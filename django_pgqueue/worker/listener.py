@@ -7,6 +7,7 @@ reconnecting, a job whose run_at arrives later), so the worker keeps polling.
 from __future__ import annotations
 
 import logging
+import select
 import time
 from collections.abc import Callable
 
@@ -15,6 +16,7 @@ from django.db import connections
 from psycopg import sql
 
 from django_pgqueue.worker.services import ServiceThread, Supervision
+from django_pgqueue.worker.waker import Waker
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -37,6 +39,12 @@ class Listener(ServiceThread):
         self.queues = frozenset(queues) if queues else None
         self.wake = wake
         self.on_listening = on_listening
+        # stop() must not wait for a quiet socket's timeout: it rings this too.
+        self._bell = Waker()
+
+    def stop(self) -> None:
+        super().stop()
+        self._bell.set()
 
     def _connect(self) -> psycopg.Connection[tuple[object, ...]]:
         # A connection of its own, outside Django's per-thread pool: it sits in
@@ -57,8 +65,10 @@ class Listener(ServiceThread):
             self.on_listening()
             self.wake()  # anything sent while we were away was missed
             while not self.stopped:
-                for note in conn.notifies(timeout=0.5):
-                    if self.queues is None or note.payload in self.queues:
-                        self.wake()
+                readable, _, _ = select.select([conn.fileno(), self._bell.fileno], [], [], 0.5)
+                if conn.fileno() in readable:
+                    for note in conn.notifies(timeout=0):  # what arrived, without waiting
+                        if self.queues is None or note.payload in self.queues:
+                            self.wake()
                 self.last_ok = time.monotonic()
         return 0.0

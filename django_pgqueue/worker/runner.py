@@ -16,10 +16,12 @@ import time
 from django_pgqueue import registry
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
 from django_pgqueue.exceptions import JobTimeout
+from django_pgqueue.jobdb import worker_in_transaction
 from django_pgqueue.models import Job
 from django_pgqueue.queue.claims import batch_size
 from django_pgqueue.records import ClaimedJob, Success
 from django_pgqueue.worker import shutdown
+from django_pgqueue.worker.banner import banner, warn_unknown_queues
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
@@ -121,12 +123,17 @@ class Worker:
         self.request_stop()
 
     def run(self) -> int:
+        problem = worker_in_transaction(self.config.database)
+        if problem:  # its claims would see rows its threads cannot (a TestCase)
+            logger.error("%s", problem)
+            return 1
         registry.discover()
         problem = shutdown.schema_problem_at_start(self.config.database)
         if problem:
             logger.error("%s", problem)
             return 1
-        logger.info("starting %s", self.config.describe())
+        logger.info("%s", banner(self.config))
+        warn_unknown_queues(self.config)
         for thread in (self.completer, self.maintenance, self.heartbeat, self.listener):
             if thread is not None:
                 thread.start()
@@ -275,9 +282,13 @@ class Worker:
         if self._capacity() - busy >= self._min_batch() or not busy or self.stopping:
             self.waker.set()
 
-    def _settled(self, keys: list[tuple[int, int]], succeeded: int, buried: int) -> None:
-        self.ledger.settled(keys, succeeded, buried)
-        self.events.emit("recorded", settled=keys, succeeded=succeeded, buried=buried)
+    def _settled(
+        self, keys: list[tuple[int, int]], succeeded: int, buried: int, retried: int
+    ) -> None:
+        self.ledger.settled(keys, succeeded, buried, retried)
+        self.events.emit(
+            "recorded", settled=keys, succeeded=succeeded, buried=buried, retried=retried
+        )
 
 
 __all__ = ["JobTimeout", "Worker"]

@@ -22,6 +22,7 @@ from typing import Protocol
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
+from django_pgqueue import wording
 from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
@@ -69,8 +70,8 @@ def schema_problem_at_start(alias: str) -> str | None:
     )
 
 
-def jobs(count: int) -> str:
-    return f"{count} job" if count == 1 else f"{count} jobs"
+def jobs(number: int) -> str:
+    return wording.count(number, "job")
 
 
 class Stopping(Protocol):

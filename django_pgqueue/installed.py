@@ -21,10 +21,8 @@ def job_model() -> type[Job]:
     """The Job model, or ImproperlyConfigured saying what to add when the app is not
     installed (Django's own error, "Model class ... doesn't declare an explicit
     app_label", names neither the app nor the fix)."""
-    try:
-        from django_pgqueue.models import Job  # callers run before the app registry
-    except RuntimeError:
-        if apps.ready and not apps.is_installed("django_pgqueue"):
-            raise ImproperlyConfigured(NOT_INSTALLED) from None
-        raise
+    if apps.ready and "django_pgqueue" not in apps.app_configs:  # one dict lookup
+        raise ImproperlyConfigured(NOT_INSTALLED)
+    from django_pgqueue.models import Job  # callers run before the app registry is ready
+
     return Job

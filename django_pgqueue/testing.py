@@ -18,7 +18,6 @@ works inside a ``TestCase`` too, where a real worker cannot see the test's rows:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from django.db import connections, transaction
 
 from django_pgqueue import conf, jobdb, registry
 from django_pgqueue.installed import job_model
-from django_pgqueue.records import Failure, JobStatus, Success
+from django_pgqueue.records import ClaimedJob, Failure, JobStatus, Success
 from django_pgqueue.worker.executor import execute
 
 __all__ = ["Ran", "run_jobs"]
@@ -74,26 +73,35 @@ def run_jobs(
     registry.discover()  # as a worker does: tasks registered under names of their own
     ran = Ran()
     in_transaction = connections[alias].in_atomic_block
-    with jobdb.inside_callers_transaction() if in_transaction else contextlib.nullcontext():
-        while max_jobs is None or len(ran) < max_jobs:
-            claimed = jobs.claim(worker, limit=1, queues=queues, using=alias)
-            if not claimed:
-                return ran
-            (job,) = claimed
-            if in_transaction:
-                savepoint = transaction.savepoint(using=alias)
-                outcome = execute(job)
-                if isinstance(outcome, Failure):
-                    transaction.savepoint_rollback(savepoint, using=alias)
-                else:
-                    transaction.savepoint_commit(savepoint, using=alias)
-            else:
-                outcome = execute(job)
-            if isinstance(outcome, Success):
-                jobs.complete(worker, [outcome], using=alias)
-                ran.done.append(job.id)
-            elif jobs.fail(worker, [outcome], using=alias).get(job.id) == JobStatus.DEAD:
-                ran.dead.append(job.id)
-            else:
-                ran.retried.append(job.id)
+    while max_jobs is None or len(ran) < max_jobs:
+        claimed = jobs.claim(worker, limit=1, queues=queues, using=alias)
+        if not claimed:
+            return ran
+        (job,) = claimed
+        outcome = _execute(job, alias) if in_transaction else execute(job)
+        if isinstance(outcome, Success):
+            jobs.complete(worker, [outcome], using=alias)
+            ran.done.append(job.id)
+        elif jobs.fail(worker, [outcome], using=alias).get(job.id) == JobStatus.DEAD:
+            ran.dead.append(job.id)
+        else:
+            ran.retried.append(job.id)
     return ran
+
+
+class _RolledBack(Exception):
+    """Leaves a failed run's savepoint, rolling back what the run wrote."""
+
+
+def _execute(job: ClaimedJob, alias: str) -> Success | Failure:
+    """Run ``job`` inside the caller's open transaction, in a savepoint of its own."""
+    outcome: Success | Failure | None = None
+    try:
+        with transaction.atomic(using=alias), jobdb.inside_callers_transaction():
+            outcome = execute(job)
+            if isinstance(outcome, Failure):
+                raise _RolledBack
+    except _RolledBack:
+        pass
+    assert outcome is not None
+    return outcome

@@ -183,9 +183,24 @@ def _reloading_child(build: Callable[[], Worker]) -> int:
 
     thread = threading.Thread(target=run, name="pgqueue-worker", daemon=True)
     thread.start()
+    threading.Thread(
+        target=_stop_when_orphaned, args=(worker, thread), name="pgqueue-parent-watch", daemon=True
+    ).start()
     logger.info("watching for code changes with %s (runworker --reload)", type(reloader).__name__)
     reloader.run(thread)
     thread.join()
     if changed and guard.signalled is None:
         return RESTART
     return guard.status(statuses[0] if statuses else 1)
+
+
+def _stop_when_orphaned(worker: Worker, running: threading.Thread) -> None:
+    """A reloading child whose parent died (SIGKILL) stops too, giving its jobs back,
+    rather than run on with nobody to stop it."""
+    parent = os.getppid()
+    while running.is_alive():
+        if os.getppid() != parent:
+            worker.stop_reason = "the reloading parent process is gone: stopping"
+            worker.hurry()
+            return
+        running.join(0.5)

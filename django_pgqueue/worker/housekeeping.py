@@ -121,10 +121,10 @@ class Housekeeping:
         if len(long) > NAMED_LONG_RUNS:
             named += f", and {len(long) - NAMED_LONG_RUNS} more"
         logger.info(
-            "throughput: %s in %.0fs (%.1f/s): %d succeeded, %d retried, %d buried; "
+            "throughput: %s in %ss (%.1f/s): %d succeeded, %d retried, %d buried; "
             "%d running%s%s; totals: claimed %d, succeeded %d, retried %d, buried %d",
             wording.count(window.settled, "job"),
-            elapsed,
+            f"{elapsed:.0f}" if elapsed >= 10 else f"{elapsed:.1f}",
             window.settled / elapsed if elapsed else 0,
             window.succeeded,
             window.retried,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import os
 import sys
@@ -182,5 +183,9 @@ class Command(PgQueueCommand):
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(status)
+        # The process ends now: spare it the interpreter's final collections of a heap
+        # this size (some 50 ms), so that a stopped worker is gone at once. atexit
+        # handlers and the normal teardown still run.
+        gc.freeze()
         if status:
             sys.exit(status)

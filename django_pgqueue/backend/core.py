@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from django.apps import apps
+
 from django_pgqueue import conf, validation
 from django_pgqueue.backend.checks import OPTION_RULES, check_backend
 from django_pgqueue.backend.compat import (
@@ -19,7 +21,7 @@ from django_pgqueue.backend.compat import (
 from django_pgqueue.backend.enqueueing import check_call, encode, plan
 from django_pgqueue.backend.results import job_result, load_job
 from django_pgqueue.backend.task import PgQueueTask, validate_extras
-from django_pgqueue.installed import job_model
+from django_pgqueue.installed import NOT_INSTALLED, job_model
 
 
 class PgQueueBackend(BaseTaskBackend):
@@ -49,7 +51,16 @@ class PgQueueBackend(BaseTaskBackend):
         return conf.database()
 
     def validate_task(self, task: Task[Any, Any]) -> None:
-        """Django's checks, then the queue's own: a valid queue name and valid options."""
+        """Django's checks, then the queue's own: the app installed, a valid queue name
+        and valid options.
+
+        Django validates a Task when it is declared: a task module imported without
+        the app installed (by a URLconf that ``manage.py check`` loads, say) fails
+        there with the fix, as a model of an app that is not installed does. Before
+        the app registry is ready it cannot be told, and enqueue says it instead.
+        """
+        if apps.ready and "django_pgqueue" not in apps.app_configs:
+            raise InvalidTask(f"{NOT_INSTALLED} (TASKS[{self.alias!r}] uses PgQueueBackend)")
         super().validate_task(task)
         if not validation.QUEUE.is_valid(task.queue_name):
             raise InvalidTask(

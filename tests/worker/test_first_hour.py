@@ -70,15 +70,22 @@ NO_LOGGING = "LOGGING = {}"
 # -- 2 -----------------------------------------------------------------------------------------
 
 
-def test_enqueue_without_the_app_says_what_to_add(db_url: str, tmp_path: Path) -> None:
+def test_the_app_missing_is_reported_by_check_and_at_enqueue(db_url: str, tmp_path: Path) -> None:
+    """Nothing of django-pgqueue is imported by ``check`` when the app is missing, so
+    no check of ours can run then; a Task declared on our backend fails as it is
+    declared (here: by the URLconf that ``check`` loads), and enqueue says it too."""
+    (tmp_path / "fh_urls.py").write_text("import tests.testapp.djtasks  # noqa\nurlpatterns = []\n")
     env = settings_module(
         tmp_path,
         "fh_no_app",
-        "INSTALLED_APPS = [a for a in INSTALLED_APPS if a != 'django_pgqueue']",
+        "INSTALLED_APPS = [a for a in INSTALLED_APPS if a != 'django_pgqueue']\n"
+        "ROOT_URLCONF = 'fh_urls'",
     )
+    output = manage(db_url, "check", env=env)
+    assert f"InvalidTask: {NOT_INSTALLED} (TASKS['default'] uses PgQueueBackend)" in output
     script = (
-        "from tests.testapp.djtasks import noop_task\n"
-        "try:\n    noop_task.enqueue()\nexcept Exception as exc:\n"
+        "from django_pgqueue import enqueue\n"
+        "try:\n    enqueue('tests.testapp.tasks.add', [1, 2])\nexcept Exception as exc:\n"
         "    print(type(exc).__name__ + ': ' + str(exc))\n"
     )
     output = manage(db_url, "shell", "-v", "0", "-c", script, env=env)

@@ -331,7 +331,7 @@ def test_cancel_records_the_reason_and_who(admin_client: Client, jobs: dict[str,
     shown = post_action(admin_client, "cancel_jobs", [ready, running], reason="customer refunded")
     assert shown == [
         f"Cancelled 1 job: {reason}.",
-        f"Skipped 1 job that were not queued: #{running} running.",
+        f"Skipped 1 job that was not queued: #{running} running.",
     ]
     row = Job.objects.get(pk=ready)
     assert (row.status, row.last_error) == ("dead", f"Cancelled: {reason}")
@@ -346,7 +346,7 @@ def test_delete_removes_finished_jobs_only(admin_client: Client, jobs: dict[str,
     shown = post_action(admin_client, "delete_finished_jobs", [dead, done, ready])
     assert shown == [
         "Deleted 2 jobs.",
-        f"Skipped 1 job that were not finished (only done and dead jobs can be): #{ready} queued.",
+        f"Skipped 1 job that was not finished (only done and dead jobs can be): #{ready} queued.",
     ]
     assert status_counts() == {"queued": 2, "running": 1}
     assert sorted(LogEntry.objects.values_list("object_id", "action_flag")) == sorted(

@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 from django.db import transaction
 
-from django_pgqueue import wording
 from django_pgqueue.dberrors import is_transient
 from django_pgqueue.models import Job
 from django_pgqueue.records import Failure, JobStatus, Success
@@ -162,15 +161,11 @@ class Completer(ServiceThread):
             if is_transient(exc):
                 raise
             done, failed = self._record_each(batch)
-        fenced = len(batch) - len(done) - len(failed)
+        fenced = sorted(o.job_id for o in batch if o.job_id not in done and o.job_id not in failed)
         if fenced:
             # Our lease expired and the job was reaped (and maybe claimed again):
             # the newer run owns the row now.
-            logger.warning(
-                "%s refused: %s expired",
-                wording.count(fenced, "outcome was", "outcomes were"),
-                "its lease had" if fenced == 1 else "their leases had",
-            )
+            logger.warning("the outcomes of jobs %s were refused: their leases had expired", fenced)
         buried = sum(1 for status in failed.values() if status == JobStatus.DEAD)
         self._on_settled(
             [(o.job_id, o.run) for o in batch], len(done), buried, len(failed) - buried

@@ -3,7 +3,8 @@ subprocesses (``manage.py runworker``, ``check``, ``reapjobs``, ``prunejobs``).
 
 2 the app missing; 3 a queue nobody uses; 9 SQLite; 10 the banner and --help;
 11 an idle worker's exit on SIGTERM; 12 -v 0, one format, the throughput line;
-13 plurals; 14 --reload. The API's side is in tests/integration/test_first_hour.py.
+13 plurals; 14 --reload; 18 the routers deciding where jobs go. The API's side is in
+tests/integration/test_first_hour.py.
 """
 
 from __future__ import annotations
@@ -157,6 +158,51 @@ def test_sqlite_is_one_error_with_a_hint_that_says_what_to_do(db_url: str, tmp_p
     ) in flat
     assert "HINT: Use PostgreSQL for the database your application writes to" in flat
     assert "every job commits on its own, apart from your data" in flat
+
+
+# -- 18 (router support) ---------------------------------------------------------------------
+
+ROUTER = """
+class JobsToRouted:
+    def db_for_write(self, model, **hints):
+        return "routed" if model._meta.app_label == "django_pgqueue" else None
+"""
+
+ROUTED = """
+from django.db import transaction
+from django.test import override_settings
+from django_pgqueue import conf
+from django_pgqueue.models import Job
+from django_pgqueue.worker.config import WorkerConfig
+from tests.testapp.djtasks import noop_task
+from tests.testapp.tasks import add
+
+print(conf.database(), WorkerConfig.from_settings().database)
+with transaction.atomic():  # on "default"
+    direct = add.enqueue(1, 2)
+    framework = noop_task.enqueue()
+    transaction.set_rollback(True)
+print(sorted(Job.objects.values_list("id", flat=True)) == sorted([direct.pk, int(framework.id)]))
+with override_settings(PGQUEUE={"DATABASE": "default"}), transaction.atomic():
+    pinned = add.enqueue(3, 4)
+    transaction.set_rollback(True)
+print(Job.objects.filter(pk=pinned.pk).exists())
+"""
+
+
+def test_routers_decide_where_jobs_go_when_database_is_unset(db_url: str, tmp_path: Path) -> None:
+    (tmp_path / "fh_router.py").write_text(ROUTER)
+    env = settings_module(
+        tmp_path,
+        "fh_routed",
+        "DATABASES['routed'] = dict(DATABASES['default'])  # the same database, its own "
+        "connection\nDATABASE_ROUTERS = ['fh_router.JobsToRouted']",
+    )
+    output = manage(db_url, "shell", "-v", "0", "-c", ROUTED, env=env)
+    # Both APIs wrote through "routed", the worker claims there, and the jobs
+    # committed on their own: the rollback on "default" did not undo them (the cost
+    # the docs name). An explicit PGQUEUE["DATABASE"] wins over the routers.
+    assert output.split() == ["routed", "routed", "True", "False"], output
 
 
 # -- 11 ----------------------------------------------------------------------------------------

@@ -46,6 +46,6 @@ __all__ = [
 
 def enqueue(task: Any, args: Any = (), kwargs: dict[str, Any] | None = None, **options: Any) -> Job:
     """Enqueue a job in the current transaction; see ``Job.objects.enqueue``."""
-    from django_pgqueue.models import Job  # the package is imported before the app registry
+    from django_pgqueue.installed import job_model
 
-    return Job.objects.enqueue(task, args, kwargs, **options)
+    return job_model().objects.enqueue(task, args, kwargs, **options)

@@ -1,10 +1,12 @@
-"""System checks, ids ``django_pgqueue.E00x`` (errors) and ``W00x`` (warnings)."""
+"""System checks, ids ``django_pgqueue.E00x`` (errors) and ``W00x`` (warnings); the
+database rule the Tasks backend's E102 shares (see ``django_pgqueue.backend.checks``)."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from typing import Any
 
+from django.apps import apps
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
@@ -27,20 +29,62 @@ def _database_problem(key: str, alias: str, check_id: str) -> checks.CheckMessag
     return None
 
 
+#: Why the job table's database must be the one the application writes to.
+POSTGRESQL_HINT = (
+    "Use PostgreSQL for the database your application writes to: a job is enqueued in "
+    "the caller's transaction only on that same database. PGQUEUE['DATABASE'] can name "
+    "a separate PostgreSQL database instead, but then every job commits on its own, apart "
+    "from your data: a request that rolls back still leaves its job behind, and a worker "
+    "can run a job before the data it needs is committed."
+)
+
+
+def database_problem() -> tuple[str, str | None] | None:
+    """(message, hint) if the job table's database is missing or not PostgreSQL; None
+    when it is fine (or PGQUEUE itself is invalid, which E001 reports)."""
+    try:
+        explicit = conf.get().DATABASE
+    except ImproperlyConfigured:
+        return None
+    alias = conf.database()
+    where = (
+        f"PGQUEUE['DATABASE'] = {alias!r}"
+        if explicit is not None
+        else f"the database the routers pick for jobs (db_for_write), {alias!r},"
+    )
+    if alias not in connections:
+        return (
+            f"{where} is not in DATABASES",
+            "Name an alias of DATABASES in PGQUEUE['DATABASE'].",
+        )
+    vendor = connections[alias].vendor
+    if vendor != "postgresql":
+        return (f"django-pgqueue needs PostgreSQL, but {where} is {vendor}", POSTGRESQL_HINT)
+    return None
+
+
 @checks.register(checks.Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """E001: PGQUEUE is invalid. E002: its DATABASE is missing or not PostgreSQL.
-    E003: its LISTEN_DATABASE is."""
+    """E001: PGQUEUE is invalid. E002: the job table's database is missing or not
+    PostgreSQL. E003: its LISTEN_DATABASE is."""
+    if not apps.is_installed("django_pgqueue"):
+        return []  # imported by the Tasks backend without the app: E101 says so
     try:
         settings = conf.get()
     except ImproperlyConfigured as exc:
         return [checks.Error(str(exc), id="django_pgqueue.E001")]
-    problems = [_database_problem("DATABASE", settings.DATABASE, "django_pgqueue.E002")]
+    found: list[checks.CheckMessage] = []
+    problem = database_problem()
+    if problem is not None:
+        message, hint = problem
+        found.append(checks.Error(message, hint=hint, id="django_pgqueue.E002"))
     if settings.LISTEN_DATABASE is not None:
-        problems.append(
-            _database_problem("LISTEN_DATABASE", settings.LISTEN_DATABASE, "django_pgqueue.E003")
+        listen = _database_problem(
+            "LISTEN_DATABASE", settings.LISTEN_DATABASE, "django_pgqueue.E003"
         )
-    return [problem for problem in problems if problem is not None]
+        if listen is not None:
+            found.append(listen)
+    return found
 
 
 @checks.register(checks.Tags.database)
@@ -54,7 +98,7 @@ def check_pooler(
         settings = conf.get()
     except ImproperlyConfigured:
         return []  # E001
-    alias = settings.DATABASE
+    alias = conf.database()
     if not databases or alias not in databases or check_settings():
         return []
     try:

@@ -11,9 +11,11 @@ import dataclasses
 from functools import cache
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings as django_settings
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import AppRegistryNotReady, ImproperlyConfigured
 from django.core.signals import setting_changed
+from django.db import DEFAULT_DB_ALIAS, router
 
 from django_pgqueue import validation
 
@@ -22,8 +24,9 @@ from django_pgqueue import validation
 class Settings:
     """django-pgqueue's settings; see docs/reference/settings for each key."""
 
-    #: Database alias the worker and maintenance commands use.
-    DATABASE: str = "default"
+    #: Database alias of the job table (enqueue, workers, commands, the Tasks backend);
+    #: ``None``: the one the database routers' ``db_for_write(Job)`` picks.
+    DATABASE: str | None = None
     #: Database alias of the worker's one session connection (LISTEN and its worker
     #: id's lock): one that reaches PostgreSQL without a transaction pooler.
     #: ``None``: the worker uses DATABASE.
@@ -174,7 +177,7 @@ def _check(key: str, value: Any) -> None:
             raise _fail(
                 key, value, f"None or a non-empty list of queue names ({validation.QUEUE.expected})"
             )
-    elif key in {"DATABASE", "METRICS_ADDR"} and (not isinstance(value, str) or not value):
+    elif key == "METRICS_ADDR" and (not isinstance(value, str) or not value):
         raise _fail(key, value, "a non-empty string")
     elif (
         key == "LISTEN_DATABASE" and value is not None and (not isinstance(value, str) or not value)
@@ -182,6 +185,8 @@ def _check(key: str, value: Any) -> None:
         raise _fail(key, value, "None or a database alias (a non-empty string)")
     elif key == "METRICS_PORT" and value is not None and not valid_port(value):
         raise _fail(key, value, "None or a port number, 0 to 65535 (0 picks a free port)")
+    elif key == "DATABASE" and value is not None and (not isinstance(value, str) or not value):
+        raise _fail(key, value, "None or a non-empty database alias")
     elif key == "TASK_MODULES" and (
         not isinstance(value, tuple)
         or not all(
@@ -214,6 +219,27 @@ def _build(raw: Any) -> Settings:
 def get() -> Settings:
     """The validated settings, read once and re-read when a test overrides them."""
     return _build(getattr(django_settings, "PGQUEUE", None))
+
+
+def database() -> str:
+    """The alias jobs are written to, claimed from and read from: ``PGQUEUE["DATABASE"]``
+    when set, else what the database routers' ``db_for_write(Job)`` says (with no
+    router, or none with an opinion, ``"default"``).
+
+    Asked with the model only, no instance, on every enqueue and once when a worker
+    starts: a router must give the same answer in both places, or jobs would be
+    written where no worker claims them.
+    """
+    alias = get().DATABASE
+    if alias is not None:
+        return alias
+    if not router.routers:  # the common case, and every enqueue asks
+        return DEFAULT_DB_ALIAS
+    try:
+        model = apps.get_model("django_pgqueue", "Job")
+    except (LookupError, AppRegistryNotReady):  # not installed (checks report it), or too early
+        return DEFAULT_DB_ALIAS
+    return str(router.db_for_write(model))
 
 
 def _reset(*, setting: str, **kwargs: Any) -> None:

@@ -12,7 +12,8 @@ class InvalidJob(PgQueueError, ValueError):
 
 
 class InvalidJobArguments(InvalidJob, TypeError):
-    """Job arguments that cannot be stored as JSON; the message names the bad value."""
+    """Job arguments that cannot be stored as JSON (the message names the bad value),
+    or that do not fit the task's signature (the message shows it)."""
 
 
 class UnknownTask(PgQueueError, LookupError):

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+from collections.abc import Iterator
 
 from django.db import connections
 
@@ -30,6 +32,60 @@ logger = logging.getLogger("django_pgqueue")
 
 class TransactionLeftOpen(PgQueueError):
     """The task returned with a database transaction still open; it was rolled back."""
+
+
+#: The atomic blocks open on this thread's connections before a job started, when
+#: jobs run inside a caller's transaction (django_pgqueue.testing.run_jobs in a
+#: TestCase); unset in a worker, where a job starts with none open.
+_callers = threading.local()
+
+WORKER_IN_TRANSACTION = (
+    "the worker is running inside an open transaction on database {alias!r} (a "
+    "TestCase's, or a transaction.atomic() block): its own connections cannot see the rows "
+    "this transaction has not committed, so it would claim jobs its threads cannot find. "
+    "In tests use TransactionTestCase (with pytest, @pytest.mark.django_db(transaction=True)), "
+    "or run the jobs in this thread with django_pgqueue.testing.run_jobs()"
+)
+
+
+def worker_in_transaction(alias: str) -> str | None:
+    """Why a worker cannot run on this thread, if the connection ``alias`` is inside an
+    atomic block (the claim loop runs on the thread that starts the worker)."""
+    if connections[alias].in_atomic_block:
+        return WORKER_IN_TRANSACTION.format(alias=alias)
+    return None
+
+
+@contextlib.contextmanager
+def inside_callers_transaction() -> Iterator[None]:
+    """Run jobs in this thread inside the caller's open transaction: a job "left a
+    transaction open" only if it left a block beyond those open now."""
+    _callers.depth = {
+        conn.alias: len(conn.atomic_blocks) for conn in connections.all(initialized_only=True)
+    }
+    try:
+        yield
+    finally:
+        del _callers.depth
+
+
+def _left_open_in_callers(depth: dict[str, int]) -> None:
+    left = [
+        conn
+        for conn in connections.all(initialized_only=True)
+        if len(conn.atomic_blocks) > depth.get(conn.alias, 0)
+    ]
+    if not left:
+        return
+    error = TransactionLeftOpen(
+        f"the task returned inside a transaction.atomic() block on "
+        f"{', '.join(repr(conn.alias) for conn in left)} that it did not leave: its writes were "
+        "rolled back, so the run cannot count as a success"
+    )
+    for conn in left:  # leave the blocks it left open, rolling them back
+        while len(conn.atomic_blocks) > depth.get(conn.alias, 0):
+            conn.atomic_blocks[-1].__exit__(TransactionLeftOpen, error, None)
+    raise error
 
 
 def _discard(alias: str) -> None:
@@ -46,6 +102,10 @@ def _discard(alias: str) -> None:
 def raise_if_transaction_left_open() -> None:
     """Call right after a task returns: discard any transaction it left open, and
     raise :class:`TransactionLeftOpen` if there was one."""
+    depth = getattr(_callers, "depth", None)
+    if depth is not None:
+        _left_open_in_callers(depth)
+        return
     left = [
         conn.alias
         for conn in connections.all(initialized_only=True)

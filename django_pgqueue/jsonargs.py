@@ -76,10 +76,12 @@ def _storable_json(encoded: str) -> bool:
     return "\\u0000" not in encoded and _storable(encoded)
 
 
-def dumps(value: Any, what: str) -> str:
+def dumps(value: Any, what: str, *, returned: bool = False) -> str:
     """Encode ``value`` as JSON, or raise :class:`InvalidJobArguments` naming the bad part.
 
-    ``what`` names the value in the message (``"args"``, ``"kwargs"``, ``"result"``).
+    ``what`` names the value in the message (``"args"``, ``"kwargs"``, ``"the return
+    value"``); ``returned`` words the advice for a task's return value rather than
+    for a caller's arguments.
     Only plain JSON is accepted: str, int, float (finite), bool, None, lists,
     tuples and dicts with string keys. Anything else would come back different,
     or not at all, so it is refused before anything is written.
@@ -99,14 +101,15 @@ def dumps(value: Any, what: str) -> str:
     if found is None:  # the walk accepts nothing the encoder refuses; kept as a backstop
         raise InvalidJobArguments(f"{what} cannot be encoded as JSON")
     path, bad = found
+    verb = "return" if returned else "pass"
     if isinstance(bad, _TooDeep):
         raise InvalidJobArguments(
             f"{what} is nested more than {MAX_DEPTH} levels deep (at {path[:80]}...), which "
-            "the worker could not decode; pass a flatter value"
+            f"the worker could not decode; {verb} a flatter value"
         )
     if isinstance(bad, _TooLong):
         raise InvalidJobArguments(
-            f"{path} is {bad!r}, which JSON cannot carry; pass it as a string"
+            f"{path} is {bad!r}, which JSON cannot carry; {verb} it as a string"
         )
     shown = repr(bad)
     if len(shown) > 80:
@@ -116,8 +119,22 @@ def dumps(value: Any, what: str) -> str:
             f"{path} is the string {shown}, which PostgreSQL cannot store: it holds a NUL "
             "character or a lone surrogate"
         )
+    example = "an id, or a dict of plain values" if returned else "an id or an ISO date string"
     raise InvalidJobArguments(
         f"{path} is {type(bad).__module__}.{type(bad).__qualname__} {shown}, which is not JSON; "
-        "pass only str, int, float, bool, None, lists and dicts with string keys "
-        "(for example an id or an ISO date string)"
+        f"{verb} only str, int, float, bool, None, lists and dicts with string keys "
+        f"(for example {example})"
     )
+
+
+def dumps_result(value: Any) -> str:
+    """A task's return value as JSON, or a plain ``TypeError`` that names the bad part.
+
+    Plain, not :class:`InvalidJobArguments`: nobody passed anything wrong, and
+    Django's Tasks framework (with its backends' contract tests) reports a return
+    value it cannot store as ``builtins.TypeError``.
+    """
+    try:
+        return dumps(value, "the return value", returned=True)
+    except InvalidJobArguments as exc:
+        raise TypeError(str(exc)) from None

@@ -18,7 +18,7 @@ from django.db import models
 from django.utils import timezone
 
 from django_pgqueue import conf, registry, validation
-from django_pgqueue.exceptions import InvalidJob, UnknownTask
+from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments, UnknownTask
 from django_pgqueue.jsonargs import dumps
 from django_pgqueue.retrypolicy import policy_of
 
@@ -124,10 +124,19 @@ class JobSpec:
             raise InvalidJob(f"args must be a list or tuple, not {type(args).__name__}")
         if kwargs is not None and not isinstance(kwargs, dict):
             raise InvalidJob(f"kwargs must be a dict, not {type(kwargs).__name__}")
+        args_json, kwargs_json = dumps(list(args), "args"), dumps(kwargs or {}, "kwargs")
+        # The call must fit the function, as the worker will check again: refused
+        # here, the mistake is reported to the caller instead of burying the job.
+        target = task if getattr(task, "func", None) is not None else registry.registered(path)
+        if target is not None:
+            try:
+                registry.check_arguments(getattr(target, "target", target), args, kwargs or {})
+            except TypeError as exc:
+                raise InvalidJobArguments(str(exc)) from None
         return cls(
             path,
-            dumps(list(args), "args"),
-            dumps(kwargs or {}, "kwargs"),
+            args_json,
+            kwargs_json,
             queue,
             priority,
             max_attempts,

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
+import sys
 from collections.abc import Callable
 from functools import cache
 from typing import Any, Protocol
@@ -116,12 +118,83 @@ def check_importable(path: str, module: str | None = None) -> None:
         )
 
 
+@cache
+def _signature(func: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(func)
+    except (TypeError, ValueError):  # a builtin or C function without one
+        return None
+
+
+def _described(func: Any, signature: inspect.Signature) -> str:
+    """``send_receipt(order_id, *, notify=False)``: the call's shape, without the
+    annotations (often strings, under ``from __future__ import annotations``)."""
+    bare = signature.replace(
+        parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+        return_annotation=signature.empty,
+    )
+    return f"{getattr(func, '__qualname__', None) or getattr(func, '__name__', 'task')}{bare}"
+
+
+def check_arguments(target: Any, args: Any, kwargs: Any) -> None:
+    """Raise TypeError if ``args``/``kwargs`` cannot be passed to ``target``'s function.
+
+    The one rule for "do these arguments fit the task": enqueue applies it (both
+    APIs), and the worker applies it again to every row it claims, since a row
+    can be written by anyone. ``target`` is a registered object: a plain
+    callable, or one with ``.func`` (our TaskFunction, a Tasks-framework Task);
+    one whose ``takes_context`` is true receives a context as its first argument,
+    which the caller does not pass. The signature is read once per function.
+    """
+    func = getattr(target, "func", target)
+    if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
+        raise TypeError(
+            f"malformed arguments: args must be a JSON list and kwargs a JSON "
+            f"object, got {type(args).__name__} and {type(kwargs).__name__}"
+        )
+    signature = _signature(func)
+    if signature is not None:
+        try:
+            leading = (None,) if getattr(target, "takes_context", False) else ()
+            signature.bind(*leading, *args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(
+                f"arguments do not match the task's signature {_described(func, signature)}: {exc}"
+            ) from None
+
+
+def registered(path: str) -> Runnable | None:
+    """The runnable registered for ``path`` in this process, without importing anything."""
+    return _registry.get(path)
+
+
 def discover() -> None:
     """Import what registers tasks: each installed app's ``tasks`` module, and the
-    modules of ``PGQUEUE["TASK_MODULES"]``. A worker calls it once at start."""
+    modules of ``PGQUEUE["TASK_MODULES"]``. A worker calls it once at start.
+
+    Objects of a registered kind (Tasks-framework Tasks) defined in those modules
+    are registered too, so that the worker can list every task it runs."""
     autodiscover_modules("tasks")
-    for module in conf.get().TASK_MODULES:
-        importlib.import_module(module)
+    names = [f"{app.name}.tasks" for app in apps.get_app_configs()]
+    for extra in conf.get().TASK_MODULES:
+        importlib.import_module(extra)
+        names.append(extra)
+    for name in names:
+        found = sys.modules.get(name)
+        for attribute, value in vars(found).items() if found is not None else ():
+            path = f"{name}.{attribute}"
+            # Asked of the type first: a lazy object would evaluate itself if asked.
+            if path in _registry or not hasattr(type(value), "module_path"):
+                continue
+            for kind in _kinds:
+                # Defined here, not imported from elsewhere: a Task knows its own path.
+                if value.module_path == path and kind.recognise(value):
+                    register(path, value, kind.invoke)
+
+
+def runnables() -> dict[str, Runnable]:
+    """Every task this process knows it may run, by path (after :func:`discover`)."""
+    return dict(sorted(_registry.items()))
 
 
 def resolve(path: str) -> Runnable:

@@ -17,9 +17,9 @@ from django.dispatch import Signal
 
 from django_pgqueue import registry
 from django_pgqueue.control import Cancel, Snooze, current_job, run_coroutine
-from django_pgqueue.exceptions import InvalidJobArguments
+from django_pgqueue.installed import job_model
 from django_pgqueue.jobdb import raise_if_transaction_left_open
-from django_pgqueue.jsonargs import Encoded, dumps
+from django_pgqueue.jsonargs import Encoded, dumps_result
 from django_pgqueue.records import RunOutcome
 from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy
 from django_pgqueue.signals import job_finished, job_started
@@ -62,9 +62,7 @@ class TaskFunction[**P, R]:
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue a run in the current transaction (see ``JobManager.enqueue``)."""
-        from django_pgqueue.models import Job  # tasks are declared before the app registry
-
-        return Job.objects.enqueue(self, args, kwargs)
+        return job_model().objects.enqueue(self, args, kwargs)
 
 
 def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
@@ -83,8 +81,8 @@ def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
         _send(job_finished, target, job=job, outcome=outcome, result=None, exception=exc)
         raise
     try:
-        encoded = dumps(result, "the return value")
-    except InvalidJobArguments as exc:
+        encoded = dumps_result(result)
+    except TypeError as exc:
         # Returned as it is: the executor refuses it and buries the job.
         _send(job_finished, target, job=job, outcome=RunOutcome.DEAD, result=result, exception=exc)
         return result

@@ -56,6 +56,8 @@ def report(
     if changed:
         model_admin.message_user(request, done, messages.SUCCESS)
     if skipped:
+        if len(skipped) == 1:  # "1 job that was", not "1 job that were"
+            why = why.replace("that were ", "that was ", 1)
         model_admin.message_user(
             request,
             f"Skipped {jobs(len(skipped))} {why}: {describe_skipped(skipped)}.",

@@ -1,4 +1,4 @@
-"""Formatting for the job admin: short durations, relative times and JSON.
+"""Formatting for the job admin: moments, short durations, relative times and JSON.
 
 Pure functions of their arguments (``now`` is passed in), so the changelist
 computes one ``now`` per page and the tests can pin it.
@@ -8,29 +8,57 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from typing import Any
 
+from django.contrib import admin
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from django_pgqueue.records import JobStatus
+from django_pgqueue.wording import duration
 
-_UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+__all__ = [
+    "duration",
+    "error_history",
+    "excerpt",
+    "moment",
+    "moment_field",
+    "pretty_json",
+    "run_at_note",
+]
+
+#: Every date and time the admin shows, with seconds (jobs run seconds apart).
+MOMENT = "%Y-%m-%d %H:%M:%S %Z"
 
 
-def duration(seconds: float) -> str:
-    """A short human duration with at most two units: ``45 s``, ``3 min 20 s``, ``2 d 4 h``."""
-    left = max(0, int(seconds))
-    parts: list[str] = []
-    for unit, size in _UNITS:
-        if left >= size or (unit == "s" and not parts):
-            parts.append(f"{left // size} {unit}")
-            left %= size
-        elif parts:
-            break  # "2 h 0 min 5 s" reads worse than "2 h"
-        if len(parts) == 2:
-            break
-    return " ".join(parts)
+def moment(value: dt.datetime | str | None) -> str:
+    """``2026-12-01 10:39:12 UTC`` in the current time zone; ``-`` for none. A string
+    (an error entry's ``at``) is read as ISO 8601 first, and shown as it is if it is not."""
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, str):
+        try:
+            when = dt.datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    else:
+        when = value
+    if timezone.is_naive(when):
+        when = timezone.make_aware(when, dt.UTC)
+    return timezone.localtime(when).strftime(MOMENT)
+
+
+def moment_field(field: str) -> Callable[[Any, Any], str]:
+    """A read-only admin field that shows the datetime column ``field`` as a moment."""
+
+    @admin.display(description=field.replace("_", " "))
+    def show(model_admin: Any, obj: Any) -> str:
+        return moment(getattr(obj, field))
+
+    show.__name__ = f"{field}_display"
+    return show
 
 
 def run_at_note(status: str, run_at: dt.datetime | None, now: dt.datetime) -> str:
@@ -68,7 +96,7 @@ def error_history(errors: list[dict[str, Any]] | None) -> SafeString:
         (
             (
                 entry.get("attempt", "?"),
-                entry.get("at", "?"),
+                moment(entry.get("at")),
                 entry.get("exception", "?"),
                 entry.get("message", ""),
                 format_html(

@@ -12,16 +12,17 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern
 from django.utils import timezone
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
-from django_pgqueue.admin import actions, display, queues, workers
+from django_pgqueue.admin import actions, buttons, display, queues, workers
 from django_pgqueue.admin.changelist import (
     CappedPaginator,
     JobChangeList,
@@ -45,7 +46,7 @@ else:  # ModelAdmin is generic only in django-stubs, not at runtime.
 class JobAdmin(_ModelAdmin):
     list_display = (
         "id",
-        "task",
+        "task_path",
         "queue",
         "status_badge",
         "attempts_of_max",
@@ -53,7 +54,7 @@ class JobAdmin(_ModelAdmin):
         "age",
         "error_excerpt",
     )
-    list_display_links = ("id", "task")
+    list_display_links = ("id", "task_path")
     list_filter = ("status", QueueFilter, TaskFilter, workers.WorkerFilter)
     # A number is looked up as an id alone (get_search_results); other terms match
     # part of the task path or a whole unique_key ("=" would compare UPPER() texts).
@@ -88,16 +89,32 @@ class JobAdmin(_ModelAdmin):
         ),
         (
             "Timing",
-            {"fields": ("created_at", "run_at_display", "started_at", "attempted_at", "done_at")},
+            {
+                "fields": (
+                    "created_at_display",
+                    "run_at_display",
+                    "started_at_display",
+                    "attempted_at_display",
+                    "done_at_display",
+                )
+            },
         ),
-        ("Lease", {"fields": ("locked_until", "lease_left", "locked_by", "worker_list")}),
+        (
+            "Lease",
+            {"fields": ("locked_until_display", "lease_left", "locked_by", "worker_list")},
+        ),
         ("Cancellation", {"fields": ("cancel_request",)}),
         ("Call", {"fields": ("args_json", "kwargs_json", "result_json")}),
         ("Errors", {"fields": ("last_error", "error_history")}),
     )
     readonly_fields = (
         "attempts_of_max",
+        "created_at_display",
         "run_at_display",
+        "started_at_display",
+        "attempted_at_display",
+        "done_at_display",
+        "locked_until_display",
         "lease_left",
         "worker_list",
         "cancel_request",
@@ -141,7 +158,7 @@ class JobAdmin(_ModelAdmin):
     # -- the changelist --------------------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        return [*queues.urls(self), *super().get_urls()]
+        return [*queues.urls(self), *buttons.urls(self), *super().get_urls()]
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
@@ -169,6 +186,13 @@ class JobAdmin(_ModelAdmin):
             return queryset.filter(pk=int(match[1])), False
         return super().get_search_results(request, queryset, search_term)
 
+    @admin.display(description="task")
+    def task_path(self, obj: Job) -> SafeString:
+        # May wrap after each dot: a long path must not widen the list past the screen.
+        return format_html_join(
+            mark_safe(".<wbr>"), "{}", ((part,) for part in obj.task.split("."))
+        )
+
     @admin.display(description="status")
     def status_badge(self, obj: Job) -> SafeString:
         return format_html(
@@ -182,7 +206,9 @@ class JobAdmin(_ModelAdmin):
     @admin.display(description="run at")
     def run_at_display(self, obj: Job) -> SafeString:
         note = display.run_at_note(obj.status, obj.run_at, timezone.now())
-        when = timezone.localtime(obj.run_at).strftime("%Y-%m-%d %H:%M:%S")
+        # Breakable only between the date and the time, so the list's column can be narrow.
+        day, _, time_of_day = display.moment(obj.run_at).partition(" ")
+        when = f"{day} {time_of_day.replace(' ', chr(0xA0))}"
         overdue = note.startswith("overdue")
         return format_html(
             '{} <span class="pgqueue-note{}">{}</span>',
@@ -202,6 +228,26 @@ class JobAdmin(_ModelAdmin):
         )
 
     # -- the job page ---------------------------------------------------------------------
+
+    # One format with seconds for every moment on the page (Django's drops them).
+    created_at_display = display.moment_field("created_at")
+    started_at_display = display.moment_field("started_at")
+    attempted_at_display = display.moment_field("attempted_at")
+    done_at_display = display.moment_field("done_at")
+    locked_until_display = display.moment_field("locked_until")
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        job = self.get_object(request, unquote(object_id))
+        offered = buttons.offered(self, request, job) if job is not None else []
+        return super().change_view(
+            request, object_id, form_url, {**(extra_context or {}), "pgqueue_buttons": offered}
+        )
 
     @admin.display(description="lease")
     def lease_left(self, obj: Job) -> SafeString:

@@ -10,11 +10,10 @@ from typing import Any
 
 from django.apps import apps
 from django.core import checks
-from django.core.exceptions import ImproperlyConfigured
-from django.db import connections
 
-from django_pgqueue import conf, validation
+from django_pgqueue import validation
 from django_pgqueue.backend.compat import TASKS_APP
+from django_pgqueue.checks import database_problem
 
 #: The OPTIONS keys a PgQueueBackend reads, and the job option's rule for each.
 OPTION_RULES: dict[str, tuple[validation.Rule[Any], str]] = {
@@ -77,21 +76,14 @@ def check_backend(
 
 
 def _check_database(name: str) -> list[checks.CheckMessage]:
-    try:
-        alias = conf.get().DATABASE
-    except ImproperlyConfigured:
-        return []  # django_pgqueue.E001 reports the settings themselves
-    if alias not in connections:
-        vendor = f"missing from DATABASES ({alias!r})"
-    elif connections[alias].vendor != "postgresql":
-        vendor = f"{connections[alias].vendor} ({alias!r})"
-    else:
+    # With the app installed its own check (E002) reports the database: one mistake,
+    # one error. Without it, that check is not registered, so this one says it.
+    if apps.is_installed("django_pgqueue"):
         return []
+    problem = database_problem()
+    if problem is None:
+        return []
+    message, hint = problem
     return [
-        checks.Error(
-            f"{name} uses PgQueueBackend, which needs PostgreSQL, but PGQUEUE['DATABASE'] "
-            f"is {vendor}.",
-            hint="Point PGQUEUE['DATABASE'] at a PostgreSQL database.",
-            id="django_pgqueue.E102",
-        )
+        checks.Error(f"{name} uses PgQueueBackend: {message}.", hint=hint, id="django_pgqueue.E102")
     ]

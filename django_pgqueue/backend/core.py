@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from django.apps import apps
+
 from django_pgqueue import conf, validation
 from django_pgqueue.backend.checks import OPTION_RULES, check_backend
 from django_pgqueue.backend.compat import (
@@ -16,9 +18,10 @@ from django_pgqueue.backend.compat import (
     task_backends,
     task_enqueued,
 )
-from django_pgqueue.backend.enqueueing import encode, plan
+from django_pgqueue.backend.enqueueing import check_call, encode, plan
 from django_pgqueue.backend.results import job_result, load_job
 from django_pgqueue.backend.task import PgQueueTask, validate_extras
+from django_pgqueue.installed import NOT_INSTALLED, job_model
 
 
 class PgQueueBackend(BaseTaskBackend):
@@ -45,10 +48,19 @@ class PgQueueBackend(BaseTaskBackend):
     @property
     def database(self) -> str:
         """The database alias jobs are written to and results read from."""
-        return conf.get().DATABASE
+        return conf.database()
 
     def validate_task(self, task: Task[Any, Any]) -> None:
-        """Django's checks, then the queue's own: a valid queue name and valid options."""
+        """Django's checks, then the queue's own: the app installed, a valid queue name
+        and valid options.
+
+        Django validates a Task when it is declared: a task module imported without
+        the app installed (by a URLconf that ``manage.py check`` loads, say) fails
+        there with the fix, as a model of an app that is not installed does. Before
+        the app registry is ready it cannot be told, and enqueue says it instead.
+        """
+        if apps.ready and "django_pgqueue" not in apps.app_configs:
+            raise InvalidTask(f"{NOT_INSTALLED} (TASKS[{self.alias!r}] uses PgQueueBackend)")
         super().validate_task(task)
         if not validation.QUEUE.is_valid(task.queue_name):
             raise InvalidTask(
@@ -65,11 +77,12 @@ class PgQueueBackend(BaseTaskBackend):
         With a ``unique_key`` that a queued or running job already holds, nothing is
         inserted, no ``task_enqueued`` is sent, and the result is that job's.
         """
-        from django_pgqueue.models import Job  # backends are built before the app registry
-
         shared = plan(self, task)  # validated once per task
         args_json, kwargs_json, plain_args, plain_kwargs = encode(args, kwargs)
-        inserted = Job.objects.insert(shared.spec(args_json, kwargs_json), using=self.database)
+        check_call(task, args, kwargs)
+        inserted = job_model().objects.insert(
+            shared.spec(args_json, kwargs_json), using=self.database
+        )
         if inserted.duplicate:
             live = load_job(inserted.id, self.database)
             return job_result(live, self.alias, task if live.task == task.module_path else None)
@@ -111,8 +124,6 @@ def enqueue_many[**P, R](
     written with COPY. A task with a ``unique_key`` enqueues at most one job
     (the others are duplicates of it), as repeated ``enqueue()`` calls would.
     """
-    from django_pgqueue.models import Job  # backends are built before the app registry
-
     backend = task_backends[task.backend]
     if not isinstance(backend, PgQueueBackend):
         raise InvalidTask(
@@ -125,7 +136,9 @@ def enqueue_many[**P, R](
         # One live job per key: every call after the first is its duplicate.
         return [task.enqueue(*args, **kwargs) for args, kwargs in pairs]
     encoded = [encode(args, kwargs) for args, kwargs in pairs]
-    ids, created_at = Job.objects.insert_many(
+    for args, kwargs in pairs:
+        check_call(task, args, kwargs)
+    ids, created_at = job_model().objects.insert_many(
         [shared.spec(a, k) for a, k, _, _ in encoded], using=backend.database
     )
     results: list[TaskResult[P, R]] = []

@@ -126,6 +126,15 @@ def _forget_plans(*, setting: str, **kwargs: Any) -> None:
 setting_changed.connect(_forget_plans)
 
 
+def check_call(task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Raise InvalidJobArguments (a TypeError) unless the call fits the task's function:
+    the worker would refuse the job, and the caller is the one who can fix it."""
+    try:
+        registry.check_arguments(task, args, kwargs)
+    except TypeError as exc:
+        raise InvalidJobArguments(f"{exc} ({task.module_path})") from None
+
+
 def encode(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str, Any, Any]:
     """(args JSON, kwargs JSON, args, kwargs as stored): the arguments as the queue
     stores them, normalised as Django's Tasks framework does (tuples become lists,

@@ -20,6 +20,7 @@ from django_pgqueue.backend.compat import (
 from django_pgqueue.backend.task import PgQueueTask
 from django_pgqueue.control import CANCELLED, Cancel
 from django_pgqueue.exceptions import UnknownTask
+from django_pgqueue.installed import job_model
 from django_pgqueue.records import JobStatus
 
 if TYPE_CHECKING:
@@ -55,10 +56,8 @@ def parse_id(result_id: object) -> int | None:
 
 def load_job(result_id: object, database: str) -> Job:
     """The job a result id names, or TaskResultDoesNotExist (also for malformed ids)."""
-    from django_pgqueue.models import Job  # backends are built before the app registry
-
     job_id = parse_id(result_id)
-    job = None if job_id is None else Job.objects.using(database).filter(id=job_id).first()
+    job = None if job_id is None else job_model().objects.using(database).filter(id=job_id).first()
     if job is None:
         raise TaskResultDoesNotExist(result_id)
     return job

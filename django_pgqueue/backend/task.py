@@ -16,8 +16,10 @@ from that one is refused, since the worker would not apply it.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
+
+from django.utils import timezone
 
 from django_pgqueue import validation
 from django_pgqueue.backend.compat import InvalidTask, Task, TaskContext
@@ -69,7 +71,7 @@ class PgQueueTask(_TaskBase):
         *,
         priority: int | None = None,
         queue_name: str | None = None,
-        run_after: datetime | None = None,
+        run_after: datetime | timedelta | None = None,
         backend: str | None = None,
         max_attempts: int | None = None,
         unique_key: str | None = None,
@@ -77,14 +79,20 @@ class PgQueueTask(_TaskBase):
         backoff: float | None = None,
         retry_on: ExceptionClasses | None = None,
         discard_on: ExceptionClasses | None = None,
+        **unknown: Any,
     ) -> PgQueueTask:
         """A copy with other options; ``None`` keeps the current value (as in Django).
-        A ``retry_on`` or ``discard_on`` that is not exception classes raises
-        InvalidTask here."""
+
+        ``run_after`` is an aware datetime, as in Django, or a ``timedelta`` counted
+        from this call (``using(run_after=timedelta(minutes=5))``). A ``retry_on`` or
+        ``discard_on`` that is not exception classes raises InvalidTask here.
+        """
+        if unknown:
+            raise TypeError(_unknown_options(unknown))
         changes: dict[str, Any] = {
             "priority": priority,
             "queue_name": queue_name,
-            "run_after": run_after,
+            "run_after": run_after_moment(run_after),
             "backend": backend,
             "max_attempts": max_attempts,
             "unique_key": unique_key,
@@ -96,6 +104,31 @@ class PgQueueTask(_TaskBase):
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
+def run_after_moment(value: datetime | timedelta | None) -> datetime | None:
+    """``run_after`` as the aware datetime Django's Task holds: a timedelta counts from now.
+
+    A negative delay or a naive datetime is left for the backend's validation to
+    refuse, with its message."""
+    if isinstance(value, timedelta):
+        if not validation.DELAY.is_valid(value):
+            raise InvalidTask(validation.DELAY.message(value, "run_after") + ".")
+        return timezone.now() + value
+    return value
+
+
+def _unknown_options(unknown: dict[str, Any]) -> str:
+    names = ", ".join(sorted(unknown))
+    hint = (
+        "; to delay a job, pass run_after=timedelta(seconds=...) or an aware datetime"
+        if "delay" in unknown or "run_at" in unknown
+        else ""
+    )
+    return (
+        f"PgQueueTask.using() got unexpected keyword argument(s) {names}: it takes "
+        f"priority, queue_name, run_after, backend, {', '.join(EXTRAS)}{hint}"
+    )
+
+
 def options[T: _TaskBase](
     task: T,
     *,
@@ -105,11 +138,14 @@ def options[T: _TaskBase](
     backoff: float | None = None,
     retry_on: ExceptionClasses | None = None,
     discard_on: ExceptionClasses | None = None,
+    run_after: datetime | timedelta | None = None,
 ) -> T:
     """``task`` with django-pgqueue's delivery options set.
 
     The typed spelling of ``task.using(max_attempts=..., unique_key=...,
-    concurrency_key=...)``, and it works on a Task of any backend class: one
+    concurrency_key=..., run_after=timedelta(...))`` (django-stubs types Django's
+    ``using()``, whose ``run_after`` takes only a datetime), and it works on a Task
+    of any backend class: one
     declared while ``TASKS`` pointed at Django's DummyBackend (as in a project's
     tests) becomes a :class:`PgQueueTask`, and backends other than ours ignore the
     options. ``retry_on`` and ``discard_on`` are the job's retry policy: given
@@ -130,6 +166,7 @@ def options[T: _TaskBase](
             backoff=backoff,
             retry_on=retry_on,
             discard_on=discard_on,
+            run_after=run_after,
         ),
     )
 

@@ -38,9 +38,8 @@ from django_pgqueue.backend.core import PgQueueBackend
 from django_pgqueue.backend.results import running_result
 from django_pgqueue.backend.task import PgQueueTaskContext
 from django_pgqueue.control import Cancel, Snooze, current_job, run_coroutine
-from django_pgqueue.exceptions import InvalidJobArguments
 from django_pgqueue.jobdb import raise_if_transaction_left_open
-from django_pgqueue.jsonargs import Encoded, dumps
+from django_pgqueue.jsonargs import Encoded, dumps_result
 
 if TYPE_CHECKING:
     from django_pgqueue.records import ClaimedJob
@@ -102,8 +101,8 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
         with contextlib.suppress(TypeError, ValueError):
             value = normalize_json(value)
     try:
-        encoded = dumps(value, "the return value")
-    except InvalidJobArguments as exc:
+        encoded = dumps_result(value)
+    except TypeError as exc:  # builtins.TypeError, as Django reports it
         _finished(backend, result, exc)
         return value
     object.__setattr__(result, "_return_value", value)

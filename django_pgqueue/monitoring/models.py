@@ -25,7 +25,7 @@ FORGET_AFTER = 3600.0
 
 
 def _alias(using: str | None) -> str:
-    return using or conf.get().DATABASE
+    return using or conf.database()
 
 
 class WorkerQuerySet(models.QuerySet["RegisteredWorker"]):

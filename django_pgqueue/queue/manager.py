@@ -29,15 +29,16 @@ from django_pgqueue.records import (
 )
 
 #: What retry() and cancel() accept: ids, jobs, or a queryset of jobs.
-Jobs = Iterable[int | models.Model] | models.QuerySet[Any]
+Jobs = Iterable[int | models.Model] | models.QuerySet[Any] | int | models.Model
 
 
 class QueueOperations:
     _db: str | None
 
     def _alias(self, using: str | None) -> str:
-        # PGQUEUE["DATABASE"] is where workers claim: jobs must be written there.
-        return using or self._db or conf.get().DATABASE
+        # Where workers claim (PGQUEUE["DATABASE"], or the routers' choice): jobs must
+        # be written there.
+        return using or self._db or conf.database()
 
     # -- the worker's operations --------------------------------------------------------
 
@@ -178,4 +179,13 @@ class QueueOperations:
 def _ids(jobs: Jobs) -> list[int]:
     if isinstance(jobs, models.QuerySet):
         return list(jobs.order_by().values_list("pk", flat=True))
-    return [job if isinstance(job, int) else job.pk for job in jobs]
+    if isinstance(jobs, int | models.Model):
+        jobs = [jobs]  # one job, given on its own
+    ids = []
+    for job in jobs:
+        if isinstance(job, models.Model):
+            job = job.pk
+        if isinstance(job, bool) or not isinstance(job, int):
+            raise InvalidJob(f"expected job ids, Job instances or a queryset of jobs, got {job!r}")
+        ids.append(job)
+    return ids

@@ -22,8 +22,11 @@ logger = logging.getLogger("django_pgqueue")
 MAX_BATCH = 1000
 LINGER = 0.001
 #: Called with the (id, run) pairs settled (written, or refused by the fence),
-#: how many became done and how many dead, and each run's new status (None: fenced).
-OnSettled = Callable[[list[tuple[int, int]], int, int, dict[tuple[int, int], str | None]], None]
+#: how many became done, how many dead and how many went back for a retry, and each
+#: run's new status (None: fenced).
+OnSettled = Callable[
+    [list[tuple[int, int]], int, int, int, dict[tuple[int, int], str | None]], None
+]
 
 
 class OutcomeNotStored(Exception):
@@ -46,7 +49,7 @@ class Completer(ServiceThread):
         super().__init__(alias, "pgqueue-completer", supervision)
         self.worker_id = worker_id
         self._on_settled = on_settled
-        self._outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self._outcomes: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._batch: list[Outcome] = []  # taken, not yet written (kept across retries)
         self._pending = 0
         self._lock = threading.Lock()
@@ -56,6 +59,10 @@ class Completer(ServiceThread):
         """Outcomes handed over and not yet settled."""
         with self._lock:
             return self._pending
+
+    def stop(self) -> None:
+        super().stop()
+        self._outcomes.put(None)  # wakes a step waiting for outcomes, at once
 
     def put(self, outcome: Outcome) -> None:
         with self._lock:
@@ -74,9 +81,11 @@ class Completer(ServiceThread):
         waiting = list(self._batch)
         while True:
             try:
-                waiting.append(self._outcomes.get_nowait())
+                outcome = self._outcomes.get_nowait()
             except queue.Empty:
                 return sorted(o.job_id for o in waiting)
+            if outcome is not None:
+                waiting.append(outcome)
 
     def step(self) -> float:
         if not self._batch:
@@ -84,15 +93,19 @@ class Completer(ServiceThread):
                 first = self._outcomes.get(timeout=0.1)
             except queue.Empty:
                 return 0.0
+            if first is None:  # stop() woke us
+                return 0.0
             # Linger a moment so outcomes finishing together share a statement:
             # the jobs are done and their slots free, only the write waits.
             time.sleep(LINGER)
             self._batch = [first]
             while len(self._batch) < MAX_BATCH:
                 try:
-                    self._batch.append(self._outcomes.get_nowait())
+                    outcome = self._outcomes.get_nowait()
                 except queue.Empty:
                     break
+                if outcome is not None:
+                    self._batch.append(outcome)
         self._write(self._batch)  # a transient error leaves the batch for the retry
         self._batch = []
         return 0.0
@@ -151,16 +164,17 @@ class Completer(ServiceThread):
             if is_transient(exc):
                 raise
             done, failed = self._record_each(batch)
-        fenced = len(batch) - len(done) - len(failed)
+        fenced = sorted(o.job_id for o in batch if o.job_id not in done and o.job_id not in failed)
         if fenced:
             # Our lease expired and the job was reaped (and maybe claimed again):
             # the newer run owns the row now.
-            logger.warning("%d outcomes were refused: their leases had expired", fenced)
+            logger.warning("the outcomes of jobs %s were refused: their leases had expired", fenced)
         buried = sum(1 for status in failed.values() if status == JobStatus.DEAD)
+        retried = sum(1 for status in failed.values() if status == JobStatus.QUEUED)
         statuses = {
             (o.job_id, o.run): JobStatus.DONE.value if o.job_id in done else failed.get(o.job_id)
             for o in batch
         }
-        self._on_settled(list(statuses), len(done), buried, statuses)
+        self._on_settled(list(statuses), len(done), buried, retried, statuses)
         with self._lock:
             self._pending -= len(batch)

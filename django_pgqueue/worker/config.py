@@ -72,7 +72,7 @@ class WorkerConfig:
             "prune_interval": settings.PRUNE_INTERVAL,
             "listen": settings.LISTEN_NOTIFY,
             "channel": settings.CHANNEL,
-            "database": settings.DATABASE,
+            "database": conf.database(),
             "listen_database": settings.LISTEN_DATABASE,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -1,9 +1,9 @@
 """Named events a worker emits, for tests and metrics (River's test signals).
 
 ``claimed(jobs)``, ``started(job)``, ``finished(job, outcome)``,
-``recorded(settled, succeeded, buried, statuses)`` (``statuses``: each settled
-run's new job status, None for one the fence refused), ``heartbeat(kept, lost)``,
-``cancel_requested(job, reason)`` (the worker told a running job to stop),
+``recorded(settled, succeeded, buried, retried, statuses)`` (``statuses``: each
+settled run's new job status, None for one the fence refused), ``heartbeat(kept,
+lost)``, ``cancel_requested(job, reason)`` (the worker told a running job to stop),
 ``listening()``, ``idle()``, ``reaped(result)``, ``polled(seconds, jobs)`` (every
 claim statement: how long it took and how many jobs it took), ``released(keys)``
 (runs a stopping worker gave back), ``stopping(reason)`` and ``stopped(status)``.

@@ -15,17 +15,15 @@ snoozed afterwards; one that finished without looking ends as it finished.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import traceback
-from functools import cache
 from typing import Any
 
 from django_pgqueue import registry
 from django_pgqueue.control import CANCELLED, Cancel, RunningJob, Snooze, running
-from django_pgqueue.exceptions import InvalidJobArguments, TooManySnoozes, UnknownTask
+from django_pgqueue.exceptions import TooManySnoozes, UnknownTask
 from django_pgqueue.jobdb import raise_if_transaction_left_open
-from django_pgqueue.jsonargs import Encoded, dumps
+from django_pgqueue.jsonargs import Encoded, dumps_result
 from django_pgqueue.records import ClaimedJob, Failure, Success
 from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, policy_of
 from django_pgqueue.validation import storable
@@ -138,36 +136,6 @@ def policy_for(job: ClaimedJob) -> RetryPolicy:
         return DEFAULT
 
 
-@cache
-def _signature(func: Any) -> inspect.Signature | None:
-    try:
-        return inspect.signature(func)
-    except (TypeError, ValueError):
-        return None
-
-
-def check_arguments(target: Any, args: Any, kwargs: Any) -> None:
-    """Raise TypeError if ``args``/``kwargs`` cannot be passed to ``target``'s function.
-
-    ``target`` is a registered object: a plain callable, or one with ``.func``
-    (our TaskFunction, a django.tasks Task); one whose ``takes_context`` is true
-    receives a context as its first argument, which the caller does not pass.
-    """
-    func = getattr(target, "func", target)
-    if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
-        raise TypeError(
-            f"malformed arguments: args must be a JSON list and kwargs a JSON "
-            f"object, got {type(args).__name__} and {type(kwargs).__name__}"
-        )
-    signature = _signature(func)
-    if signature is not None:
-        try:
-            leading = (None,) if getattr(target, "takes_context", False) else ()
-            signature.bind(*leading, *args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(f"arguments do not match the task's signature: {exc}") from None
-
-
 def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Failure:
     """Run ``job`` in this thread and return its outcome; ``control`` is the job's
     line to the worker (``current_job()`` while it runs)."""
@@ -178,7 +146,7 @@ def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Fai
     except UnknownTask as exc:
         return refused(job, exc)
     try:
-        check_arguments(runnable.target, job.args, job.kwargs)
+        registry.check_arguments(runnable.target, job.args, job.kwargs)
     except TypeError as exc:
         return refused(job, exc)
     if control is None:  # run outside a worker's pool (tests): current_job() still works
@@ -229,7 +197,8 @@ def success(job: ClaimedJob, result: Any) -> Success | Failure:
     if isinstance(result, Encoded):
         return Success(job_id=job.id, run=job.run, result=result.text)
     try:
-        encoded = dumps(result, "the return value")
-    except InvalidJobArguments as exc:
+        encoded = dumps_result(result)
+    except TypeError as exc:
+        # Final: running it again would repeat its side effects and return the same.
         return refused(job, exc)
     return Success(job_id=job.id, run=job.run, result=encoded)

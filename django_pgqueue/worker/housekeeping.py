@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 
+from django_pgqueue import wording
 from django_pgqueue.models import Job
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
@@ -21,6 +22,9 @@ from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.services import Timer
 
 logger = logging.getLogger("django_pgqueue")
+
+#: Long runs named in a throughput line; the rest are counted.
+NAMED_LONG_RUNS = 5
 
 
 class Housekeeping:
@@ -80,9 +84,9 @@ class Housekeeping:
         result = Job.objects.reap(using=self.config.database)
         if result.returned or result.buried or result.cancelled:
             logger.info(
-                "reaper: %d jobs with expired leases returned to the queue, %d buried, "
+                "reaper: %s with an expired lease returned to the queue, %d buried, "
                 "%d cancelled (asked to stop)",
-                result.returned,
+                wording.count(result.returned, "job"),
                 result.buried,
                 result.cancelled,
             )
@@ -93,7 +97,9 @@ class Housekeeping:
         deleted = Job.objects.prune(self.config.prune_after, using=self.config.database)
         if deleted:
             logger.info(
-                "pruner: deleted %d finished jobs older than %gs", deleted, self.config.prune_after
+                "pruner: deleted %s older than %gs",
+                wording.count(deleted, "finished job"),
+                self.config.prune_after,
             )
 
     def mark_overdue(self) -> None:
@@ -108,20 +114,40 @@ class Housekeeping:
             )
 
     def log_throughput(self) -> None:
+        """One line per ``stats_interval``: what was settled in the window (retries
+        too), what runs now, and by name the runs that have gone on for longer than a
+        whole interval (they were running at the previous line already)."""
         now = time.monotonic()
-        done, running = self.ledger.take_window()
+        window = self.ledger.take_window()
         elapsed, self._window_start = now - self._window_start, now
+        running = window.running
         overdue = sum(1 for held in running if held.overdue)
+        threshold = self.config.stats_interval
+        long = sorted(
+            (h for h in running if h.started is not None and now - h.started > threshold),
+            key=lambda h: h.started or now,
+        )
+        named = ", ".join(
+            f"job {h.job.id} {h.job.task} ({wording.duration(now - (h.started or now))})"
+            for h in long[:NAMED_LONG_RUNS]
+        )
+        if len(long) > NAMED_LONG_RUNS:
+            named += f", and {len(long) - NAMED_LONG_RUNS} more"
         logger.info(
-            "throughput: %d jobs in %.0fs (%.1f/s), %d running%s; %s; totals: claimed %d, "
-            "succeeded %d, buried %d",
-            done,
-            elapsed,
-            done / elapsed if elapsed else 0,
+            "throughput: %s in %ss (%.1f/s): %d succeeded, %d retried, %d buried; "
+            "%d running%s%s; %s; totals: claimed %d, succeeded %d, retried %d, buried %d",
+            wording.count(window.settled, "job"),
+            f"{elapsed:.0f}" if elapsed >= 10 else f"{elapsed:.1f}",
+            window.settled / elapsed if elapsed else 0,
+            window.succeeded,
+            window.retried,
+            window.buried,
             len(running),
             f" ({overdue} past the job timeout)" if overdue else "",
+            f", for over {threshold:g}s: {named}" if long else "",
             self.latency.take().describe(),
             self.ledger.claimed,
             self.ledger.succeeded,
+            self.ledger.retried,
             self.ledger.buried,
         )

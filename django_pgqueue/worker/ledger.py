@@ -53,14 +53,25 @@ class Held:
         return not (self.given_back or self.lost)
 
 
+@dataclasses.dataclass
+class Window:
+    """Outcomes settled between two throughput lines, and the runs running at the end."""
+
+    settled: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    buried: int = 0
+    running: list[Held] = dataclasses.field(default_factory=list)
+
+
 class Ledger:
     def __init__(self, lease: float = 60.0) -> None:
         self._lock = threading.Lock()
         self._held: dict[Key, Held] = {}
         self._lease = lease
         self.busy = 0
-        self.claimed = self.succeeded = self.buried = 0
-        self._window_done = 0
+        self.claimed = self.succeeded = self.buried = self.retried = 0
+        self._window = Window()
 
     def add(self, jobs: list[ClaimedJob]) -> None:
         lease_until = time.monotonic() + self._lease
@@ -93,7 +104,7 @@ class Ledger:
                 return None
             return held
 
-    def settled(self, keys: list[Key], succeeded: int, buried: int) -> None:
+    def settled(self, keys: list[Key], succeeded: int, buried: int, retried: int = 0) -> None:
         """The outcomes of these runs are recorded (or were fenced out)."""
         with self._lock:
             for key in keys:
@@ -102,7 +113,12 @@ class Ledger:
                     del self._held[key]
             self.succeeded += succeeded
             self.buried += buried
-            self._window_done += len(keys)
+            self.retried += retried
+            window = self._window
+            window.settled += len(keys)
+            window.succeeded += succeeded
+            window.buried += buried
+            window.retried += retried
 
     def forget(self, jobs: list[ClaimedJob]) -> None:
         """Drop runs no thread started (prefetched ones given back)."""
@@ -199,8 +215,9 @@ class Ledger:
         with self._lock:
             return [k for k, h in self._held.items() if h.returned and h.ours]
 
-    def take_window(self) -> tuple[int, list[Held]]:
-        """(outcomes settled since the last call, the runs running now)."""
+    def take_window(self) -> Window:
+        """What was settled since the last call, and the runs running now."""
         with self._lock:
-            done, self._window_done = self._window_done, 0
-            return done, [dataclasses.replace(h) for h in self._held.values() if h.running]
+            window, self._window = self._window, Window()
+            window.running = [dataclasses.replace(h) for h in self._held.values() if h.running]
+            return window

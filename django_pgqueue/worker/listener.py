@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 import time
 from collections.abc import Callable
 
 from django_pgqueue.exceptions import WorkerIdInUse
 from django_pgqueue.worker.services import ServiceThread, Supervision
 from django_pgqueue.worker.session import SessionUnavailable, WorkerSession
+from django_pgqueue.worker.waker import Waker
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -48,6 +50,12 @@ class Listener(ServiceThread):
         self.on_listening = on_listening
         self.on_abort = on_abort
         self._announced = False
+        # stop() must not wait for a quiet socket's timeout: it rings this too.
+        self._bell = Waker()
+
+    def stop(self) -> None:
+        super().stop()
+        self._bell.set()
 
     def _reopen(self) -> bool:
         """Open the session if it is not; False when this thread must end."""
@@ -79,11 +87,13 @@ class Listener(ServiceThread):
         try:
             while not self.stopped:
                 # Without a channel this only waits, and notices a lost connection.
-                for note in conn.notifies(timeout=0.5):
-                    if note.payload.startswith("{"):
-                        self._control(note.payload)
-                    elif self.queues is None or note.payload in self.queues:
-                        self.wake()
+                readable, _, _ = select.select([conn.fileno(), self._bell.fileno], [], [], 0.5)
+                if conn.fileno() in readable:
+                    for note in conn.notifies(timeout=0):  # what arrived, without waiting
+                        if note.payload.startswith("{"):
+                            self._control(note.payload)
+                        elif self.queues is None or note.payload in self.queues:
+                            self.wake()
                 self.last_ok = time.monotonic()
         except BaseException:
             self.session.close()

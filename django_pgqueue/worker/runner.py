@@ -14,7 +14,6 @@ import logging
 import time
 from typing import Literal
 
-from django_pgqueue import registry
 from django_pgqueue.control import RunningJob
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
 from django_pgqueue.exceptions import JobTimeout
@@ -22,6 +21,7 @@ from django_pgqueue.models import Job
 from django_pgqueue.queue.claims import batch_size
 from django_pgqueue.records import ClaimedJob, Outcome, Success
 from django_pgqueue.worker import shutdown
+from django_pgqueue.worker.banner import banner, warn_unknown_queues
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
@@ -41,7 +41,8 @@ from django_pgqueue.worker.services import (
     bookkeeping_thread,
     reset_connection,
 )
-from django_pgqueue.worker.session import WorkerSession, open_at_start
+from django_pgqueue.worker.session import WorkerSession
+from django_pgqueue.worker.startup import start_problem
 from django_pgqueue.worker.waker import Waker
 
 logger = logging.getLogger("django_pgqueue")
@@ -138,18 +139,14 @@ class Worker:
         self.request_stop()
 
     def run(self) -> int:
-        registry.discover()
-        problem = shutdown.schema_problem_at_start(self.config.database)
-        if problem:
-            logger.error("%s", problem)
-            return 1
-        problem, has_session = open_at_start(self.session, self.config.database)
+        problem, has_session = start_problem(self.config.database, self.session)
         if problem:
             logger.error("%s", problem)
             return 1
         if not has_session:
             self.listener = None  # behind a pooler without LISTEN_DATABASE: poll
-        logger.info("starting %s", self.config.describe())
+        logger.info("%s", banner(self.config))
+        warn_unknown_queues(self.config)
         for thread in (self.completer, self.maintenance, self.heartbeat, self.listener):
             if thread is not None:
                 thread.start()
@@ -312,11 +309,17 @@ class Worker:
         keys: list[tuple[int, int]],
         succeeded: int,
         buried: int,
+        retried: int,
         statuses: dict[tuple[int, int], str | None],
     ) -> None:
-        self.ledger.settled(keys, succeeded, buried)
+        self.ledger.settled(keys, succeeded, buried, retried)
         self.events.emit(
-            "recorded", settled=keys, succeeded=succeeded, buried=buried, statuses=statuses
+            "recorded",
+            settled=keys,
+            succeeded=succeeded,
+            buried=buried,
+            retried=retried,
+            statuses=statuses,
         )
 
 

@@ -19,9 +19,7 @@ import logging
 import time
 from typing import Protocol
 
-from django.db import connections
-from django.db.migrations.executor import MigrationExecutor
-
+from django_pgqueue import wording
 from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
@@ -45,32 +43,8 @@ URGENT = 1.0
 RELEASED = "worker shut down before the job finished"
 
 
-def schema_problem_at_start(alias: str) -> str | None:
-    """One line if django_pgqueue's migrations are not all applied to ``alias``."""
-    try:
-        executor = MigrationExecutor(connections[alias])
-        targets = [
-            node for node in executor.loader.graph.leaf_nodes() if node[0] == "django_pgqueue"
-        ]
-        plan = executor.migration_plan(targets)
-    except Exception as exc:
-        if is_transient(exc):  # the claim loop waits for the database
-            logger.warning("cannot check the migrations yet: %s", first_line(exc))
-            return None
-        raise
-    finally:
-        reset_connection(alias)  # this thread's connection starts fresh for the claim loop
-    if not plan:
-        return None
-    names = ", ".join(migration.name for migration, _ in plan)
-    return (
-        f"django_pgqueue's migrations are not all applied to database {alias!r} "
-        f"({names}): run `manage.py migrate`"
-    )
-
-
-def jobs(count: int) -> str:
-    return f"{count} job" if count == 1 else f"{count} jobs"
+def jobs(number: int) -> str:
+    return wording.count(number, "job")
 
 
 class Stopping(Protocol):

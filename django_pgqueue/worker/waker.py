@@ -23,6 +23,11 @@ class Waker:
         os.set_blocking(self._write, False)
 
     @property
+    def fileno(self) -> int:
+        """For ``select``: readable while set."""
+        return self._read
+
+    @property
     def write_fd(self) -> int:
         """For ``signal.set_wakeup_fd``."""
         return self._write

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import os
+import re
 import subprocess
 import sys
 import time
@@ -188,3 +189,81 @@ def test_operator_finds_reads_and_retries_a_dead_job(
     )
     assert not browser.find_elements(By.NAME, "_save")
     assert not browser.find_elements(By.CSS_SELECTOR, "a.deletelink")
+
+
+def scrolls_sideways(browser: WebDriver) -> bool:
+    """True if the page, or the job list's own scroll box, is wider than it shows."""
+    return bool(
+        browser.execute_script(
+            "const page = document.documentElement;"
+            "const list = document.querySelector('#changelist .results');"
+            "return page.scrollWidth > window.innerWidth"
+            " || (list !== null && list.scrollWidth > list.clientWidth);"
+        )
+    )
+
+
+def test_job_page_buttons_dates_and_a_list_that_fits_1400_px(
+    browser: WebDriver, live_server: LiveServer, artifacts: Path, worker_burst: Callable[[], None]
+) -> None:
+    User.objects.create_superuser("night", password="night-pw")
+    # A last error of one long unbroken word, the kind that widened the list.
+    hopeless = always_fails.using(max_attempts=1).enqueue("x" * 200)
+    waiting = noop.using(delay=3600).enqueue()
+    settle(worker_burst)
+    assert Job.objects.get(pk=hopeless.pk).status == "dead"
+
+    browser.set_window_size(1400, 1000)
+    login(browser, live_server, "night", "night-pw")
+    row = browser.find_element(
+        By.XPATH, f"//table[@id='result_list']//tr[th[@class='field-id']/a[text()='{hopeless.pk}']]"
+    )
+    assert row.find_element(By.CSS_SELECTOR, "td.field-error_excerpt").text.startswith("ValueError")
+    screenshot(browser, artifacts / "changelist-1400.png")
+    widths = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#result_list thead th'))"
+        ".map(th => th.className + ':' + th.getBoundingClientRect().width);"
+    )
+    assert not scrolls_sideways(browser), f"the job list scrolls sideways at 1,400 px: {widths}"
+
+    # The dead job's page: dates with seconds in one format, and a Retry button.
+    browser.set_window_size(1400, 1400)  # tall enough for the screenshot to show the dates
+    browser.get(f"{live_server.url}{LIST}{hopeless.pk}/change/")
+    timing = browser.find_element(By.CSS_SELECTOR, "fieldset:nth-of-type(2)").text
+    moments = re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", timing)
+    assert len(moments) == 5, timing  # created, run at, started, attempted, done
+    assert re.search(
+        r"Attempt 1 at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC",
+        browser.find_element(By.CSS_SELECTOR, ".field-error_history").text,
+    )
+    assert not browser.find_elements(By.ID, "pgqueue-cancel")  # a dead job cannot be cancelled
+    # The first screenful, buttons and dates: docs/images/admin-job-buttons.png.
+    assert browser.get_screenshot_as_file(str(artifacts / "job-buttons.png"))
+    browser.find_element(By.NAME, "pgqueue_retry").click()
+    wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "ul.messagelist"), "a message")
+    assert browser.find_element(By.CSS_SELECTOR, "ul.messagelist li.success").text == (
+        "Retried 1 job: queued now, attempts reset."
+    )
+    assert f"/{hopeless.pk}/change/" in browser.current_url
+    assert "Queued" in browser.find_element(By.CSS_SELECTOR, ".field-status").text
+    assert Job.objects.get(pk=hopeless.pk).status == "queued"
+    history = browser.find_element(By.CSS_SELECTOR, "a.historylink")
+    history.click()
+    wait_for(browser, lambda b: "/history/" in b.current_url, "the job's history")
+    assert "Retried: queued now, attempts reset." in browser.page_source
+
+    # A waiting job's page: Cancel, with a reason, and Retry (run it now).
+    browser.get(f"{live_server.url}{LIST}{waiting.pk}/change/")
+    assert browser.find_elements(By.NAME, "pgqueue_retry")
+    browser.find_element(By.CSS_SELECTOR, "#pgqueue-cancel input[name=reason]").send_keys(
+        "not needed"
+    )
+    browser.find_element(By.NAME, "pgqueue_cancel").click()
+    wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "ul.messagelist"), "a message")
+    assert browser.find_element(By.CSS_SELECTOR, "ul.messagelist li.success").text == (
+        "Cancelled 1 job: not needed (by night in the admin)."
+    )
+    assert Job.objects.get(pk=waiting.pk).last_error == (
+        "Cancelled: not needed (by night in the admin)"
+    )
+    assert not browser.find_elements(By.NAME, "pgqueue_cancel")  # not queued any more

@@ -334,7 +334,7 @@ def test_cancel_records_the_reason_and_who(admin_client: Client, jobs: dict[str,
     )
     assert shown == [
         f"Cancelled 1 job: {reason}.",
-        f"Skipped 1 job that were not queued or running: #{done} done.",
+        f"Skipped 1 job that was not queued or running: #{done} done.",
         f"Asked 1 running job to stop: {reason}. Each ends cancelled once its task stops; "
         "one that finishes first ends as it finished.",
     ]
@@ -358,7 +358,7 @@ def test_delete_removes_finished_jobs_only(admin_client: Client, jobs: dict[str,
     shown = post_action(admin_client, "delete_finished_jobs", [dead, done, ready])
     assert shown == [
         "Deleted 2 jobs.",
-        "Skipped 1 job that were not finished (only done, dead and cancelled jobs can be): "
+        "Skipped 1 job that was not finished (only done, dead and cancelled jobs can be): "
         f"#{ready} queued.",
     ]
     assert status_counts() == {"queued": 2, "running": 1}

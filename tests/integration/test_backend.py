@@ -158,7 +158,7 @@ def test_the_task_is_validated_again_on_enqueue() -> None:
 def test_get_result_returns_what_enqueue_returned() -> None:
     tasks: list[Task[..., Any]] = [
         djtasks.noop_task,
-        djtasks.on_queue_1,
+        djtasks.echo.using(queue_name="queue_1", priority=10),
         options(djtasks.noop_task, max_attempts=9, unique_key="u", concurrency_key="c"),
     ]
     for task in tasks:

@@ -21,7 +21,7 @@ def test_an_unstorable_outcome_is_buried_with_the_reason_and_the_rest_recorded()
     completer = Completer(
         "w",
         "default",
-        lambda pairs, done, buried, statuses: settled.extend(pairs),
+        lambda pairs, done, buried, retried, statuses: settled.extend(pairs),
         Supervision(fatal=pytest.fail, epoch=ConnectionEpoch()),
     )
     outcomes: list[Success | Failure] = [

@@ -259,18 +259,34 @@ def test_check_reports_queue_names_the_queue_cannot_store() -> None:
     assert error_ids(backend_with(QUEUES=["default", "a b", "x" * 65])) == ["django_pgqueue.E105"]
 
 
+WITHOUT_THE_APP = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "tests.testapp",
+    *(["django_tasks"] if FRAMEWORK == "django_tasks" else []),
+]
+
+
 def test_check_reports_the_app_missing() -> None:
-    installed = ["django.contrib.contenttypes", "django.contrib.auth", "tests.testapp"]
-    installed += ["django_tasks"] if FRAMEWORK == "django_tasks" else []
-    with override_settings(INSTALLED_APPS=installed):
+    with override_settings(INSTALLED_APPS=WITHOUT_THE_APP):
         assert error_ids(backend_with()) == ["django_pgqueue.E101"]
 
 
-def test_check_reports_a_missing_database() -> None:
+def settings_errors() -> list[Any]:
+    from django_pgqueue.checks import check_settings
+
+    return check_settings()
+
+
+def test_a_missing_database_is_one_error() -> None:
     with override_settings(PGQUEUE={"DATABASE": "queue"}):
-        (message,) = backend_with().check()
-    assert message.id == "django_pgqueue.E102"
-    assert "PGQUEUE['DATABASE'] is missing from DATABASES ('queue')" in message.msg
+        assert backend_with().check() == []  # the app's own check says it: E002
+        (message,) = settings_errors()
+    assert message.id == "django_pgqueue.E002"
+    assert message.msg == "PGQUEUE['DATABASE'] = 'queue' is not in DATABASES"
+    with override_settings(PGQUEUE={"DATABASE": "queue"}, INSTALLED_APPS=WITHOUT_THE_APP):
+        assert settings_errors() == []  # not registered without the app: E101 and E102 say it
+        assert error_ids(backend_with()) == ["django_pgqueue.E101", "django_pgqueue.E102"]
 
 
 @pytest.fixture
@@ -280,14 +296,38 @@ def sqlite_alias(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         connections.settings, "lite", {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
     )
     yield "lite"
-    del connections["lite"]
+    if "lite" in connections.settings:
+        connections["lite"].close()
 
 
-def test_check_reports_a_database_that_is_not_postgresql(sqlite_alias: str) -> None:
+def test_sqlite_is_one_error_whose_hint_says_what_a_separate_database_costs(
+    sqlite_alias: str,
+) -> None:
     with override_settings(PGQUEUE={"DATABASE": sqlite_alias}):
-        (message,) = backend_with().check()
-    assert message.id == "django_pgqueue.E102"
-    assert "needs PostgreSQL, but PGQUEUE['DATABASE'] is sqlite ('lite')" in message.msg
+        assert backend_with().check() == []
+        (message,) = settings_errors()
+    assert message.id == "django_pgqueue.E002"
+    assert (
+        message.msg == "django-pgqueue needs PostgreSQL, but PGQUEUE['DATABASE'] = 'lite' is sqlite"
+    )
+    assert message.hint.startswith("Use PostgreSQL for the database your application writes to")
+    assert "every job commits on its own, apart from your data" in message.hint
+
+
+class ToLite:
+    """A router that sends every write (the job table's too) to the SQLite alias."""
+
+    def db_for_write(self, model: type, **hints: Any) -> str:
+        return "lite"
+
+
+def test_the_routers_choice_is_checked_when_database_is_unset(sqlite_alias: str) -> None:
+    with override_settings(DATABASE_ROUTERS=[f"{__name__}.ToLite"]):
+        (message,) = settings_errors()
+    assert message.msg == (
+        "django-pgqueue needs PostgreSQL, but the database the routers pick for jobs "
+        "(db_for_write), 'lite', is sqlite"
+    )
 
 
 def test_djangos_check_framework_runs_ours_for_every_alias() -> None:

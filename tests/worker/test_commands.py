@@ -112,7 +112,7 @@ def test_reapjobs_prints_what_it_returned_and_buried() -> None:
     time.sleep(0.05)
     out = io.StringIO()
     call_command("reapjobs", stdout=out)
-    assert out.getvalue() == "returned 1 jobs to the queue, buried 1\n"
+    assert out.getvalue() == "returned 1 job to the queue, buried 1\n"
     assert status_counts() == {"queued": 1, "dead": 1}
 
 

@@ -55,7 +55,7 @@ def test_queuestats_and_prunejobs_know_cancelled_jobs() -> None:
     } == {("cancelled", 1)}
     Job.objects.filter(pk=job.pk).update(done_at=timezone.now() - dt.timedelta(days=8))
     assert output("prunejobs", "--older-than", "7d", "--status", "cancelled") == (
-        "deleted 1 jobs (cancelled)\n"
+        "deleted 1 job (cancelled)\n"
     )
     assert status_counts() == {}
 

@@ -88,7 +88,7 @@ def test_jobs_buried_without_a_retry_are_logged_at_error_too() -> None:
         if status_counts() != {"dead": 2}:
             running.wait("recorded", 2)
     assert status_counts() == {"dead": 2}
-    for job, what in ((unknown, "UnknownTask"), (bad_value, "InvalidJobArguments")):
+    for job, what in ((unknown, "UnknownTask"), (bad_value, "TypeError: the return value")):
         (record,) = log.about(job.pk)
         assert record.levelno == logging.ERROR
         assert "buried dead: it cannot succeed by retrying: " in record.getMessage()

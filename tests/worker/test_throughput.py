@@ -17,8 +17,9 @@ from tests.worker.test_joblog import collected
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 LINE = re.compile(
-    r"throughput: (\d+) jobs in \d+s \([\d.]+/s\), 0 running; claims (\d+) \(avg [\d.]+ ms\), "
-    r"queue lag avg ([\d.]+)s, max ([\d.]+)s; totals: claimed 3, succeeded 3, buried 0"
+    r"throughput: (\d+) jobs in [\d.]+s \([\d.]+/s\): 3 succeeded, 0 retried, 0 buried; "
+    r"0 running; claims (\d+) \(avg [\d.]+ ms\), queue lag avg ([\d.]+)s, max ([\d.]+)s; "
+    r"totals: claimed 3, succeeded 3, retried 0, buried 0"
 )
 
 
@@ -40,4 +41,4 @@ def test_the_throughput_line_has_claim_latency_and_queue_lag() -> None:
     assert int(match[2]) >= 1
     assert 20 / 3 <= float(match[3]) < 20 / 3 + 2  # one job 20 s late, two on time
     assert 20 <= float(match[4]) < 22
-    assert lines[1].split("; ")[1].endswith("queue lag -")  # no job started in it
+    assert lines[1].split("; ")[2].endswith("queue lag -")  # no job started in it

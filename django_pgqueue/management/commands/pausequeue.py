@@ -22,7 +22,7 @@ class Command(PgQueueCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         for name in options["names"]:
-            if Job.objects.pause_queue(name, using=conf.get().DATABASE):
+            if Job.objects.pause_queue(name, using=conf.database()):
                 self.stdout.write(f"paused queue {name!r}")
             else:
                 self.stdout.write(f"queue {name!r} was paused already")

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from django_pgqueue import conf
+from django_pgqueue import conf, wording
 from django_pgqueue.management.arguments import (
     FINISHED_STATUSES,
     PgQueueCommand,
@@ -43,7 +43,7 @@ class Command(PgQueueCommand):
             statuses=options["status"],
             batch_size=options["batch_size"],
             dry_run=options["dry_run"],
-            using=conf.get().DATABASE,
+            using=conf.database(),
         )
         verb = "would delete" if options["dry_run"] else "deleted"
-        self.stdout.write(f"{verb} {count} jobs ({','.join(options['status'])})")
+        self.stdout.write(f"{verb} {wording.count(count, 'job')} ({','.join(options['status'])})")

@@ -48,7 +48,7 @@ class Command(PgQueueCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        alias = conf.get().DATABASE
+        alias = conf.database()
         if not options["check"] and (
             options["max_ready_age"] is not None or options["max_dead"] is not None
         ):

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.db import connections
 
-from django_pgqueue import conf
+from django_pgqueue import conf, wording
 from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.management.arguments import PgQueueCommand, positive_seconds
 from django_pgqueue.models import Job
@@ -30,22 +30,23 @@ class Command(PgQueueCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         settings = conf.get()
         interval = options["interval"] or settings.REAP_INTERVAL
+        alias = conf.database()
         while True:
             try:
-                result = Job.objects.reap(using=settings.DATABASE)
+                result = Job.objects.reap(using=alias)
             except Exception as exc:
                 if not options["loop"] or not is_transient(exc):
                     raise
                 # The database went away: a reaper that runs for ever waits for it.
                 self.stderr.write(f"reap failed, retrying in {interval:g}s: {first_line(exc)}")
                 with contextlib.suppress(Exception):
-                    connections[settings.DATABASE].close()
+                    connections[alias].close()
             else:
                 # Runs of jobs an operator had asked to stop end cancelled.
                 cancelled = f", cancelled {result.cancelled}" if result.cancelled else ""
                 self.stdout.write(
-                    f"returned {result.returned} jobs to the queue, buried {result.buried}"
-                    f"{cancelled}"
+                    f"returned {wording.count(result.returned, 'job')} to the queue, "
+                    f"buried {result.buried}{cancelled}"
                 )
                 if not options["loop"]:
                     return

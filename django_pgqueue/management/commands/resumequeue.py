@@ -19,7 +19,7 @@ class Command(PgQueueCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         for name in options["names"]:
-            if Job.objects.resume_queue(name, using=conf.get().DATABASE):
+            if Job.objects.resume_queue(name, using=conf.database()):
                 self.stdout.write(f"resumed queue {name!r}")
             else:
                 self.stdout.write(f"queue {name!r} was not paused")

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import logging
 import os
-import signal
 import sys
-import threading
-import time
 from importlib.util import find_spec
-from types import FrameType
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError, CommandParser
 
 from django_pgqueue import conf
+from django_pgqueue.jobdb import worker_in_transaction
 from django_pgqueue.management.arguments import (
     PgQueueCommand,
     non_negative_seconds,
@@ -26,77 +25,140 @@ from django_pgqueue.management.arguments import (
     queue_list,
     worker_id,
 )
+from django_pgqueue.management.process import ExitGuard, configure_logging, run_reloading
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.runner import Worker
-from django_pgqueue.worker.shutdown import MARGIN, URGENT
-from django_pgqueue.worker.waker import Waker
 
-VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+VERBOSITY_HELP = (
+    "What the worker logs. 0: warnings and errors only (rows it refuses, lost leases, "
+    "database trouble, jobs given back at shutdown). 1 (default): also the start banner "
+    "with the queues and the tasks, a throughput line every --stats-interval seconds, "
+    "each failed run, and the shutdown; Django's task-signal lines for failed runs. "
+    "2 and 3: also a line per job claimed and finished, and Django's line per run."
+)
+
+
+def _setting(key: str) -> str:
+    """``PGQUEUE['KEY'], now 10``: where an option's default comes from, and its value."""
+    try:
+        value = getattr(conf.get(), key)
+    except ImproperlyConfigured:  # --help still works; check() reports the settings
+        value = next(f.default for f in dataclasses.fields(conf.Settings) if f.name == key)
+    if value is None:
+        shown = "none"
+    elif isinstance(value, float):
+        shown = f"{value:g}"
+    elif isinstance(value, tuple):
+        shown = ",".join(value)
+    else:
+        shown = str(value)
+    return f"PGQUEUE['{key}'], now {shown}"
 
 
 class Command(PgQueueCommand):
-    help = "Claim and run jobs. Defaults come from settings.PGQUEUE."
+    help = (
+        "Claim and run jobs until SIGTERM or SIGINT (a second one gives the running jobs "
+        "back and exits at once). Defaults come from settings.PGQUEUE."
+    )
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        for action in parser._actions:
+            if action.dest == "verbosity":
+                action.help = VERBOSITY_HELP
+        return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
+        add = parser.add_argument
+        add(
             "--queues",
             type=queue_list,
-            help="Comma-separated queues to serve (default: PGQUEUE['QUEUES'], or every queue).",
+            help=f"Comma-separated queues to serve (default: {_setting('QUEUES')}; none "
+            "means every queue).",
         )
-        parser.add_argument("--concurrency", type=positive_int, help="Jobs run at once.")
-        parser.add_argument(
+        add(
+            "--concurrency",
+            type=positive_int,
+            help=f"Jobs run at once, one thread each (default: {_setting('CONCURRENCY')}).",
+        )
+        add(
             "--prefetch",
             type=prefetch,
             help="Jobs claimed ahead of free threads: auto (follows the jobs' durations, "
-            "none for long jobs) or a number (default: PGQUEUE['PREFETCH'], auto).",
+            f"none for long jobs) or a number (default: {_setting('PREFETCH')}).",
         )
-        parser.add_argument(
+        add(
             "--burst",
             action="store_true",
-            help="Exit once nothing is ready and none of this worker's jobs is running.",
+            help="Exit once nothing is ready and none of this worker's jobs is running "
+            "(default: off, run until stopped).",
         )
-        parser.add_argument("--max-jobs", type=positive_int, help="Exit after this many jobs.")
-        parser.add_argument("--lease", type=positive_seconds, help="Lease length in seconds.")
-        parser.add_argument(
+        add(
+            "--max-jobs",
+            type=positive_int,
+            help="Claim at most this many jobs, finish them and exit (default: unlimited).",
+        )
+        add(
+            "--lease",
+            type=positive_seconds,
+            help=f"Seconds a claim holds; renewed while the job runs (default: "
+            f"{_setting('LEASE')}).",
+        )
+        add(
             "--poll-interval",
             type=positive_seconds,
-            help="Longest idle sleep between polls, in seconds.",
+            help="Longest idle sleep between polls, in seconds "
+            f"(default: {_setting('POLL_INTERVAL')}).",
         )
-        parser.add_argument(
+        add(
             "--shutdown-timeout",
             type=non_negative_seconds,
-            help="Seconds running jobs get to finish after SIGTERM.",
+            help="Seconds running jobs get to finish after SIGTERM before they are given back "
+            f"(default: {_setting('SHUTDOWN_TIMEOUT')}).",
         )
-        parser.add_argument(
+        add(
             "--job-timeout",
             type=positive_seconds,
-            help="Seconds a job may run before it is recorded as failed.",
+            help="Seconds a job may run before it is recorded as failed "
+            f"(default: {_setting('JOB_TIMEOUT')}).",
         )
-        parser.add_argument(
-            "--worker-id", type=worker_id, help="Name in locked_by (default: host:pid:random)."
+        add(
+            "--worker-id",
+            type=worker_id,
+            help="Name stored in locked_by and worker_ids (default: host:pid:random).",
         )
-        parser.add_argument(
-            "--no-listen", action="store_true", help="Do not LISTEN for new jobs; poll only."
+        add(
+            "--no-listen",
+            action="store_true",
+            help="Do not LISTEN for new jobs; poll only "
+            f"(default: listen if {_setting('LISTEN_NOTIFY')}).",
         )
-        parser.add_argument(
+        add(
             "--stats-interval",
             type=positive_seconds,
-            help="Seconds between throughput lines (default 60).",
+            help="Seconds between throughput lines; a job running longer than this is named "
+            "in them (default: 60).",
         )
-        parser.add_argument(
+        add(
+            "--reload",
+            action="store_true",
+            help="Restart the worker when Python code changes, with Django's autoreloader as "
+            "runserver does; running jobs are given back at each restart. For development "
+            "only, never in production (default: off).",
+        )
+        add(
             "--metrics-port",
             type=port,
             help="Serve /metrics and /healthz on this port, 0 for any free one (default: "
-            "PGQUEUE['METRICS_PORT'], none). Needs the metrics extra (prometheus-client).",
+            f"{_setting('METRICS_PORT')}). Needs the metrics extra (prometheus-client).",
         )
-        parser.add_argument(
+        add(
             "--metrics-addr",
-            help="Address the metrics server listens on (default: PGQUEUE['METRICS_ADDR'], "
-            "127.0.0.1).",
+            help=f"Address the metrics server listens on (default: {_setting('METRICS_ADDR')}).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        self._configure_logging(options["verbosity"])
+        configure_logging(options["verbosity"])
         try:
             config = WorkerConfig.from_settings(
                 queues=options["queues"],
@@ -114,32 +176,43 @@ class Command(PgQueueCommand):
             )
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
-        worker = Worker(config)
-        exporter = serve_metrics(worker, options["metrics_port"], options["metrics_addr"])
-        exits = ExitGuard(worker)
-        exits.install()
-        try:
-            status = exits.status(worker.run())
-        finally:
-            if exporter is not None:
-                exporter.close()
-        if worker.ledger.running():
+        problem = worker_in_transaction(config.database)
+        if problem:  # call_command("runworker") inside a TestCase
+            raise CommandError(problem)
+        port, addr = options["metrics_port"], options["metrics_addr"]
+        if options["reload"]:
+
+            def build() -> Worker:  # in the reloading child, each time it starts
+                worker = Worker(config)
+                serve_metrics(worker, port, addr)  # closed as the child exits
+                return worker
+
+            status = run_reloading(build)
+            worker = None
+        else:
+            worker = Worker(config)
+            exporter = serve_metrics(worker, port, addr)
+            exits = ExitGuard(worker)
+            exits.install()
+            try:
+                status = exits.status(worker.run())
+            finally:
+                if exporter is not None:
+                    exporter.close()
+        if worker is None or worker.ledger.running():
             # A job thread is still inside an overrunning job, and its job was
             # given back: end the process now, not after interpreter teardown.
+            # (The reloading child's worker ran on a thread of its own: the same.)
             logging.shutdown()
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(status)
+        # The process ends now: spare it the interpreter's final collections of a heap
+        # this size (some 50 ms), so that a stopped worker is gone at once. atexit
+        # handlers and the normal teardown still run.
+        gc.freeze()
         if status:
             sys.exit(status)
-
-    def _configure_logging(self, verbosity: int) -> None:
-        logger = logging.getLogger("django_pgqueue")
-        logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.INFO))
-        if not logger.handlers and not logging.getLogger().handlers:
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-            logger.addHandler(handler)
 
 
 def serve_metrics(worker: Worker, port: int | None, addr: str | None) -> Any:
@@ -163,61 +236,3 @@ def serve_metrics(worker: Worker, port: int | None, addr: str | None) -> Any:
         return exporter.serve(worker, addr, port, prometheus_client.REGISTRY)
     except OSError as exc:
         raise CommandError(f"cannot serve metrics on {addr}:{port}: {exc}") from None
-
-
-class ExitGuard:
-    """SIGTERM/SIGINT for a worker process, and a bound on how long its exit takes.
-
-    The first signal asks the worker to stop (running jobs get the shutdown
-    timeout); the second makes it give them back within a second and exit with
-    128 + the signal number. The handlers only set attributes and write to the
-    worker's pipe (no locks, no logging: a handler can interrupt the main
-    thread inside either). A watchdog thread ends the process if the shutdown
-    overruns its bound anyway (a database call that hangs).
-    """
-
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.signalled: int | None = None
-        self.second: int | None = None
-        self._exit_by: float | None = None
-        self._bell = Waker()
-
-    def install(self) -> None:
-        signal.signal(signal.SIGTERM, self._handle)
-        signal.signal(signal.SIGINT, self._handle)
-        threading.Thread(target=self._watch, name="pgqueue-exit-watchdog", daemon=True).start()
-
-    def status(self, status: int) -> int:
-        return 128 + self.second if self.second is not None else status
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        now = time.monotonic()
-        if self.signalled is None:
-            self.signalled = signum
-            name = signal.Signals(signum).name
-            self.worker.stop_reason = (
-                f"{name}: finishing running jobs (up to "
-                f"{self.worker.config.shutdown_timeout:g}s), then exiting; send {name} again "
-                "to exit now (running jobs are given back first)"
-            )
-            self._exit_by = now + self.worker.config.shutdown_timeout + MARGIN + 2.0
-            self.worker.request_stop()
-        else:
-            self.second = signum
-            self._exit_by = min(self._exit_by or now, now) + URGENT + 1.0
-            self.worker.hurry()
-        self._bell.set()
-
-    def _watch(self) -> None:
-        while True:
-            exit_by = self._exit_by
-            self._bell.wait(3600.0 if exit_by is None else exit_by - time.monotonic())
-            self._bell.clear()
-            if self._exit_by is not None and time.monotonic() >= self._exit_by:
-                logging.getLogger("django_pgqueue").error(
-                    "shutdown overran its bound: exiting now; the reaper returns what was "
-                    "not given back once its lease expires"
-                )
-                logging.shutdown()
-                os._exit(self.status(1))

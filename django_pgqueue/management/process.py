@@ -1,0 +1,206 @@
+"""The worker as a process: its logging, its signals and exit bound, and ``--reload``.
+
+:func:`configure_logging` gives the worker's lines, and Django's Tasks-framework
+signal lines, one timestamped format on stderr when the project has configured
+no handler; :class:`ExitGuard` turns SIGTERM/SIGINT into a graceful, then an
+urgent, stop with a bounded exit; :func:`run_reloading` runs the worker in a child
+process that Django's autoreloader restarts when code changes (development only).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from django.utils import autoreload
+
+from django_pgqueue.worker.runner import Worker
+from django_pgqueue.worker.shutdown import MARGIN, URGENT
+from django_pgqueue.worker.waker import Waker
+
+logger = logging.getLogger("django_pgqueue")
+
+#: Our logger's level by ``-v``: 0 warnings and errors (failed runs among them), 1 the
+#: banner and throughput too, 2 and 3 a line per job too.
+LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+#: Django's task-signal lines by ``-v`` (a run's start and end at INFO, a failed run at
+#: ERROR with its traceback): none at 0, failed runs at 1, every run from 2.
+FRAMEWORK_LEVELS = {0: logging.CRITICAL + 1, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
+FORMAT = "%(asctime)s %(levelname)s %(message)s"
+#: The exit status that makes the reloading parent start the worker again.
+RESTART = 3
+
+
+def _framework_logger() -> str | None:
+    try:
+        from django_pgqueue.backend.compat import TASKS_LOGGER
+    except ImportError:  # neither django.tasks nor the backport: no such lines
+        return None
+    return TASKS_LOGGER
+
+
+def configure_logging(verbosity: int) -> bool:
+    """Set the level ``-v`` asks for; with no handler configured (on our logger or the
+    root), log to stderr in one format, Django's task-signal lines included. Returns
+    whether the worker configured the handlers."""
+    ours = logging.getLogger("django_pgqueue")
+    ours.setLevel(LEVELS.get(verbosity, logging.INFO))
+    if ours.handlers or logging.getLogger().handlers:
+        return False  # the project's LOGGING decides where (and how) lines go
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(FORMAT))
+    ours.addHandler(handler)
+    name = _framework_logger()
+    framework = logging.getLogger(name) if name else None
+    if framework is not None and not framework.handlers:
+        framework.addHandler(handler)
+        framework.setLevel(FRAMEWORK_LEVELS.get(verbosity, logging.WARNING))
+        # Not also through Django's own "django" console handler, in another format.
+        framework.propagate = False
+    return True
+
+
+class ExitGuard:
+    """SIGTERM/SIGINT for a worker process, and a bound on how long its exit takes.
+
+    The first signal asks the worker to stop (running jobs get the shutdown
+    timeout); the second makes it give them back within a second and exit with
+    128 + the signal number. The handlers only set attributes and write to the
+    worker's pipe (no locks, no logging: a handler can interrupt the main
+    thread inside either). A watchdog thread ends the process if the shutdown
+    overruns its bound anyway (a database call that hangs).
+    """
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.signalled: int | None = None
+        self.second: int | None = None
+        self._exit_by: float | None = None
+        self._bell = Waker()
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+        threading.Thread(target=self._watch, name="pgqueue-exit-watchdog", daemon=True).start()
+
+    def status(self, status: int) -> int:
+        return 128 + self.second if self.second is not None else status
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if self.signalled is None:
+            self.signalled = signum
+            name = signal.Signals(signum).name
+            self.worker.stop_reason = (
+                f"{name}: finishing running jobs (up to "
+                f"{self.worker.config.shutdown_timeout:g}s), then exiting; send {name} again "
+                "to exit now (running jobs are given back first)"
+            )
+            self._exit_by = now + self.worker.config.shutdown_timeout + MARGIN + 2.0
+            self.worker.request_stop()
+        else:
+            self.second = signum
+            self._exit_by = min(self._exit_by or now, now) + URGENT + 1.0
+            self.worker.hurry()
+        self._bell.set()
+
+    def _watch(self) -> None:
+        while True:
+            exit_by = self._exit_by
+            self._bell.wait(3600.0 if exit_by is None else exit_by - time.monotonic())
+            self._bell.clear()
+            if self._exit_by is not None and time.monotonic() >= self._exit_by:
+                logger.error(
+                    "shutdown overran its bound: exiting now; the reaper returns what was "
+                    "not given back once its lease expires"
+                )
+                logging.shutdown()
+                os._exit(self.status(1))
+
+
+def run_reloading(build: Callable[[], Worker]) -> int:
+    """``runworker --reload``: a parent process that starts the worker in a child and
+    starts it again each time the child exits because code changed.
+
+    Django's autoreloader (the one ``runserver`` uses) watches the child's modules.
+    On a change the worker gives its running jobs back at once, as on a second
+    signal, and the child exits for the parent to start a fresh one. Signals:
+    Ctrl-C reaches both processes (the parent leaves it to the child), SIGTERM to
+    the parent is passed on to the child; the child stops as a worker does.
+    """
+    if os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) == "true":
+        return _reloading_child(build)
+    return _reloading_parent()
+
+
+def _reloading_parent() -> int:
+    env = {**os.environ, autoreload.DJANGO_AUTORELOAD_ENV: "true"}
+    child: subprocess.Popen[bytes] | None = None
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends it to the child too
+    while True:
+        child = subprocess.Popen(autoreload.get_child_arguments(), env=env, close_fds=False)
+        status = child.wait()
+        if status != RESTART:
+            return 128 - status if status < 0 else status  # killed by a signal: 128 + its number
+
+
+def _reloading_child(build: Callable[[], Worker]) -> int:
+    worker = build()
+    guard = ExitGuard(worker)
+    guard.install()  # on the main thread, which watches the files below
+    reloader = autoreload.get_reloader()
+    changed: list[str] = []
+
+    def code_changed(sender: Any, file_path: Any, **kwargs: Any) -> bool:
+        if not changed:
+            changed.append(str(file_path))
+            worker.stop_reason = f"{file_path} changed: restarting (running jobs are given back)"
+            worker.hurry()
+        return True  # not Django's immediate exit: the worker stops first, then we restart
+
+    autoreload.file_changed.connect(code_changed, weak=False)
+    statuses: list[int] = []
+
+    def run() -> None:
+        try:
+            statuses.append(worker.run())
+        finally:
+            reloader.stop()
+
+    thread = threading.Thread(target=run, name="pgqueue-worker", daemon=True)
+    thread.start()
+    threading.Thread(
+        target=_stop_when_orphaned, args=(worker, thread), name="pgqueue-parent-watch", daemon=True
+    ).start()
+    logger.info("watching for code changes with %s (runworker --reload)", type(reloader).__name__)
+    reloader.run(thread)
+    thread.join()
+    if changed and guard.signalled is None:
+        return RESTART
+    return guard.status(statuses[0] if statuses else 1)
+
+
+def _stop_when_orphaned(worker: Worker, running: threading.Thread) -> None:
+    """A reloading child whose parent died (SIGKILL) stops too, giving its jobs back,
+    rather than run on with nobody to stop it."""
+    parent = os.getppid()
+    while running.is_alive():
+        if os.getppid() != parent:
+            worker.stop_reason = "the reloading parent process is gone: stopping"
+            worker.hurry()
+            return
+        running.join(0.5)

@@ -1,0 +1,29 @@
+"""How counts and durations are written in every message: one rule, one home.
+
+``count(1, "job")`` is ``1 job``, never ``1 jobs``; ``duration(200)`` is
+``3 min 20 s``. The worker's log lines, the commands' output and the admin use them.
+"""
+
+from __future__ import annotations
+
+_UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+
+
+def count(number: int, noun: str, plural: str | None = None) -> str:
+    """``1 job``, ``0 jobs``, ``3 jobs`` (``plural`` for nouns that take more than an s)."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
+def duration(seconds: float) -> str:
+    """A short human duration with at most two units: ``45 s``, ``3 min 20 s``, ``2 d 4 h``."""
+    left = max(0, int(seconds))
+    parts: list[str] = []
+    for unit, size in _UNITS:
+        if left >= size or (unit == "s" and not parts):
+            parts.append(f"{left // size} {unit}")
+            left %= size
+        elif parts:
+            break  # "2 h 0 min 5 s" reads worse than "2 h"
+        if len(parts) == 2:
+            break
+    return " ".join(parts)

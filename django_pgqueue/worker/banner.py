@@ -1,0 +1,95 @@
+"""What a worker says when it starts: its settings, the queues it serves and the tasks
+it may run (as Celery's ``[tasks]`` does), and a warning for a queue nobody uses.
+
+A worker serving ``--queues emials`` while jobs wait in ``emails`` would otherwise
+idle without a word. A served queue is *known* when a ``TASKS`` backend of ours
+lists it, a registered task uses it, it is the default queue, or a job waits in
+it; for any other the worker warns, with the known names that look alike.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings as django_settings
+
+from django_pgqueue import conf, registry, wording
+from django_pgqueue.dberrors import first_line
+from django_pgqueue.models import Job
+from django_pgqueue.worker.config import WorkerConfig
+
+logger = logging.getLogger("django_pgqueue")
+
+BACKEND_PATHS = (
+    "django_pgqueue.backend.PgQueueBackend",
+    "django_pgqueue.backend.core.PgQueueBackend",
+)
+
+
+def task_queue(target: Any) -> str | None:
+    """The queue a registered task's jobs go to by default, if it says."""
+    queue = getattr(target, "queue_name", None)  # a Tasks-framework Task
+    if queue is None and isinstance(getattr(target, "options", None), dict):
+        queue = target.options.get("queue", conf.get().DEFAULT_QUEUE)  # @django_pgqueue.task
+    return queue if isinstance(queue, str) else None
+
+
+def banner(config: WorkerConfig) -> str:
+    """The start lines: the settings, then ``[queues]`` and ``[tasks]``."""
+    tasks = registry.runnables()
+    lines = [f"starting {config.describe()}", "[queues]"]
+    if config.queues:
+        lines += [f"  . {queue}" for queue in config.queues]
+    else:
+        lines.append("  . every queue (--queues not given)")
+    lines.append(f"[tasks] {wording.count(len(tasks), 'task')}")
+    for path, runnable in tasks.items():
+        queue = task_queue(runnable.target)
+        lines.append(f"  . {path}" + (f"  (queue {queue})" if queue else ""))
+    if not tasks:
+        lines.append("  (none found: tasks live in an installed app's tasks.py)")
+    return "\n".join(lines)
+
+
+def configured_queues() -> set[str]:
+    """Queue names the settings give: TASKS["QUEUES"] of our backends, the default queue."""
+    names = {conf.get().DEFAULT_QUEUE}
+    for params in getattr(django_settings, "TASKS", {}).values():
+        if isinstance(params, dict) and params.get("BACKEND") in BACKEND_PATHS:
+            names.update(q for q in params.get("QUEUES", ["default"]) if isinstance(q, str))
+    return names
+
+
+def _waiting(queues: Iterable[str], alias: str) -> set[str]:
+    """Which of ``queues`` have a queued job (one index probe each)."""
+    return {q for q in queues if Job.objects.using(alias).queued().filter(queue=q).exists()}
+
+
+def warn_unknown_queues(config: WorkerConfig) -> list[str]:
+    """Warn for each served queue that nothing names; returns those queues."""
+    if not config.queues:
+        return []
+    known = configured_queues()
+    known.update(
+        q for r in registry.runnables().values() if (q := task_queue(r.target)) is not None
+    )
+    unknown = [q for q in config.queues if q not in known]
+    if unknown:
+        try:
+            waiting = _waiting(unknown, config.database)
+        except Exception as exc:  # the database is not there yet: the claim loop waits for it
+            logger.debug("could not look for jobs in %s: %s", unknown, first_line(exc))
+            waiting = set(unknown)
+        unknown = [q for q in unknown if q not in waiting]
+    for queue in unknown:
+        alike = difflib.get_close_matches(queue, sorted(known), n=3)
+        logger.warning(
+            "queue %r is in no TASKS['QUEUES'], is used by no registered task and has no "
+            "queued job: this worker may wait for ever%s",
+            queue,
+            f" (did you mean {' or '.join(map(repr, alike))}?)" if alike else "",
+        )
+    return unknown

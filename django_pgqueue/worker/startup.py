@@ -1,0 +1,59 @@
+"""What a worker checks before it claims anything.
+
+Each check that fails is one line and exit status 1, before any job is touched:
+the worker inside an open transaction (a ``TestCase``), the job table's
+migrations not applied, the worker id held by another live worker. A database
+that cannot be reached yet is no reason not to start: the claim loop waits for
+it. Tasks are discovered here too, so that the banner can list them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import connections
+from django.db.migrations.executor import MigrationExecutor
+
+from django_pgqueue import registry
+from django_pgqueue.dberrors import first_line, is_transient
+from django_pgqueue.jobdb import worker_in_transaction
+from django_pgqueue.worker.services import reset_connection
+from django_pgqueue.worker.session import WorkerSession, open_at_start
+
+logger = logging.getLogger("django_pgqueue")
+
+
+def start_problem(database: str, session: WorkerSession) -> tuple[str | None, bool]:
+    """(why the worker must not start, or None; whether it has a session connection)."""
+    problem = worker_in_transaction(database)
+    if problem:  # its claims would see rows its threads cannot (a TestCase)
+        return problem, False
+    registry.discover()
+    problem = schema_problem_at_start(database)
+    if problem:
+        return problem, False
+    return open_at_start(session, database)
+
+
+def schema_problem_at_start(alias: str) -> str | None:
+    """One line if django_pgqueue's migrations are not all applied to ``alias``."""
+    try:
+        executor = MigrationExecutor(connections[alias])
+        targets = [
+            node for node in executor.loader.graph.leaf_nodes() if node[0] == "django_pgqueue"
+        ]
+        plan = executor.migration_plan(targets)
+    except Exception as exc:
+        if is_transient(exc):  # the claim loop waits for the database
+            logger.warning("cannot check the migrations yet: %s", first_line(exc))
+            return None
+        raise
+    finally:
+        reset_connection(alias)  # this thread's connection starts fresh for the claim loop
+    if not plan:
+        return None
+    names = ", ".join(migration.name for migration, _ in plan)
+    return (
+        f"django_pgqueue's migrations are not all applied to database {alias!r} "
+        f"({names}): run `manage.py migrate`"
+    )

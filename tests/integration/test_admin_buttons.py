@@ -1,0 +1,122 @@
+"""Retry and Cancel on the job page: offered where they apply, the list action's
+permission, messages and log entries; and every moment on the page with seconds."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth.models import User
+from django.test import Client
+
+from django_pgqueue.models import Job
+from tests.integration.test_admin import URL, jobs, staff_client  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MOMENT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[ \xa0]UTC")  # no break in the list
+
+
+def page(client: Client, job: Job) -> str:
+    response = client.get(f"{URL}{job.pk}/change/")
+    assert response.status_code == 200
+    return str(response.content.decode())
+
+
+def press(client: Client, job: Job, button: str, **data: str) -> list[str]:
+    response = client.post(f"{URL}{job.pk}/{button}/", data, follow=True)
+    assert response.status_code == 200
+    assert response.redirect_chain[-1][0] == f"{URL}{job.pk}/change/"
+    return [str(message) for message in response.context["messages"]]
+
+
+def test_each_page_offers_the_buttons_that_apply(
+    admin_client: Client,
+    jobs: dict[str, Job],  # noqa: F811
+) -> None:
+    offered = {
+        name: (
+            'name="pgqueue_retry"' in page(admin_client, job),
+            'name="pgqueue_cancel"' in page(admin_client, job),
+        )
+        for name, job in jobs.items()
+    }
+    assert offered == {
+        "dead": (True, False),
+        "waiting": (True, True),  # queued for a later run_at: retry runs it now
+        "ready": (False, True),
+        "running": (False, True),  # cancel asks it to stop
+        "done": (False, False),
+    }
+
+
+def test_retry_button_is_the_list_action_for_one_job(
+    admin_client: Client,
+    admin_user: User,
+    jobs: dict[str, Job],  # noqa: F811
+) -> None:
+    dead = jobs["dead"]
+    assert press(admin_client, dead, "retry") == ["Retried 1 job: queued now, attempts reset."]
+    row = Job.objects.get(pk=dead.pk)
+    assert (row.status, row.attempts) == ("queued", 0)
+    assert list(
+        LogEntry.objects.values_list("user_id", "object_id", "action_flag", "change_message")
+    ) == [(admin_user.pk, str(dead.pk), CHANGE, "Retried: queued now, attempts reset.")]
+    # Pressed again (a second tab), it changes nothing and says why.
+    assert press(admin_client, dead, "retry") == [
+        "Skipped 1 job that cannot be retried (only dead and cancelled jobs, and queued jobs "
+        "waiting for a later run_at, can be; one whose unique_key is live again cannot): "
+        f"#{dead.pk} queued."
+    ]
+
+
+def test_cancel_button_records_the_reason_and_who(
+    admin_client: Client,
+    jobs: dict[str, Job],  # noqa: F811
+) -> None:
+    ready = jobs["ready"]
+    assert press(admin_client, ready, "cancel", reason="duplicate order") == [
+        "Cancelled 1 job: duplicate order (by admin in the admin)."
+    ]
+    row = Job.objects.get(pk=ready.pk)
+    assert (row.status, row.last_error) == (
+        "cancelled",
+        "Cancelled: duplicate order (by admin in the admin)",
+    )
+    assert list(LogEntry.objects.values_list("object_id", "change_message")) == [
+        (str(ready.pk), "Cancelled: duplicate order (by admin in the admin)")
+    ]
+
+
+def test_the_buttons_need_the_actions_permissions_and_a_post(
+    jobs: dict[str, Job],  # noqa: F811
+) -> None:
+    viewer = staff_client("viewer", "view_job")
+    dead, ready = jobs["dead"], jobs["ready"]
+    html = page(viewer, dead)
+    assert 'name="pgqueue_retry"' not in html
+    assert viewer.post(f"{URL}{dead.pk}/retry/").status_code == 403
+    assert viewer.post(f"{URL}{ready.pk}/cancel/").status_code == 403
+    retrier = staff_client("retrier", "view_job", "retry_job")
+    assert 'name="pgqueue_retry"' in page(retrier, dead)
+    assert 'name="pgqueue_cancel"' not in page(retrier, ready)
+    assert retrier.get(f"{URL}{dead.pk}/retry/").status_code == 405  # a link cannot retry
+    assert retrier.post(f"{URL}{ready.pk}/cancel/").status_code == 403
+    assert Job.objects.get(pk=dead.pk).status == "dead"
+    assert Job.objects.get(pk=ready.pk).status == "queued"
+    assert not LogEntry.objects.exists()
+
+
+def test_every_moment_on_the_page_has_seconds_in_one_format(
+    admin_client: Client,
+    jobs: dict[str, Job],  # noqa: F811
+) -> None:
+    html = page(admin_client, jobs["dead"])
+    timing = html[html.index("Timing") : html.index("Call")]
+    assert len(MOMENT.findall(timing)) == 5  # created, run at, started, attempted, done
+    assert re.search(r"<strong>Attempt 1</strong> at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", html)
+    running = page(admin_client, jobs["running"])
+    lease = running[running.index("Lease") : running.index("Call")]
+    assert len(MOMENT.findall(lease)) == 1  # locked until
+    assert not re.search(r"\b(a\.m\.|p\.m\.)", html)  # Django's own format is gone

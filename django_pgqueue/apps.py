@@ -12,6 +12,7 @@ class PgQueueConfig(AppConfig):
         from importlib.util import find_spec
 
         from django_pgqueue import checks  # noqa: F401  (registers the system checks)
+        from django_pgqueue.periodic import checks as periodic_checks  # noqa: F401
 
         # Workers run django.tasks Tasks (or the backport's) only when one is installed.
         if find_spec("django.tasks") is not None or find_spec("django_tasks") is not None:

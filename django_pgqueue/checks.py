@@ -1,5 +1,6 @@
-"""System checks, ids ``django_pgqueue.E00x`` (errors) and ``W00x`` (warnings); the
-database rule the Tasks backend's E102 shares (see ``django_pgqueue.backend.checks``)."""
+"""System checks, ids ``django_pgqueue.E00x`` (errors) and ``W00x`` (warnings; E010 is
+``periodic.checks``'); the database rule the Tasks backend's E102 shares (see
+``django_pgqueue.backend.checks``)."""
 
 from __future__ import annotations
 

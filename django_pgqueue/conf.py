@@ -18,6 +18,7 @@ from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS, router
 
 from django_pgqueue import validation
+from django_pgqueue.periodic import spec as periodic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +87,9 @@ class Settings:
     METRICS_ADDR: str = "127.0.0.1"
     #: Seconds between recomputations of the queue gauges (one worker at a time).
     METRICS_REFRESH_INTERVAL: float = 15.0
+    #: Periodic jobs: schedule name to ``{"task": ..., "cron": ... or "every": ...}``
+    #: (see docs/periodic.md); every worker enqueues their ticks, each exactly once.
+    PERIODIC: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -100,6 +104,11 @@ class Settings:
     @property
     def heartbeat_interval(self) -> float:
         return self.HEARTBEAT_INTERVAL or self.LEASE / 3
+
+    @property
+    def schedules(self) -> tuple[periodic.ScheduleSpec, ...]:
+        """PERIODIC's entries, checked (they were when the settings were read)."""
+        return periodic.parse_all(self.PERIODIC)
 
 
 def valid_port(value: Any) -> bool:
@@ -187,6 +196,8 @@ def _check(key: str, value: Any) -> None:
         raise _fail(key, value, "None or a port number, 0 to 65535 (0 picks a free port)")
     elif key == "DATABASE" and value is not None and (not isinstance(value, str) or not value):
         raise _fail(key, value, "None or a non-empty database alias")
+    elif key == "PERIODIC":
+        periodic.parse_all(value)  # InvalidSchedule (ImproperlyConfigured) names the entry
     elif key == "TASK_MODULES" and (
         not isinstance(value, tuple)
         or not all(

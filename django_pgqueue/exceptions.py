@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
+
 
 class PgQueueError(Exception):
     """Base class of every error django-pgqueue raises on purpose."""
@@ -30,3 +32,8 @@ class WorkerIdInUse(PgQueueError):
 
 class TooManySnoozes(PgQueueError):
     """A job snoozed more often than ``PGQUEUE["MAX_SNOOZES"]`` allows; it is buried."""
+
+
+class InvalidSchedule(PgQueueError, ImproperlyConfigured):
+    """An entry of ``PGQUEUE["PERIODIC"]`` that cannot run (the message names it), or a
+    schedule name that no schedule has."""

@@ -19,6 +19,8 @@ from django.utils import timezone
 
 from django_pgqueue import schema
 from django_pgqueue.monitoring.models import QueueGauge, RegisteredWorker
+from django_pgqueue.periodic.models import Schedule
+from django_pgqueue.periodic.spec import MAX_NAME as MAX_SCHEDULE_NAME
 from django_pgqueue.queue import enqueue
 from django_pgqueue.queue.enqueue import Inserted
 from django_pgqueue.queue.manager import QueueOperations
@@ -37,6 +39,7 @@ __all__ = [
     "Queue",
     "QueueGauge",
     "RegisteredWorker",
+    "Schedule",
 ]
 
 
@@ -221,6 +224,13 @@ class Job(models.Model):
     )
     cancel_reason = models.TextField(
         blank=True, default="", db_default="", help_text="The reason given with the request."
+    )
+    schedule = models.CharField(
+        max_length=MAX_SCHEDULE_NAME,
+        null=True,
+        blank=True,
+        help_text="The periodic schedule (PGQUEUE['PERIODIC']) whose tick enqueued it; "
+        "its run_at is the tick.",
     )
     snoozes = models.IntegerField(
         default=0,

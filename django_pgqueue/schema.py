@@ -53,6 +53,14 @@ INDEXES: list[models.Index] = [
         name="pgqueue_job_dead",
         condition=Q(status=JobStatus.DEAD),
     ),
+    # The jobs of one schedule (the admin's link from a schedule), newest first;
+    # only the jobs that schedules enqueued are in it.
+    models.Index(
+        "schedule",
+        models.F("id").desc(),
+        name="pgqueue_job_schedule",
+        condition=Q(schedule__isnull=False),
+    ),
     # Pruning and the admin's "finished" views read finished rows by age.
     models.Index(
         fields=["done_at"],

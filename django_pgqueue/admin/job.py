@@ -30,6 +30,7 @@ from django_pgqueue.admin.changelist import (
     TaskFilter,
     request_stats,
 )
+from django_pgqueue.admin.schedules import ScheduleFilter
 from django_pgqueue.admin.summary import STATUSES, summarise
 from django_pgqueue.models import Job, Queue
 from django_pgqueue.records import FINISHED
@@ -55,7 +56,7 @@ class JobAdmin(_ModelAdmin):
         "error_excerpt",
     )
     list_display_links = ("id", "task_path")
-    list_filter = ("status", QueueFilter, TaskFilter, workers.WorkerFilter)
+    list_filter = ("status", QueueFilter, TaskFilter, workers.WorkerFilter, ScheduleFilter)
     # A number is looked up as an id alone (get_search_results); other terms match
     # part of the task path or a whole unique_key ("=" would compare UPPER() texts).
     search_fields = ("task", "unique_key__exact")
@@ -84,6 +85,7 @@ class JobAdmin(_ModelAdmin):
                     "snoozes",
                     "unique_key",
                     "concurrency_key",
+                    "schedule",
                 )
             },
         ),

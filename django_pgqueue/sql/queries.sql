@@ -732,3 +732,89 @@ WHERE status IN ('done', 'dead', 'cancelled') AND done_at > now() - make_interva
   AND status = 'dead'
 GROUP BY queue
 ORDER BY queue;
+
+-- name: schedules_sync
+-- The schedules a worker's settings declare (PGQUEUE["PERIODIC"]), written when its
+-- scheduler starts: a new one is added, enabled and never ticked; a known one takes
+-- the settings' task, expression and time zone (its enabled switch and its last
+-- tick stay); one the settings no longer name is marked not configured, and its row
+-- and its jobs stay for people to read. In name order, as every worker writes them.
+WITH declared AS (
+    SELECT name, task, expression, timezone
+    FROM unnest(%(names)s::text[], %(tasks)s::text[], %(expressions)s::text[],
+                %(timezones)s::text[]) AS d (name, task, expression, timezone)
+    ORDER BY name
+),
+upserted AS (
+    INSERT INTO pgqueue_schedule AS s (
+        name, task, expression, timezone, enabled, configured, ticks, created_at, updated_at
+    )
+    SELECT name, task, expression, timezone, true, true, 0, now(), now() FROM declared
+    ON CONFLICT (name) DO UPDATE
+    SET task = EXCLUDED.task, expression = EXCLUDED.expression, timezone = EXCLUDED.timezone,
+        configured = true,
+        updated_at = CASE
+            WHEN (s.task, s.expression, s.timezone, s.configured)
+                 IS DISTINCT FROM (EXCLUDED.task, EXCLUDED.expression, EXCLUDED.timezone, true)
+            THEN now() ELSE s.updated_at END
+    RETURNING s.name, s.enabled, s.last_tick, s.created_at
+),
+removed AS (
+    UPDATE pgqueue_schedule
+    SET configured = false, updated_at = now()
+    WHERE configured AND name <> ALL (%(names)s::text[])
+    RETURNING name
+)
+SELECT name, enabled, last_tick, created_at, now() AS now,
+       (SELECT count(*) FROM removed) AS removed
+FROM upserted
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, now(), (SELECT count(*) FROM removed)
+WHERE NOT EXISTS (SELECT FROM declared);
+
+-- name: schedule_tick
+-- One tick of a schedule, enqueued once across every worker and host. The
+-- compare-and-set on last_tick and the job's insert are one statement: both
+-- happen or neither, so a worker that dies cannot leave a tick marked and its job
+-- missing. A second worker with the same tick waits on the first one's row lock,
+-- then finds last_tick already there and inserts nothing. Only an enabled schedule
+-- that still has the definition this worker started with takes a tick. The job's
+-- run_at is the tick, so every job says which tick it belongs to. A live job
+-- holding the task's unique_key makes the tick enqueue nothing: the tick is
+-- taken, its id comes back NULL, and last_job_id names no job.
+WITH ticked AS (
+    UPDATE pgqueue_schedule
+    SET last_tick = %(tick)s::timestamptz,
+        last_job_id = nextval(pg_get_serial_sequence('pgqueue_job', 'id')),
+        ticks = ticks + 1
+    WHERE name = %(name)s::text AND enabled AND configured
+      AND task = %(task)s::text AND expression = %(expression)s::text
+      AND timezone = %(timezone)s::text
+      AND (last_tick IS NULL OR last_tick < %(tick)s::timestamptz)
+    RETURNING last_job_id
+),
+inserted AS (
+    INSERT INTO pgqueue_job (
+        id, task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
+        last_error, errors, worker_ids, unique_key, concurrency_key, backoff, retry_policy,
+        schedule
+    )
+    SELECT t.last_job_id, %(job_task)s::text, %(args)s::jsonb, %(kwargs)s::jsonb, %(queue)s::text,
+           %(priority)s::int, 'queued', 0, %(max_attempts)s::int, %(tick)s::timestamptz,
+           '', '[]', '[]', %(unique_key)s::text, %(concurrency_key)s::text, %(backoff)s::float8,
+           %(retry_policy)s::jsonb, %(name)s::text
+    FROM ticked AS t
+    ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
+    DO NOTHING
+    RETURNING id, queue
+)
+SELECT (SELECT count(*) FROM ticked) AS ticked, i.id,
+       (SELECT pg_notify(%(channel)s::text, i.queue) WHERE %(notify)s::bool) IS NULL AS notified
+FROM (SELECT 1) AS one
+LEFT JOIN inserted AS i ON true;
+
+-- name: schedulers_up_since
+-- Since when a worker has been up without a break, as far as the registry can
+-- tell: the start of the oldest worker still alive. Ticks after it were due while
+-- some scheduler ran, so none of them counts as missed.
+SELECT min(started_at) AS since, now() AS now FROM pgqueue_worker WHERE alive_until >= now();

@@ -6,7 +6,9 @@ settled run's new job status, None for one the fence refused), ``heartbeat(kept,
 lost)``, ``cancel_requested(job, reason)`` (the worker told a running job to stop),
 ``listening()``, ``idle()``, ``reaped(result)``, ``polled(seconds, jobs)`` (every
 claim statement: how long it took and how many jobs it took), ``released(keys)``
-(runs a stopping worker gave back), ``stopping(reason)`` and ``stopped(status)``.
+(runs a stopping worker gave back), ``scheduled(schedule, tick, job_id)`` (this
+worker's scheduler took a tick; ``job_id`` is None when a live job held the task's
+unique key), ``stopping(reason)`` and ``stopped(status)``.
 A subscriber is called in the thread that emits, so it must be quick; one that
 raises is logged and does not disturb the worker. With no subscriber an event
 costs one dictionary lookup.
@@ -34,6 +36,7 @@ NAMES = frozenset(
         "reaped",
         "polled",
         "released",
+        "scheduled",
         "stopping",
         "stopped",
     }

@@ -18,6 +18,7 @@ from django_pgqueue.control import RunningJob
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
 from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
+from django_pgqueue.periodic.scheduler import scheduler_thread
 from django_pgqueue.queue.claims import batch_size
 from django_pgqueue.records import ClaimedJob, Outcome, Success
 from django_pgqueue.worker import shutdown
@@ -96,6 +97,7 @@ class Worker:
             # Asked to stop one of our jobs: renew now, which tells the job.
             on_abort=lambda: self.heartbeat.hurry("heartbeat"),
         )
+        self.scheduler = scheduler_thread(config, supervision, self.events)
         self.housekeeping = Housekeeping(config, self.ledger, self.events)
         self.presence = Presence(config, self.ledger, self.events)
         self.maintenance = Timers(
@@ -147,7 +149,8 @@ class Worker:
             self.listener = None  # behind a pooler without LISTEN_DATABASE: poll
         logger.info("%s", banner(self.config))
         warn_unknown_queues(self.config)
-        for thread in (self.completer, self.maintenance, self.heartbeat, self.listener):
+        threads = (self.completer, self.maintenance, self.heartbeat, self.listener, self.scheduler)
+        for thread in threads:
             if thread is not None:
                 thread.start()
         self.pool.start()

@@ -31,7 +31,7 @@ from django_pgqueue.worker.executor import failure, policy_for
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.pool import JobPool
-from django_pgqueue.worker.services import Timers, reset_connection
+from django_pgqueue.worker.services import ServiceThread, Timers, reset_connection
 from django_pgqueue.worker.waker import Waker
 
 logger = logging.getLogger("django_pgqueue")
@@ -63,6 +63,9 @@ class Stopping(Protocol):
     stop_reason: str
     urgent_since: float | None
 
+    @property
+    def scheduler(self) -> ServiceThread | None: ...
+
 
 class Shutdown:
     def __init__(self, worker: Stopping) -> None:
@@ -86,8 +89,9 @@ class Shutdown:
         reason = w.fatal_reason or w.stop_reason
         logger.info("%s", reason)
         w.events.emit("stopping", reason=reason)
-        if w.listener:
-            w.listener.stop()
+        for early in (w.listener, w.scheduler):  # no new work, here or for others
+            if early is not None:
+                early.stop()
         waiting = w.pool.take_waiting()
         if waiting:
             w.ledger.forget(waiting)
@@ -98,9 +102,15 @@ class Shutdown:
         for thread in (w.listener, w.maintenance, w.completer):
             if thread is not None:
                 thread.stop()
-        for thread in (w.listener, w.maintenance, w.completer):
-            if thread is not None:
-                thread.join(max(0.0, min(2.0, self.hard_deadline - time.monotonic())))
+        threads: tuple[ServiceThread | None, ...] = (
+            w.listener,
+            w.scheduler,
+            w.maintenance,
+            w.completer,
+        )
+        for service in threads:
+            if service is not None:
+                service.join(max(0.0, min(2.0, self.hard_deadline - time.monotonic())))
         if unwritten:
             logger.error(
                 "could not record the outcomes of jobs %s (the database is "

@@ -182,3 +182,10 @@ def discards_lookups(label: str, error: str) -> None:
     """Raises KeyError (discarded: buried at once) or RuntimeError (retried)."""
     record(label)
     raise KeyError(label) if error == "lookup" else RuntimeError(label)
+
+
+@task(unique_key="one-at-a-time")
+def one_at_a_time(label: str) -> str:
+    """A periodic job that must not pile up: a tick finds the previous job live."""
+    record(label)
+    return label

@@ -29,7 +29,12 @@ CHECK_ID = re.compile(r"django_pgqueue\.[EW]\d{3}")
 
 
 def code_defaults() -> dict[str, Any]:
-    return {field.name: field.default for field in dataclasses.fields(conf.Settings)}
+    return {
+        field.name: field.default_factory()
+        if field.default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING
+        else field.default
+        for field in dataclasses.fields(conf.Settings)
+    }
 
 
 def documented(pattern: re.Pattern[str]) -> dict[str, Any]:
@@ -78,6 +83,7 @@ def test_every_command_is_found() -> None:
         "reapjobs",
         "resumequeue",
         "runworker",
+        "schedules",
     ]
 
 

@@ -7,6 +7,9 @@ import django_pgqueue
 from django_pgqueue.sql import QUERIES, query
 
 EXPECTED = {
+    "schedules_sync",
+    "schedule_tick",
+    "schedulers_up_since",
     "enqueue",
     "enqueue_many",
     "live_job_by_unique_key",

@@ -1,0 +1,155 @@
+"""The admin's view of periodic schedules: a read-only list (state, last tick and
+its job, next tick, a link to the schedule's jobs), the Enable and Disable
+actions (permission ``django_pgqueue.toggle_schedule``), and the job list's
+schedule filter (``?schedule=NAME``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from django_pgqueue import conf, wording
+from django_pgqueue.models import Schedule
+from django_pgqueue.periodic.overview import ScheduleView, overview
+
+if TYPE_CHECKING:
+    from django.db.models import Model
+
+    _ModelAdmin = admin.ModelAdmin[Schedule]
+else:  # ModelAdmin is generic only in django-stubs, not at runtime.
+    _ModelAdmin = admin.ModelAdmin
+
+
+def jobs_url(name: str) -> str:
+    """The job list filtered to one schedule's jobs."""
+    query = urlencode({ScheduleFilter.parameter_name: name})
+    return f"{reverse('admin:django_pgqueue_job_changelist')}?{query}"
+
+
+class ScheduleFilter(admin.SimpleListFilter):
+    """Jobs a schedule's ticks enqueued (the pgqueue_job_schedule index serves it).
+
+    Its choices are the settings' schedules, so the job list pays no query for
+    them; a removed schedule's jobs are one link away, from the schedules list.
+    With no schedule at all the filter is not shown."""
+
+    title = "schedule"
+    parameter_name = "schedule"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = {spec.name for spec in conf.get().schedules}
+        if self.value():
+            names.add(str(self.value()))
+        return [(name, name) for name in sorted(names)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Model]) -> QuerySet[Model]:
+        value = self.value()
+        return queryset.filter(schedule=value) if value else queryset
+
+
+def _toggle(enabled: bool) -> Any:
+    verb = "enable" if enabled else "disable"
+
+    @admin.action(permissions=["toggle"], description=f"{verb.capitalize()} selected schedules")
+    def action(
+        modeladmin: ScheduleAdmin, request: HttpRequest, queryset: QuerySet[Schedule]
+    ) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        changed = Schedule.objects.set_enabled(names, enabled, using=conf.database())
+        for name in changed:
+            obj = Schedule.objects.get(pk=name)
+            modeladmin.log_change(request, obj, f"{verb.capitalize()}d the schedule.")
+        unchanged = len(names) - len(changed)
+        modeladmin.message_user(
+            request,
+            f"{verb.capitalize()}d {wording.count(len(changed), 'schedule')}"
+            + (f"; {unchanged} already {verb}d" if unchanged else "")
+            + ".",
+            messages.SUCCESS,
+        )
+
+    action.__name__ = f"{verb}_schedules"
+    return action
+
+
+class ScheduleAdmin(_ModelAdmin):
+    """Read-only but for the switch: rows are written by the workers' schedulers."""
+
+    list_display = (
+        "name",
+        "task",
+        "expression",
+        "timezone",
+        "state",
+        "last_tick",
+        "last_job",
+        "next_tick",
+        "jobs",
+    )
+    search_fields = ("name", "task")
+    ordering = ("name",)
+    actions = (_toggle(False), _toggle(True))
+    readonly_fields = (
+        *(f.name for f in Schedule._meta.fields),
+        "state",
+        "last_job",
+        "next_tick",
+        "jobs",
+    )
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        # One overview per page: the settings' entries joined to the rows.
+        self._views = {view.name: view for view in overview(now=timezone.now())}
+        return super().changelist_view(request, extra_context)
+
+    def _view(self, obj: Schedule) -> ScheduleView:
+        views = getattr(self, "_views", None) or {}
+        view = views.get(obj.name)
+        if view is None:
+            view = {v.name: v for v in overview()}[obj.name]
+        return view
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
+        return False  # a removed schedule's row is its history
+
+    def has_toggle_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_pgqueue.toggle_schedule")
+
+    @admin.display(description="state")
+    def state(self, obj: Schedule) -> str:
+        return self._view(obj).state
+
+    @admin.display(description="last job")
+    def last_job(self, obj: Schedule) -> SafeString:
+        view = self._view(obj)
+        if view.last_job_id is None:
+            return format_html("{}", "-")
+        if view.last_job_status is None:
+            return format_html("#{} (pruned)", view.last_job_id)
+        url = reverse("admin:django_pgqueue_job_change", args=[view.last_job_id])
+        return format_html('<a href="{}">#{}</a> {}', url, view.last_job_id, view.last_job_status)
+
+    @admin.display(description="next tick")
+    def next_tick(self, obj: Schedule) -> str:
+        moment = self._view(obj).next_tick
+        return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S") if moment else "-"
+
+    @admin.display(description="jobs")
+    def jobs(self, obj: Schedule) -> SafeString:
+        return format_html(
+            '<a href="{}">{}</a>', jobs_url(obj.name), wording.count(obj.ticks, "tick")
+        )

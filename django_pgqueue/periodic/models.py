@@ -1,0 +1,99 @@
+"""``pgqueue_schedule``: one row per schedule that settings declare or once declared.
+
+Workers write the rows: when a scheduler starts it adds the schedules of its
+settings and marks the ones they no longer name as not configured; each tick it
+enqueues moves ``last_tick`` on (a compare-and-set, in the statement that
+inserts the tick's job). Operators only flip ``enabled``, which is kept here so
+that disabling a schedule needs no deploy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+from django.db import models
+from django.db.models.functions import Now
+
+from django_pgqueue import conf
+from django_pgqueue.exceptions import InvalidSchedule
+from django_pgqueue.periodic.spec import MAX_NAME
+from django_pgqueue.validation import MAX_KEY
+
+
+class ScheduleQuerySet(models.QuerySet["Schedule"]):
+    def configured(self) -> ScheduleQuerySet:
+        """Schedules the settings of the latest worker to start still declare."""
+        return self.filter(configured=True)
+
+    def removed(self) -> ScheduleQuerySet:
+        return self.filter(configured=False)
+
+
+_ScheduleManagerBase = models.Manager.from_queryset(ScheduleQuerySet)
+
+
+class ScheduleManager(_ScheduleManagerBase["Schedule"]):
+    def set_enabled(
+        self, names: Iterable[str], enabled: bool, *, using: str | None = None
+    ) -> list[str]:
+        """Enable or disable schedules by name, for every worker at once; the names
+        changed. InvalidSchedule for a name that has no row."""
+        wanted = sorted(set(names))
+        alias = using or conf.database()
+        known = set(self.using(alias).filter(name__in=wanted).values_list("name", flat=True))
+        missing = [name for name in wanted if name not in known]
+        if missing:
+            raise InvalidSchedule(
+                f"no schedule named {', '.join(map(repr, missing))} (a worker writes a "
+                "schedule's row when it starts with the schedule in PGQUEUE['PERIODIC'])"
+            )
+        changed = list(
+            self.using(alias)
+            .filter(name__in=wanted)
+            .exclude(enabled=enabled)
+            .values_list("name", flat=True)
+        )
+        self.using(alias).filter(name__in=changed).update(enabled=enabled, updated_at=Now())
+        return sorted(changed)
+
+
+class Schedule(models.Model):
+    """A periodic job's schedule, its operator switch and its last tick."""
+
+    name = models.CharField(primary_key=True, max_length=MAX_NAME)
+    task = models.CharField(max_length=MAX_KEY, help_text="The task path settings give.")
+    expression = models.CharField(max_length=255, help_text="The cron expression, or 'every Ns'.")
+    timezone = models.CharField(max_length=64, help_text="The time zone of a cron expression.")
+    enabled = models.BooleanField(
+        default=True,
+        db_default=True,
+        help_text="Off: no worker enqueues its ticks (set by an operator, kept across deploys).",
+    )
+    configured = models.BooleanField(
+        default=True,
+        db_default=True,
+        help_text="Off: the settings of the latest worker to start no longer declare it.",
+    )
+    last_tick = models.DateTimeField(
+        null=True, blank=True, help_text="The latest tick enqueued (its job's run_at)."
+    )
+    last_job_id = models.BigIntegerField(
+        null=True, blank=True, help_text="The job of the latest tick (it may have been pruned)."
+    )
+    ticks = models.BigIntegerField(default=0, db_default=0, help_text="Ticks enqueued in all.")
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    objects: ClassVar[ScheduleManager] = ScheduleManager()
+
+    class Meta:
+        db_table = "pgqueue_schedule"
+        ordering = ("name",)
+        verbose_name = "schedule"
+        # Rows are written by workers; operators may look, and switch schedules.
+        default_permissions = ("view",)
+        permissions = (("toggle_schedule", "Can enable and disable schedules"),)
+
+    def __str__(self) -> str:
+        return self.name

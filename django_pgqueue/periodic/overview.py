@@ -1,0 +1,90 @@
+"""What operators read about schedules (``manage.py schedules``, the admin): the
+settings' entries and the table's rows side by side, with each schedule's last
+tick, its job's status and its next tick."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from django.utils import timezone
+
+from django_pgqueue import conf
+from django_pgqueue.installed import job_model
+from django_pgqueue.periodic.models import Schedule
+from django_pgqueue.periodic.spec import ScheduleSpec
+
+#: A schedule's state, as listings say it.
+ACTIVE = "active"
+DISABLED = "disabled"  # by an operator (admin or command), kept in the database
+OFF_IN_SETTINGS = "off in settings"  # "enabled": False in PGQUEUE["PERIODIC"]
+REMOVED = "removed"  # no longer in the settings of the latest worker to start
+NOT_IN_SETTINGS = "not in these settings"  # configured, but these settings lack it
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleView:
+    name: str
+    task: str
+    expression: str
+    timezone: str
+    state: str
+    last_tick: dt.datetime | None
+    last_job_id: int | None
+    #: The last tick's job's status; None when there is none (or it was pruned).
+    last_job_status: str | None
+    next_tick: dt.datetime | None
+    ticks: int
+    #: Whether a worker has written the schedule's row yet.
+    seen: bool
+
+    def as_json(self) -> dict[str, object]:
+        data = dataclasses.asdict(self)
+        for key in ("last_tick", "next_tick"):
+            moment = data[key]
+            data[key] = moment.isoformat() if moment is not None else None
+        return data
+
+
+def _state(spec: ScheduleSpec | None, row: Schedule | None) -> str:
+    if row is not None and not row.configured:
+        return REMOVED
+    if spec is None:
+        return NOT_IN_SETTINGS
+    if not spec.enabled:
+        return OFF_IN_SETTINGS
+    if row is not None and not row.enabled:
+        return DISABLED
+    return ACTIVE
+
+
+def overview(alias: str | None = None, now: dt.datetime | None = None) -> list[ScheduleView]:
+    """Every schedule the settings declare or the table holds, by name."""
+    alias = alias or conf.database()
+    now = now or timezone.now()
+    specs = {spec.name: spec for spec in conf.get().schedules}
+    rows = {row.name: row for row in Schedule.objects.using(alias).all()}
+    job_ids = [row.last_job_id for row in rows.values() if row.last_job_id is not None]
+    statuses = dict(
+        job_model().objects.using(alias).filter(id__in=job_ids).values_list("id", "status")
+    )
+    views = []
+    for name in sorted(set(specs) | set(rows)):
+        spec, row = specs.get(name), rows.get(name)
+        state = _state(spec, row)
+        views.append(
+            ScheduleView(
+                name=name,
+                task=spec.task if spec is not None else row.task if row is not None else "",
+                expression=spec.expression if spec else row.expression if row else "",
+                timezone=spec.timezone if spec else row.timezone if row else "",
+                state=state,
+                last_tick=row.last_tick if row else None,
+                last_job_id=row.last_job_id if row else None,
+                last_job_status=statuses.get(row.last_job_id) if row and row.last_job_id else None,
+                next_tick=spec.next_after(now) if spec is not None and state == ACTIVE else None,
+                ticks=row.ticks if row else 0,
+                seen=row is not None,
+            )
+        )
+    return views

@@ -1,0 +1,166 @@
+"""The worker's scheduler thread: enqueues each due tick of ``PGQUEUE["PERIODIC"]``.
+
+Every worker runs one (burst workers and ``--max-jobs`` workers excepted), and
+the database decides which of them enqueues a tick (``schedule_tick``, a
+compare-and-set in the statement that inserts the job). The thread keeps each
+schedule's next tick in memory, so while nothing is due it sends no statement;
+it looks at most once a second, and sends one statement per due tick.
+
+Missed ticks: when the scheduler starts, the ticks since a schedule's last one
+that came before any worker still alive was up (the registry tells) were
+missed; ``catch_up`` says how many of them to enqueue ("latest", the default:
+the most recent one; "none"; "all": up to ``MAX_TICKS``). Later ticks, due while
+some scheduler was up, are all enqueued.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import time
+
+from django.utils import timezone
+
+from django_pgqueue import conf
+from django_pgqueue.periodic.calls import job_spec
+from django_pgqueue.periodic.spec import MAX_TICKS, ScheduleSpec
+from django_pgqueue.queue import schedules
+from django_pgqueue.queue.schedules import Declared
+from django_pgqueue.records import JobSpec
+from django_pgqueue.worker.config import WorkerConfig
+from django_pgqueue.worker.events import Events
+from django_pgqueue.worker.services import ServiceThread, Supervision, bookkeeping_thread
+
+logger = logging.getLogger("django_pgqueue")
+
+#: The longest the thread sleeps: the clock may be set while it does.
+LONGEST_PAUSE = 60.0
+#: How many missed ticks each catch_up value enqueues.
+CATCH_UP_LIMITS = {"none": 0, "latest": 1, "all": MAX_TICKS}
+
+
+@dataclasses.dataclass
+class Planned:
+    """One schedule as this worker's scheduler follows it."""
+
+    spec: ScheduleSpec
+    declared: Declared
+    job: JobSpec
+    #: Every tick up to this instant has been dealt with (enqueued, here or elsewhere).
+    cursor: dt.datetime
+    due: dt.datetime
+
+    @classmethod
+    def of(cls, spec: ScheduleSpec) -> Planned:
+        never = dt.datetime.max.replace(tzinfo=dt.UTC)
+        return cls(spec, declared(spec), job_spec(spec), cursor=never, due=never)
+
+
+def declared(spec: ScheduleSpec) -> Declared:
+    """What the schedule's row says of it, and what its ticks are matched against."""
+    return Declared(spec.name, spec.task, spec.expression, spec.timezone)
+
+
+class Scheduler(ServiceThread):
+    """Enqueues the due ticks of the settings' schedules (see the module's docstring)."""
+
+    def __init__(self, alias: str, supervision: Supervision, events: Events) -> None:
+        super().__init__(alias, "pgqueue-scheduler", supervision)
+        self.events = events
+        self.started = timezone.now()
+        specs = conf.get().schedules
+        # Checked at start-up by the system check (E010): a failure here is a bug.
+        self.planned = [Planned.of(s) for s in specs if s.enabled]
+        self._synced = False
+        self._up_since = self.started
+        self._checked = 0.0
+
+    def step(self) -> float:
+        # A tick's job is an enqueue: it commits durably, whatever ASYNC_COMMIT says.
+        bookkeeping_thread(on=False)
+        if not self._synced:
+            self._sync()
+        began = time.monotonic()
+        now = timezone.now()
+        for plan in self.planned:
+            if plan.due <= now:
+                self._enqueue_due(plan, now)
+        self._checked = began
+        if not self.planned:
+            return LONGEST_PAUSE
+        wait = (min(p.due for p in self.planned) - timezone.now()).total_seconds()
+        # At most one look a second, however the ticks of several schedules fall.
+        return min(LONGEST_PAUSE, max(wait, 1.0 - (time.monotonic() - began), 0.0))
+
+    def _sync(self) -> None:
+        # Those disabled in settings too: their rows say they are still declared.
+        result = schedules.sync([declared(s) for s in conf.get().schedules], self.alias)
+        rows = {row.name: row for row in result.rows}
+        since = schedules.up_since(self.alias)
+        self._up_since = min(since, self.started) if since is not None else self.started
+        for plan in self.planned:
+            row = rows[plan.spec.name]
+            plan.cursor = row.last_tick or row.created_at
+            plan.due = result.now  # looked at in this first step
+        if result.removed:
+            logger.info(
+                "scheduler: %d schedule(s) no longer in PGQUEUE['PERIODIC'] are marked removed",
+                result.removed,
+            )
+        self._synced = True
+
+    def _ticks(self, plan: Planned, now: dt.datetime) -> list[dt.datetime]:
+        """The ticks to enqueue now: those due while some worker was up, and as many
+        missed ones (due before) as catch_up allows."""
+        spec, start, boundary = plan.spec, plan.cursor, self._up_since
+        missed: list[dt.datetime] = []
+        if start < boundary:
+            limit = CATCH_UP_LIMITS[spec.catch_up]
+            if limit:
+                missed = spec.between(start, min(boundary, now), limit)
+            skipped = spec.between(start, min(boundary, now), MAX_TICKS + 1)
+            if len(skipped) > len(missed):
+                logger.info(
+                    "schedule %s: %s missed while no worker was up, catch_up=%r enqueues %d",
+                    spec.name,
+                    "more than 100 ticks" if len(skipped) > MAX_TICKS else f"{len(skipped)} ticks",
+                    spec.catch_up,
+                    len(missed),
+                )
+        return missed + spec.between(max(start, boundary), now, MAX_TICKS)
+
+    def _enqueue_due(self, plan: Planned, now: dt.datetime) -> None:
+        for tick in self._ticks(plan, now):
+            ticked, job_id = schedules.tick(plan.declared, plan.job, tick, self.alias)
+            if ticked and job_id is not None:
+                logger.info(
+                    "schedule %s: enqueued job %d (%s) for the tick at %s",
+                    plan.spec.name,
+                    job_id,
+                    plan.job.task,
+                    tick.isoformat(timespec="seconds"),
+                )
+            elif ticked:
+                logger.info(
+                    "schedule %s: the tick at %s enqueued nothing: a live job holds the "
+                    "unique key %r",
+                    plan.spec.name,
+                    tick.isoformat(timespec="seconds"),
+                    plan.job.unique_key,
+                )
+            if ticked:
+                self.events.emit("scheduled", schedule=plan.spec.name, tick=tick, job_id=job_id)
+            plan.cursor = tick
+        plan.cursor = max(plan.cursor, now)
+        plan.due = plan.spec.next_after(now)
+
+
+def scheduler_thread(
+    config: WorkerConfig, supervision: Supervision, events: Events
+) -> Scheduler | None:
+    """The scheduler thread of a worker, or None for one that does not schedule: a
+    bounded worker (``--burst`` or ``--max-jobs``), which exits on its own."""
+    if config.burst or config.max_jobs is not None:
+        return None
+    return Scheduler(config.database, supervision, events)

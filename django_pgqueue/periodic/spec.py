@@ -1,0 +1,227 @@
+"""One entry of ``PGQUEUE["PERIODIC"]``, checked, and the instants it ticks at.
+
+A tick is a pure function of the entry: a cron expression in its time zone
+(``cronsim``, which follows Debian cron across DST changes), or ``every`` N
+seconds counted from the Unix epoch. Every worker computes the same instants,
+so the database can tell two workers enqueueing the same tick apart from two
+ticks (see ``queries.sql``, ``schedule_tick``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import itertools
+import math
+import zoneinfo
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from cronsim import CronSim, CronSimError
+from django.utils import timezone
+
+from django_pgqueue import validation
+from django_pgqueue.exceptions import InvalidJob, InvalidSchedule
+
+#: catch_up values: what a schedule enqueues for the ticks no worker was up for.
+CATCH_UP = ("latest", "none", "all")
+#: The most ticks one check enqueues for one schedule ("all" catches up this many).
+MAX_TICKS = 100
+#: Longest schedule name (the column's width).
+MAX_NAME = 200
+#: Shortest interval of an ``every`` schedule: the scheduler looks once a second.
+MIN_EVERY = 1.0
+KEYS = frozenset(
+    {
+        "task",
+        "cron",
+        "every",
+        "timezone",
+        "args",
+        "kwargs",
+        "queue",
+        "priority",
+        "max_attempts",
+        "enabled",
+        "catch_up",
+    }
+)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleSpec:
+    """A periodic job as settings declare it."""
+
+    name: str
+    task: str
+    cron: str | None
+    every: float | None
+    timezone: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    enabled: bool = True
+    catch_up: str = "latest"
+
+    @property
+    def expression(self) -> str:
+        """What the schedule row and the listings show: the cron line, or ``every 30s``."""
+        return self.cron if self.cron is not None else f"every {self.every:g}s"
+
+    def _zone(self) -> dt.tzinfo:
+        return dt.UTC if self.timezone == "UTC" else zoneinfo.ZoneInfo(self.timezone)
+
+    def after(self, moment: dt.datetime) -> Iterator[dt.datetime]:
+        """The ticks strictly after ``moment``, in order (aware datetimes, UTC)."""
+        if self.every is not None:
+            step = round(self.every * 1_000_000)
+            since = (moment - _EPOCH) // dt.timedelta(microseconds=1)
+            first = (since // step + 1) * step
+            for n in itertools.count():
+                yield _EPOCH + dt.timedelta(microseconds=first + n * step)
+        assert self.cron is not None
+        local = moment.astimezone(self._zone())
+        for tick in CronSim(self.cron, local):
+            if tick > moment:  # cronsim starts at whole seconds
+                yield tick.astimezone(dt.UTC)
+
+    def at_or_before(self, moment: dt.datetime) -> Iterator[dt.datetime]:
+        """The ticks at or before ``moment``, newest first."""
+        if self.every is not None:
+            step = round(self.every * 1_000_000)
+            since = (moment - _EPOCH) // dt.timedelta(microseconds=1)
+            last = since // step * step
+            for n in itertools.count():
+                yield _EPOCH + dt.timedelta(microseconds=last - n * step)
+        assert self.cron is not None
+        local = moment.astimezone(self._zone())
+        # cronsim's reverse iteration starts after the whole second it is given.
+        start = local + dt.timedelta(seconds=1) if local.microsecond == 0 else local
+        for tick in CronSim(self.cron, start, reverse=True):
+            if tick <= moment:
+                yield tick.astimezone(dt.UTC)
+
+    def next_after(self, moment: dt.datetime) -> dt.datetime:
+        return next(self.after(moment))
+
+    def between(self, start: dt.datetime, end: dt.datetime, limit: int) -> list[dt.datetime]:
+        """The newest ``limit`` ticks in (start, end], oldest first."""
+        newest = itertools.takewhile(lambda t: t > start, self.at_or_before(end))
+        return sorted(itertools.islice(newest, limit))
+
+
+def _fail(name: str, message: str) -> InvalidSchedule:
+    return InvalidSchedule(f"PGQUEUE['PERIODIC'][{name!r}]: {message}")
+
+
+def _every(name: str, value: Any) -> float:
+    seconds = value.total_seconds() if isinstance(value, dt.timedelta) else value
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or not MIN_EVERY <= seconds <= validation.MAX_DELAY
+    ):
+        raise _fail(
+            name,
+            f"'every' = {value!r}: expected a number of seconds (or a timedelta) "
+            f"from {MIN_EVERY:g} to ten years",
+        )
+    return float(seconds)
+
+
+def _cron(name: str, value: Any, zone: str) -> str:
+    if not isinstance(value, str):
+        raise _fail(name, f"'cron' = {value!r}: expected a cron expression such as '0 3 * * *'")
+    try:
+        CronSim(value, dt.datetime.now(zoneinfo.ZoneInfo(zone) if zone != "UTC" else dt.UTC))
+    except (CronSimError, ValueError) as exc:
+        raise _fail(name, f"'cron' = {value!r} is not a valid cron expression: {exc}") from None
+    return value
+
+
+def _zone(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise _fail(name, f"'timezone' = {value!r}: expected a time zone name such as 'UTC'")
+    if value != "UTC":
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise _fail(name, f"'timezone' = {value!r} is not a known time zone") from None
+    return value
+
+
+def _option(name: str, key: str, entry: Mapping[str, Any], rule: validation.Rule[Any]) -> Any:
+    value = entry.get(key)
+    if value is None:
+        return None
+    try:
+        return rule(value, key)
+    except InvalidJob as exc:
+        raise _fail(name, str(exc)) from None
+
+
+def parse(name: Any, entry: Any) -> ScheduleSpec:
+    """The checked entry; InvalidSchedule naming it and the bad key otherwise.
+
+    Only what can be told without importing anything: that the task exists and
+    takes these arguments is the system check's part (``periodic.calls``).
+    """
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME:
+        raise InvalidSchedule(
+            f"PGQUEUE['PERIODIC'] key {name!r}: expected a schedule name "
+            f"(a non-empty string of at most {MAX_NAME} chars)"
+        )
+    if not isinstance(entry, Mapping):
+        raise _fail(name, f"expected a dict with 'task' and 'cron' or 'every', not {entry!r}")
+    unknown = sorted(set(entry) - KEYS)
+    if unknown:
+        raise _fail(
+            name,
+            f"unknown key(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(KEYS))}",
+        )
+    task = entry.get("task")
+    if not isinstance(task, str) or not validation.TASK_PATH.is_valid(task):
+        raise _fail(name, f"'task' = {task!r}: expected the dotted path of a task")
+    if ("cron" in entry) == ("every" in entry):
+        raise _fail(name, "give one of 'cron' (an expression) or 'every' (seconds)")
+    zone = _zone(name, entry.get("timezone", timezone.get_default_timezone_name()))
+    args, kwargs = entry.get("args", ()), entry.get("kwargs", {})
+    if isinstance(args, str | bytes) or not isinstance(args, list | tuple):
+        raise _fail(name, f"'args' = {args!r}: expected a list")
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise _fail(name, f"'kwargs' = {kwargs!r}: expected a dict with string keys")
+    enabled = entry.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise _fail(name, f"'enabled' = {enabled!r}: expected True or False")
+    catch_up = entry.get("catch_up", "latest")
+    if catch_up not in CATCH_UP:
+        raise _fail(
+            name, f"'catch_up' = {catch_up!r}: expected one of {', '.join(map(repr, CATCH_UP))}"
+        )
+    return ScheduleSpec(
+        name=name,
+        task=task,
+        cron=_cron(name, entry["cron"], zone) if "cron" in entry else None,
+        every=_every(name, entry["every"]) if "every" in entry else None,
+        timezone=zone,
+        args=tuple(args),
+        kwargs=dict(kwargs),
+        queue=_option(name, "queue", entry, validation.QUEUE),
+        priority=_option(name, "priority", entry, validation.PRIORITY),
+        max_attempts=_option(name, "max_attempts", entry, validation.ATTEMPTS),
+        enabled=enabled,
+        catch_up=catch_up,
+    )
+
+
+def parse_all(raw: Any) -> tuple[ScheduleSpec, ...]:
+    """Every entry of ``PGQUEUE["PERIODIC"]``, in the order settings give them."""
+    if not isinstance(raw, Mapping):
+        raise InvalidSchedule(
+            f"PGQUEUE['PERIODIC'] = {raw!r}: expected a dict of schedule names to entries"
+        )
+    return tuple(parse(name, entry) for name, entry in raw.items())

@@ -1,0 +1,101 @@
+"""The schedule table's statements: the declared schedules written, one tick
+enqueued (with its job), and since when schedulers have been up."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+
+from django_pgqueue.queue.enqueue import notify_params
+from django_pgqueue.records import JobSpec
+from django_pgqueue.sql import runner
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Declared:
+    """A schedule as one worker's settings declare it: what its row must say."""
+
+    name: str
+    task: str
+    expression: str
+    timezone: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Synced:
+    """A declared schedule's row, after the sync."""
+
+    name: str
+    enabled: bool
+    last_tick: dt.datetime | None
+    created_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sync:
+    rows: list[Synced]
+    #: Schedules this sync marked as no longer configured.
+    removed: int
+    #: The database's clock at the sync.
+    now: dt.datetime
+
+
+def sync(declared: Sequence[Declared], alias: str) -> Sync:
+    """Write the declared schedules' rows and mark the others not configured."""
+    rows = runner.fetch(
+        "schedules_sync",
+        {
+            "names": [d.name for d in declared],
+            "tasks": [d.task for d in declared],
+            "expressions": [d.expression for d in declared],
+            "timezones": [d.timezone for d in declared],
+        },
+        alias,
+    )
+    return Sync(
+        rows=[
+            Synced(r["name"], r["enabled"], r["last_tick"], r["created_at"])
+            for r in rows
+            if r["name"] is not None
+        ],
+        removed=rows[0]["removed"] if rows else 0,
+        now=rows[0]["now"],
+    )
+
+
+def tick(
+    declared: Declared, spec: JobSpec, moment: dt.datetime, alias: str
+) -> tuple[bool, int | None]:
+    """Enqueue the tick ``moment`` of a schedule unless a worker did: (whether this
+    call took the tick, the id of the job it enqueued, None when a live job held
+    the task's unique_key)."""
+    row = runner.fetch_one(
+        "schedule_tick",
+        {
+            "name": declared.name,
+            "task": declared.task,
+            "expression": declared.expression,
+            "timezone": declared.timezone,
+            "tick": moment,
+            "job_task": spec.task,
+            "args": spec.args,
+            "kwargs": spec.kwargs,
+            "queue": spec.queue,
+            "priority": spec.priority,
+            "max_attempts": spec.max_attempts,
+            "unique_key": spec.unique_key,
+            "concurrency_key": spec.concurrency_key,
+            "backoff": spec.backoff,
+            "retry_policy": spec.retry_policy,
+            **notify_params(),
+        },
+        alias,
+    )
+    return bool(row["ticked"]), row["id"]
+
+
+def up_since(alias: str) -> dt.datetime | None:
+    """The start of the oldest worker the registry shows alive, or None."""
+    since: dt.datetime | None = runner.fetch_one("schedulers_up_since", {}, alias)["since"]
+    return since

@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connections
+from django.test import override_settings
+
+from django_pgqueue.periodic.scheduler import Scheduler
+from django_pgqueue.worker.events import Events
+from django_pgqueue.worker.services import ConnectionEpoch, Supervision
+
+
+@pytest.fixture
+def scheduler(transactional_db: None) -> Iterator[Callable[..., Scheduler]]:
+    """``scheduler(PERIODIC)``: a worker's scheduler for these schedules, not started:
+    the test calls ``step()`` (one look at the schedules) itself."""
+    fatal: list[str] = []
+    overrides: list[Any] = []
+
+    def make(periodic: dict[str, Any]) -> Scheduler:
+        override = override_settings(PGQUEUE={"PERIODIC": periodic})
+        override.enable()
+        overrides.append(override)
+        supervision = Supervision(fatal=fatal.append, epoch=ConnectionEpoch())
+        return Scheduler("default", supervision, Events())
+
+    yield make
+    for override in reversed(overrides):
+        override.disable()
+    connections["default"].close()
+    assert fatal == []

@@ -1,0 +1,191 @@
+"""What operators see and do: the start-up check that names a bad entry, the
+``schedules`` command, and the admin's schedules (list, switch, jobs link)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+from collections.abc import Callable
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import Client, override_settings
+from django.utils import timezone
+
+from django_pgqueue.models import Job, Schedule
+from django_pgqueue.periodic.checks import check_periodic
+from django_pgqueue.periodic.scheduler import Scheduler
+from tests.testapp.tasks import add
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SCHEDULES = "/admin/django_pgqueue/schedule/"
+JOBS = "/admin/django_pgqueue/job/"
+REPORT = {"task": "tests.testapp.tasks.mark", "cron": "0 3 * * *", "kwargs": {"label": "r"}}
+
+
+def errors(periodic: dict[str, object]) -> list[tuple[str, str]]:
+    with override_settings(PGQUEUE={"PERIODIC": periodic}):
+        return [(e.id or "", e.msg) for e in check_periodic()]
+
+
+def test_the_check_names_an_entry_whose_job_would_be_refused() -> None:
+    assert errors({"report": REPORT}) == []
+    found = errors(
+        {
+            "missing": {"task": "tests.testapp.tasks.nope", "every": 60},
+            "outside": {"task": "os.system", "every": 60},
+            "arguments": {"task": "tests.testapp.tasks.add", "every": 60, "args": [1]},
+            "json": {"task": "tests.testapp.tasks.noop", "every": 60, "args": [{1, 2}]},
+            "framework": {
+                "task": "tests.testapp.djtasks.echo",
+                "every": 60,
+                "queue": "not-in-tasks-queues",
+            },
+        }
+    )
+    assert [i for i, _ in found] == ["django_pgqueue.E010"] * 5
+    messages = dict(
+        zip(["missing", "outside", "arguments", "json", "framework"], found, strict=True)
+    )
+    assert messages["missing"][1].startswith(
+        "PGQUEUE['PERIODIC']['missing']: 'tests.testapp.tasks.nope' is not a registered task"
+    )
+    assert "not in an installed app" in messages["outside"][1]
+    assert "missing a required argument: 'b'" in messages["arguments"][1]
+    assert "args" in messages["json"][1]
+    assert "set" in messages["json"][1]
+    assert "not-in-tasks-queues" in messages["framework"][1]
+
+
+def test_a_tasks_framework_task_is_scheduled_like_an_enqueue_of_it(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    s = scheduler({"echo": {"task": "tests.testapp.djtasks.echo", "every": 60, "args": [1]}})
+    s.step()
+    tick = s.planned[0].spec.next_after(timezone.now())
+    s._enqueue_due(s.planned[0], tick)
+    (job,) = Job.objects.filter(schedule="echo")
+    assert (job.task, job.args, job.queue, job.run_at) == (
+        "tests.testapp.djtasks.echo",
+        [1],
+        "default",
+        tick,
+    )
+
+
+def run(*args: str, periodic: dict[str, object] | None = None) -> str:
+    out = io.StringIO()
+    with override_settings(PGQUEUE={"PERIODIC": periodic or {}}):
+        call_command("schedules", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_the_command_lists_switches_and_says_what_it_cannot_find(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    ping = {key: value for key, value in REPORT.items() if key != "cron"} | {"every": 30}
+    periodic = {"report": REPORT, "ping": ping}
+    assert run(periodic={}) == "no schedules: PGQUEUE['PERIODIC'] is empty\n"
+    before = run(periodic=periodic)
+    assert "active (no worker has started with it yet)" in before
+    scheduler(periodic).step()
+    listing = run(periodic=periodic).splitlines()
+    assert listing[0].split() == [
+        "schedule",
+        "expression",
+        "timezone",
+        "state",
+        "last",
+        "tick",
+        "last",
+        "job",
+        "next",
+        "tick",
+    ]
+    report = next(line for line in listing if line.startswith("report"))
+    assert "0 3 * * *" in report
+    assert "UTC" in report
+    assert "active" in report
+    nxt = (timezone.now() + dt.timedelta(days=1)).replace(hour=3, minute=0, second=0)
+    if timezone.now().hour < 3:
+        nxt -= dt.timedelta(days=1)
+    assert nxt.strftime("%Y-%m-%d 03:00:00") in report
+    assert run("--disable", "report", periodic=periodic) == "schedule 'report' was disabled\n"
+    assert (
+        run("--disable", "report", periodic=periodic) == "schedule 'report' was already disabled\n"
+    )
+    assert not Schedule.objects.get(pk="report").enabled
+    data = json.loads(run("--json", periodic=periodic))
+    assert [(d["name"], d["state"], d["next_tick"]) for d in data] == [
+        ("ping", "active", data[0]["next_tick"]),
+        ("report", "disabled", None),
+    ]
+    assert run("--enable", "report", "ping", periodic=periodic).splitlines() == [
+        "schedule 'report' was enabled",
+        "schedule 'ping' was already enabled",
+    ]
+    with pytest.raises(CommandError, match="no schedule named 'nope'"):
+        run("--enable", "nope", periodic=periodic)
+
+
+def test_a_removed_schedule_is_listed_as_removed_with_its_last_job(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    s = scheduler({"report": REPORT})
+    s.step()
+    tick = s.planned[0].spec.next_after(timezone.now())
+    s._enqueue_due(s.planned[0], tick)
+    scheduler({}).step()  # a worker started without it
+    job = Job.objects.get(schedule="report")
+    (line,) = [line for line in run().splitlines() if line.startswith("report")]
+    assert "removed" in line
+    assert f"#{job.id} queued" in line
+    assert line.rstrip().endswith("-")
+
+
+def test_the_admin_lists_schedules_and_links_to_their_jobs(
+    admin_client: Client, scheduler: Callable[..., Scheduler]
+) -> None:
+    s = scheduler({"report": REPORT})
+    s.step()
+    tick = s.planned[0].spec.next_after(timezone.now())
+    s._enqueue_due(s.planned[0], tick)
+    job = Job.objects.get(schedule="report")
+    other = add.enqueue(1, 2)
+    html = admin_client.get(SCHEDULES).content.decode()
+    assert "0 3 * * *" in html
+    assert "active" in html
+    assert f'href="{JOBS}{job.id}/change/">#{job.id}</a> queued' in html
+    assert f'href="{JOBS}?schedule=report">1 tick</a>' in html
+    assert "Add schedule" not in html
+    jobs = admin_client.get(f"{JOBS}?schedule=report").content.decode()
+    assert f'href="{JOBS}{job.id}/change/' in jobs
+    assert f'href="{JOBS}{other.pk}/change/' not in jobs
+    page = admin_client.get(f"{JOBS}{job.id}/change/").content.decode()
+    assert "report" in page
+
+
+def test_switching_schedules_in_the_admin_needs_its_permission(
+    client: Client, scheduler: Callable[..., Scheduler]
+) -> None:
+    scheduler({"report": REPORT}).step()
+    staff = User.objects.create_user("op", password="pw", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_schedule"))
+    client.force_login(staff)
+    post = {"action": "disable_schedules", "_selected_action": ["report"]}
+    client.post(SCHEDULES, post)
+    assert Schedule.objects.get(pk="report").enabled  # no action without the permission
+    assert "disable_schedules" not in client.get(SCHEDULES).content.decode()
+    staff.user_permissions.add(Permission.objects.get(codename="toggle_schedule"))
+    staff = User.objects.get(pk=staff.pk)  # permissions are cached per user object
+    client.force_login(staff)
+    response = client.post(SCHEDULES, post, follow=True)
+    assert "Disabled 1 schedule." in response.content.decode()
+    assert not Schedule.objects.get(pk="report").enabled
+    response = client.post(SCHEDULES, {**post, "action": "enable_schedules"}, follow=True)
+    assert "Enabled 1 schedule." in response.content.decode()
+    assert Schedule.objects.get(pk="report").enabled

@@ -1,0 +1,262 @@
+"""The scheduler against a real PostgreSQL: one job per tick whoever asks, catch-up
+after an outage as ``catch_up`` says, and settings changes applied at start."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable
+
+import psycopg
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from django_pgqueue.models import Job, Schedule
+from django_pgqueue.periodic.calls import job_spec
+from django_pgqueue.periodic.scheduler import Scheduler, declared
+from django_pgqueue.periodic.spec import MAX_TICKS, parse
+from django_pgqueue.queue import schedules
+from django_pgqueue.sql import query
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MINUTELY = {"task": "tests.testapp.tasks.mark", "every": 60, "kwargs": {"label": "tick"}}
+
+
+def ran_at(name: str) -> list[dt.datetime]:
+    return list(
+        Job.objects.filter(schedule=name).order_by("run_at").values_list("run_at", flat=True)
+    )
+
+
+def test_the_first_look_writes_the_rows_and_enqueues_nothing_yet(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    s = scheduler({"minutely": MINUTELY, "off": {**MINUTELY, "enabled": False}})
+    s.step()
+    rows = {row.name: row for row in Schedule.objects.all()}
+    assert sorted(rows) == ["minutely", "off"]
+    assert rows["minutely"].configured
+    assert rows["minutely"].enabled
+    assert (rows["minutely"].expression, rows["minutely"].task) == (
+        "every 60s",
+        "tests.testapp.tasks.mark",
+    )
+    assert rows["minutely"].last_tick is None
+    assert Job.objects.count() == 0  # a new schedule starts with the next tick
+
+
+def test_a_due_tick_becomes_one_job_whose_run_at_is_the_tick(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    s = scheduler({"minutely": MINUTELY})
+    s.step()
+    (plan,) = s.planned
+    tick = plan.spec.next_after(timezone.now())
+    s._enqueue_due(plan, tick + dt.timedelta(seconds=0.2))
+    (job,) = Job.objects.filter(schedule="minutely")
+    assert (job.task, job.kwargs, job.status, job.run_at) == (
+        "tests.testapp.tasks.mark",
+        {"label": "tick"},
+        "queued",
+        tick,
+    )
+    row = Schedule.objects.get(pk="minutely")
+    assert (row.last_tick, row.last_job_id, row.ticks) == (tick, job.id, 1)
+    # Looking again at the same moment enqueues nothing more.
+    s._enqueue_due(plan, tick + dt.timedelta(seconds=0.5))
+    assert ran_at("minutely") == [tick]
+
+
+def test_a_second_scheduler_cannot_enqueue_a_tick_the_first_took(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    first, second = scheduler({"minutely": MINUTELY}), scheduler({"minutely": MINUTELY})
+    first.step()
+    second.step()
+    tick = first.planned[0].spec.next_after(timezone.now())
+    first._enqueue_due(first.planned[0], tick)
+    second._enqueue_due(second.planned[0], tick)
+    assert ran_at("minutely") == [tick]
+
+
+def test_the_tick_statement_is_decided_by_the_row_lock_across_connections(
+    scheduler: Callable[..., Scheduler], db_url: str
+) -> None:
+    """Two connections race for one tick: the second waits on the first one's
+    transaction, then finds the tick taken; if the first rolls back, it takes it."""
+    scheduler({"minutely": MINUTELY}).step()
+    spec = parse("minutely", MINUTELY)
+    job, row = job_spec(spec), declared(spec)
+    tick = spec.next_after(timezone.now())
+    for outcome in ("commit", "rollback"):
+        moment = tick + dt.timedelta(minutes=1 if outcome == "rollback" else 0)
+        with psycopg.connect(db_url) as other:
+            with other.cursor() as cursor:
+                cursor.execute(query("schedule_tick"), schedules_params(row, job, moment))
+                taken = cursor.fetchone()
+                assert taken is not None
+                assert taken[0] == 1  # the other connection took it, not committed
+            result: list[object] = []
+
+            def race(moment: dt.datetime = moment, result: list[object] = result) -> None:
+                try:
+                    result.append(schedules.tick(row, job, moment, "default"))
+                finally:
+                    connections.close_all()
+
+            racer = threading.Thread(target=race)
+            racer.start()
+            racer.join(0.5)
+            assert racer.is_alive(), "the second statement must wait for the row lock"
+            other.commit() if outcome == "commit" else other.rollback()
+            racer.join(10)
+        (outcome_of_race,) = result
+        assert isinstance(outcome_of_race, tuple)
+        ticked, job_id = outcome_of_race
+        if outcome == "commit":
+            assert (ticked, job_id) == (False, None)
+        else:
+            assert ticked
+            assert job_id is not None
+    assert ran_at("minutely") == [tick, tick + dt.timedelta(minutes=1)]
+
+
+def schedules_params(
+    row: schedules.Declared, job: object, moment: dt.datetime
+) -> dict[str, object]:
+    from django_pgqueue.queue.enqueue import notify_params
+    from django_pgqueue.records import JobSpec
+
+    assert isinstance(job, JobSpec)
+    return {
+        "name": row.name,
+        "task": row.task,
+        "expression": row.expression,
+        "timezone": row.timezone,
+        "tick": moment,
+        "job_task": job.task,
+        "args": job.args,
+        "kwargs": job.kwargs,
+        "queue": job.queue,
+        "priority": job.priority,
+        "max_attempts": job.max_attempts,
+        "unique_key": job.unique_key,
+        "concurrency_key": job.concurrency_key,
+        "backoff": job.backoff,
+        "retry_policy": job.retry_policy,
+        **notify_params(),
+    }
+
+
+def outage(name: str, minutes: int) -> dt.datetime:
+    """Make the schedule look as if its last tick was ``minutes`` ticks ago (every
+    worker down since): its last_tick moved back. The latest tick due now."""
+    latest = parse(name, MINUTELY).at_or_before(timezone.now())
+    now_tick = next(latest)
+    Schedule.objects.filter(pk=name).update(last_tick=now_tick - dt.timedelta(minutes=minutes))
+    return now_tick
+
+
+@pytest.mark.parametrize(("catch_up", "expected"), [("latest", 1), ("none", 0), ("all", 10)])
+def test_after_every_worker_was_down_catch_up_decides_how_many_missed_ticks_run(
+    scheduler: Callable[..., Scheduler], catch_up: str, expected: int
+) -> None:
+    scheduler({"minutely": {**MINUTELY, "catch_up": catch_up}}).step()  # the row
+    latest = outage("minutely", 10)  # 10 ticks missed: the 10 minutes up to now
+    restarted = scheduler({"minutely": {**MINUTELY, "catch_up": catch_up}})
+    restarted.step()
+    missed = [latest - dt.timedelta(minutes=m) for m in range(expected - 1, -1, -1)]
+    assert ran_at("minutely") == missed  # the most recent ones, in order
+    # The next tick, due while this scheduler is up, runs whatever catch_up says.
+    plan = restarted.planned[0]
+    restarted._enqueue_due(plan, latest + dt.timedelta(minutes=1, seconds=0.1))
+    assert ran_at("minutely") == [*missed, latest + dt.timedelta(minutes=1)]
+
+
+def test_catch_up_all_is_bounded(scheduler: Callable[..., Scheduler]) -> None:
+    every = {**MINUTELY, "catch_up": "all"}
+    scheduler({"minutely": every}).step()
+    latest = outage("minutely", 3 * MAX_TICKS)
+    scheduler({"minutely": every}).step()
+    ticks = ran_at("minutely")
+    assert len(ticks) == MAX_TICKS
+    assert ticks[-1] == latest
+
+
+def test_ticks_due_while_another_worker_was_up_are_not_missed(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    """A worker that starts while another one is up (the registry shows it alive)
+    enqueues every tick since the schedule's last one, not only the latest."""
+    scheduler({"minutely": MINUTELY}).step()
+    latest = outage("minutely", 3)
+    with connection.cursor() as cursor:  # another worker, up for an hour
+        cursor.execute(
+            "INSERT INTO pgqueue_worker (id, hostname, pid, concurrency, version, started_at, "
+            "last_seen, alive_until, jobs_running, jobs_done) VALUES ('other', 'h', 1, 1, 'x', "
+            "now() - interval '1 hour', now(), now() + interval '1 minute', 0, 0)"
+        )
+    scheduler({"minutely": MINUTELY}).step()
+    assert ran_at("minutely") == [latest - dt.timedelta(minutes=m) for m in (2, 1, 0)]
+
+
+def test_a_disabled_schedule_enqueues_nothing_until_enabled_again(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    s = scheduler({"minutely": MINUTELY})
+    s.step()
+    plan = s.planned[0]
+    tick = plan.spec.next_after(timezone.now())
+    assert Schedule.objects.set_enabled(["minutely"], False) == ["minutely"]
+    s._enqueue_due(plan, tick)
+    assert ran_at("minutely") == []
+    assert Schedule.objects.set_enabled(["minutely"], True) == ["minutely"]
+    s._enqueue_due(plan, tick + dt.timedelta(minutes=1))
+    assert ran_at("minutely") == [tick + dt.timedelta(minutes=1)]  # from the next tick on
+
+
+def test_a_changed_definition_takes_effect_and_the_old_one_no_longer_ticks(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    old = scheduler({"minutely": MINUTELY})
+    old.step()
+    new = scheduler({"minutely": {**MINUTELY, "every": 120}})
+    new.step()
+    assert Schedule.objects.get(pk="minutely").expression == "every 120s"
+    tick = new.planned[0].spec.next_after(timezone.now())
+    old._enqueue_due(old.planned[0], tick)  # a worker still on the old settings
+    assert ran_at("minutely") == []
+    new._enqueue_due(new.planned[0], tick)
+    assert ran_at("minutely") == [tick]
+
+
+def test_a_removed_schedule_stops_and_keeps_its_row_and_jobs(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    s = scheduler({"minutely": MINUTELY, "other": {**MINUTELY, "every": 3600}})
+    s.step()
+    tick = s.planned[0].spec.next_after(timezone.now())
+    s._enqueue_due(s.planned[0], tick)
+    scheduler({"other": {**MINUTELY, "every": 3600}}).step()  # deployed without "minutely"
+    row = Schedule.objects.get(pk="minutely")
+    assert not row.configured
+    assert row.last_tick == tick
+    assert ran_at("minutely") == [tick]
+    s._enqueue_due(s.planned[0], tick + dt.timedelta(minutes=1))  # an old worker
+    assert ran_at("minutely") == [tick]
+    assert Schedule.objects.removed().count() == 1
+
+
+def test_a_unique_key_skips_a_tick_while_the_previous_job_is_live(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    s = scheduler({"minutely": {**MINUTELY, "task": "tests.testapp.tasks.one_at_a_time"}})
+    s.step()
+    tick = s.planned[0].spec.next_after(timezone.now())
+    s._enqueue_due(s.planned[0], tick)
+    s._enqueue_due(s.planned[0], tick + dt.timedelta(minutes=1))
+    assert ran_at("minutely") == [tick]
+    row = Schedule.objects.get(pk="minutely")
+    assert (row.last_tick, row.ticks) == (tick + dt.timedelta(minutes=1), 2)

@@ -1,0 +1,144 @@
+"""Schedule entries checked as settings are read, and the instants they tick at
+(no database)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from django_pgqueue import conf
+from django_pgqueue.exceptions import InvalidSchedule
+from django_pgqueue.periodic.spec import MAX_TICKS, ScheduleSpec, parse, parse_all
+
+PARIS = zoneinfo.ZoneInfo("Europe/Paris")
+UTC = dt.UTC
+
+
+def paris(year: int, month: int, day: int, hour: int) -> dt.datetime:
+    return dt.datetime(year, month, day, hour, tzinfo=PARIS)
+
+
+def nightly() -> ScheduleSpec:
+    return parse(
+        "nightly", {"task": "shop.tasks.report", "cron": "30 2 * * *", "timezone": "Europe/Paris"}
+    )
+
+
+def test_a_spring_forward_day_runs_a_0230_job_once_at_0300() -> None:
+    # 2026-03-29, Europe/Paris: 02:00 jumps to 03:00, so 02:30 never happens.
+    ticks = nightly().between(paris(2026, 3, 28, 12), paris(2026, 3, 30, 12), 10)
+    assert [t.astimezone(PARIS).isoformat() for t in ticks] == [
+        "2026-03-29T03:00:00+02:00",  # as Debian cron: at once after the jump
+        "2026-03-30T02:30:00+02:00",
+    ]
+
+
+def test_a_fall_back_day_runs_a_0230_job_once() -> None:
+    # 2026-10-25, Europe/Paris: 03:00 falls back to 02:00, so 02:30 happens twice.
+    ticks = nightly().between(paris(2026, 10, 24, 12), paris(2026, 10, 26, 12), 10)
+    assert [t.astimezone(PARIS).isoformat() for t in ticks] == [
+        "2026-10-25T02:30:00+02:00",  # the first 02:30 only
+        "2026-10-26T02:30:00+01:00",
+    ]
+
+
+def test_an_hourly_cron_counts_real_hours_across_the_fall_back() -> None:
+    hourly = parse("hourly", {"task": "a.b", "cron": "0 * * * *", "timezone": "Europe/Paris"})
+    start = dt.datetime(2026, 10, 24, 22, tzinfo=UTC)
+    ticks = hourly.between(start, start + dt.timedelta(hours=6), 20)
+    assert ticks == [start + dt.timedelta(hours=h) for h in range(1, 7)]
+
+
+def test_cron_ticks_forward_and_backward_agree() -> None:
+    spec = parse("q", {"task": "a.b", "cron": "*/15 * * * *", "timezone": "UTC"})
+    moment = dt.datetime(2026, 12, 1, 10, 7, 30, tzinfo=UTC)
+    assert spec.next_after(moment) == dt.datetime(2026, 12, 1, 10, 15, tzinfo=UTC)
+    at = dt.datetime(2026, 12, 1, 10, 15, tzinfo=UTC)
+    assert next(spec.at_or_before(at)) == at  # a tick at the very moment is included
+    assert next(spec.after(at)) == dt.datetime(2026, 12, 1, 10, 30, tzinfo=UTC)
+
+
+def test_every_ticks_at_multiples_of_its_seconds_since_the_epoch() -> None:
+    spec = parse("ping", {"task": "a.b", "every": 30})
+    moment = dt.datetime(2026, 12, 1, 10, 0, 10, 500, tzinfo=UTC)
+    assert spec.next_after(moment) == dt.datetime(2026, 12, 1, 10, 0, 30, tzinfo=UTC)
+    assert spec.between(moment, moment + dt.timedelta(minutes=1), 10) == [
+        dt.datetime(2026, 12, 1, 10, 0, 30, tzinfo=UTC),
+        dt.datetime(2026, 12, 1, 10, 1, tzinfo=UTC),
+    ]
+    assert spec.expression == "every 30s"
+    assert parse("p", {"task": "a.b", "every": dt.timedelta(minutes=5)}).every == 300.0
+
+
+def test_between_keeps_the_newest_ticks_up_to_its_limit() -> None:
+    spec = parse("ping", {"task": "a.b", "every": 1})
+    end = dt.datetime(2026, 12, 1, tzinfo=UTC)
+    ticks = spec.between(end - dt.timedelta(days=2), end, MAX_TICKS)
+    assert len(ticks) == MAX_TICKS
+    assert ticks[-1] == end
+    assert ticks[0] == end - dt.timedelta(seconds=MAX_TICKS - 1)
+
+
+def test_defaults_time_zone_from_django() -> None:
+    with override_settings(TIME_ZONE="Asia/Tokyo"):
+        assert parse("n", {"task": "a.b", "cron": "0 3 * * *"}).timezone == "Asia/Tokyo"
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"task": "a.b"}, "give one of 'cron'"),
+        ({"task": "a.b", "cron": "0 3 * * *", "every": 5}, "give one of 'cron'"),
+        ({"task": "a.b", "cron": "61 * * * *"}, "'cron' = '61 \\* \\* \\* \\*' is not a valid"),
+        ({"task": "a.b", "cron": "0 3 * *"}, "is not a valid cron expression"),
+        ({"task": "a.b", "every": 0.5}, "'every' = 0.5: expected a number of seconds"),
+        ({"task": "a.b", "every": True}, "'every' = True"),
+        ({"task": "a.b", "every": 5, "timezone": "Mars/Olympus"}, "not a known time zone"),
+        ({"task": "a.b", "every": 5, "kwarg": {}}, "unknown key\\(s\\) 'kwarg'"),
+        ({"task": "nodots", "every": 5}, "'task' = 'nodots'"),
+        ({"every": 5}, "'task' = None"),
+        ({"task": "a.b", "every": 5, "args": "x"}, "'args' = 'x': expected a list"),
+        ({"task": "a.b", "every": 5, "kwargs": [1]}, "'kwargs' = \\[1\\]"),
+        ({"task": "a.b", "every": 5, "queue": "a b"}, "queue 'a b' is not a valid queue name"),
+        ({"task": "a.b", "every": 5, "priority": 500}, "priority 500 must be"),
+        ({"task": "a.b", "every": 5, "max_attempts": 0}, "max_attempts 0 must be"),
+        ({"task": "a.b", "every": 5, "enabled": "no"}, "'enabled' = 'no'"),
+        ({"task": "a.b", "every": 5, "catch_up": "some"}, "'catch_up' = 'some': expected one of"),
+    ],
+)
+def test_a_bad_entry_is_refused_with_its_name(entry: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidSchedule, match=rf"^PGQUEUE\['PERIODIC'\]\['nightly'\]: .*{message}"):
+        parse("nightly", entry)
+
+
+def test_settings_refuse_a_bad_entry_as_improperly_configured() -> None:
+    with (
+        override_settings(PGQUEUE={"PERIODIC": {"ping": {"task": "a.b", "every": -1}}}),
+        pytest.raises(ImproperlyConfigured, match=r"PGQUEUE\['PERIODIC'\]\['ping'\]: 'every' = -1"),
+    ):
+        conf.get()
+    with pytest.raises(InvalidSchedule, match="expected a dict of schedule names"):
+        parse_all([{"task": "a.b", "every": 1}])
+    with pytest.raises(InvalidSchedule, match="key '': expected a schedule name"):
+        parse_all({"": {"task": "a.b", "every": 1}})
+
+
+def test_settings_give_the_entries_in_order() -> None:
+    periodic = {
+        "b": {"task": "a.b", "every": 60, "catch_up": "all", "enabled": False},
+        "a": {
+            "task": "a.b",
+            "cron": "0 3 * * 1",
+            "timezone": "UTC",
+            "args": [1],
+            "kwargs": {"k": 2},
+        },
+    }
+    with override_settings(PGQUEUE={"PERIODIC": periodic}):
+        b, a = conf.get().schedules
+    assert (b.name, b.catch_up, b.enabled) == ("b", "all", False)
+    assert (a.name, a.args, a.kwargs, a.expression) == ("a", (1,), {"k": 2}, "0 3 * * 1")

@@ -1,0 +1,111 @@
+"""Periodic jobs across real worker processes: every tick enqueued exactly once,
+whichever worker gets there first, and none skipped while any worker is up."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import signal
+from collections.abc import Callable, Mapping
+
+import pytest
+
+from django_pgqueue.models import Job, Schedule
+from tests.conftest import run_counts, status_counts
+from tests.worker.conftest import WorkerProcess, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+Start = Callable[..., WorkerProcess]
+PING = {"task": "tests.testapp.tasks.mark", "every": 1, "kwargs": {"label": "ping"}}
+
+
+def periodic_env(periodic: Mapping[str, object]) -> dict[str, str]:
+    return {"PGQUEUE_TEST_PGQUEUE": json.dumps({"PERIODIC": periodic})}
+
+
+def ticks(name: str) -> list[dt.datetime]:
+    return list(
+        Job.objects.filter(schedule=name).order_by("run_at").values_list("run_at", flat=True)
+    )
+
+
+def test_three_workers_enqueue_each_tick_of_an_every_second_schedule_once(
+    start_worker: Start,
+) -> None:
+    env = periodic_env({"ping": PING})
+    workers = [
+        start_worker("--worker-id", f"w{n}", "--concurrency", "2", env=env) for n in range(3)
+    ]
+    for worker in workers:
+        worker.wait_for_output("listening")
+    wait_for(lambda: len(ticks("ping")) >= 5, 30, "5 ticks")
+    # The worker that enqueued the latest tick dies: the others go on, and no
+    # tick is lost or doubled.
+    latest = Job.objects.filter(schedule="ping").order_by("-run_at").first()
+    assert latest is not None
+    (taker,) = [w for w in workers if f"enqueued job {latest.id} " in w.output]
+    taker.signal(signal.SIGKILL)
+    taker.wait(10)
+    seen = len(ticks("ping"))
+    survivors = [w for w in workers if w is not taker]
+    wait_for(lambda: len(ticks("ping")) >= seen + 5, 30, "5 more ticks")
+    for worker in survivors:
+        worker.signal(signal.SIGTERM)
+    for worker in survivors:
+        assert worker.wait(30) == 0, worker.output
+    enqueued = ticks("ping")
+    assert len(enqueued) >= 10
+    # One job per tick, consecutive seconds from the first to the last: no tick
+    # twice, none skipped (a tick's job has the tick as its run_at).
+    first = enqueued[0]
+    assert enqueued == [first + dt.timedelta(seconds=n) for n in range(len(enqueued))]
+    assert all(t.microsecond == 0 for t in enqueued)
+    # A survivor took the ticks after the kill: no leader to elect, any worker can.
+    assert any("schedule ping: enqueued job" in w.output for w in survivors)
+    row = Schedule.objects.get(pk="ping")
+    assert (row.ticks, row.last_tick) == (len(enqueued), enqueued[-1])
+    # Jobs run as jobs: those a stopped worker had not finished are still queued
+    # (or were given back); the killed worker's may wait for the reaper.
+    counts = status_counts()
+    assert set(counts) <= {"done", "queued", "running"}
+    assert sum(counts.values()) == len(enqueued)
+    assert run_counts("ping")["ping"] >= counts.get("done", 0)
+
+
+def test_a_burst_worker_does_not_schedule(start_worker: Start) -> None:
+    worker = start_worker("--burst", env=periodic_env({"ping": PING}))
+    assert worker.wait(30) == 0, worker.output
+    assert not Schedule.objects.exists()
+    assert Job.objects.count() == 0
+
+
+def test_schedules_command_shows_what_a_worker_enqueued(start_worker: Start) -> None:
+    env = periodic_env({"ping": PING})
+    worker = start_worker("--worker-id", "solo", env=env)
+    wait_for(lambda: len(ticks("ping")) >= 2, 30, "2 ticks")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+    listing = start_worker(command="schedules", env=env)
+    assert listing.wait(30) == 0, listing.output
+    lines = listing.output.splitlines()
+    assert lines[0].split()[:3] == ["schedule", "expression", "timezone"]
+    (ping,) = [line for line in lines if line.startswith("ping ")]
+    last = ticks("ping")[-1]
+    assert "every 1s" in ping
+    assert "UTC" in ping
+    assert "active" in ping
+    assert last.strftime("%Y-%m-%d %H:%M:%S") in ping
+    assert f"#{Job.objects.get(schedule='ping', run_at=last).id}" in ping
+
+
+def test_a_worker_does_not_start_with_a_schedule_whose_job_it_would_refuse(
+    start_worker: Start,
+) -> None:
+    bad = {"report": {"task": "tests.testapp.tasks.add", "every": 60, "args": [1]}}
+    worker = start_worker(env=periodic_env(bad))
+    assert worker.wait(30) != 0
+    assert "django_pgqueue.E010" in worker.output
+    assert "PGQUEUE['PERIODIC']['report']" in worker.output
+    assert "missing a required argument: 'b'" in worker.output
+    assert not Schedule.objects.exists()

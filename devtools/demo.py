@@ -2,7 +2,9 @@
 
 Orders are posted through the shop's views; a view that fails rolls its job
 back with it; workers run the jobs, one of them is killed mid-job and the
-reaper gives its job back; the report says what happened to every job.
+reaper gives its job back; the report says what happened to every job. Last,
+two workers run side by side for a few seconds while the shop's periodic
+schedule ticks: each tick becomes exactly one job.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def main() -> None:
     from django.test import Client
 
     from django_pgqueue.backend import options
-    from django_pgqueue.models import Job
+    from django_pgqueue.models import Job, Schedule
     from example_project.shop.models import Order
     from example_project.shop.tasks import build_report, charge_card, send_newsletter
 
@@ -77,6 +79,7 @@ def main() -> None:
         users.create_superuser("admin", "admin@example.com", "admin")
     Job.objects.all().delete()
     Order.objects.all().delete()
+    Schedule.objects.all().delete()
 
     client = Client()
     started = time.perf_counter()
@@ -139,6 +142,39 @@ def main() -> None:
             time.sleep(0.5)  # the retries wait for their backoff
     elapsed = time.perf_counter() - started
     report_results(Job, elapsed, passes)
+    show_schedule(Job)
+
+
+def show_schedule(job_model: type) -> None:
+    """Two workers for a few seconds: the every-second "order-tally" schedule's ticks,
+    one job each, whichever worker enqueued it."""
+    jobs = job_model.objects.filter(schedule="order-tally")  # type: ignore[attr-defined]
+    before = jobs.count()
+    workers = [manage("runworker", "--worker-id", f"scheduler-{n}") for n in (1, 2)]
+    started = time.monotonic()
+    wait_until(lambda: jobs.filter(status="done").count() >= before + 4, 60, "four ticks")
+    for worker in workers:
+        worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        worker.communicate(timeout=60)
+    elapsed = time.monotonic() - started
+    ticks = list(jobs.order_by("run_at").values_list("run_at", flat=True))
+    distinct = len(set(ticks))
+    print()
+    print(
+        f"periodic: two workers ran {elapsed:.1f}s beside each other with the 'order-tally' "
+        f"schedule (every 1 s): {len(ticks)} jobs for {distinct} ticks, one job per tick "
+        f"({'none doubled' if distinct == len(ticks) else 'DOUBLED'}), "
+        f"{jobs.filter(status='done').count()} done"
+    )
+    latest = jobs.order_by("-run_at").first()
+    if latest is not None:
+        print(
+            f"  the latest, job #{latest.id} for the tick at {latest.run_at:%H:%M:%S}: "
+            f"{latest.result!r}"
+        )
+    print("manage.py schedules:")
+    print("  " + run("schedules").rstrip().replace("\n", "\n  "))
 
 
 def report_results(job_model: type, elapsed: float, passes: int) -> None:

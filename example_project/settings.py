@@ -76,7 +76,16 @@ TASKS = {
 }
 
 # Short delays so the demo's retries happen within seconds; see docs/settings.md.
-PGQUEUE = {"BACKOFF_BASE": 0.2, "BACKOFF_MAX": 2.0, "LEASE": 10}
+# One periodic job: every worker may enqueue its ticks, each tick exactly once
+# (docs/periodic.md). A real shop would say "cron": "0 * * * *" or "every": 3600.
+PGQUEUE = {
+    "BACKOFF_BASE": 0.2,
+    "BACKOFF_MAX": 2.0,
+    "LEASE": 10,
+    "PERIODIC": {
+        "order-tally": {"task": "example_project.shop.tasks.tally_orders", "every": 1},
+    },
+}
 
 LOGGING = {
     "version": 1,

@@ -52,3 +52,11 @@ def build_report(seconds: float) -> str:
     """Runs longer than the demo's lease: the worker's heartbeat keeps it alive."""
     time.sleep(seconds)
     return f"report built in {seconds:g}s"
+
+
+@task(queue_name="reports")
+def tally_orders() -> str:
+    """A periodic job (PGQUEUE["PERIODIC"]["order-tally"] in settings): counts orders."""
+    total = Order.objects.count()
+    confirmed = Order.objects.filter(confirmed_at__isnull=False).count()
+    return f"{confirmed} of {total} orders confirmed"

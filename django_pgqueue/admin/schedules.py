@@ -5,6 +5,7 @@ schedule filter (``?schedule=NAME``)."""
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -19,6 +20,9 @@ from django.utils.safestring import SafeString
 from django_pgqueue import conf, wording
 from django_pgqueue.models import Schedule
 from django_pgqueue.periodic.overview import ScheduleView, overview
+
+#: The schedules shown by the page this thread is rendering.
+_page = threading.local()
 
 if TYPE_CHECKING:
     from django.db.models import Model
@@ -105,15 +109,22 @@ class ScheduleAdmin(_ModelAdmin):
         "jobs",
     )
 
+    # One overview per page (the settings' entries joined to the rows), kept for
+    # the request's thread: a ModelAdmin is shared by every request.
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
-        # One overview per page: the settings' entries joined to the rows.
-        self._views = {view.name: view for view in overview(now=timezone.now())}
+        _page.views = {view.name: view for view in overview()}
         return super().changelist_view(request, extra_context)
 
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> Any:
+        _page.views = {view.name: view for view in overview()}
+        return super().change_view(request, object_id, form_url, extra_context)
+
     def _view(self, obj: Schedule) -> ScheduleView:
-        views = getattr(self, "_views", None) or {}
+        views: dict[str, ScheduleView] = getattr(_page, "views", {})
         view = views.get(obj.name)
-        if view is None:
+        if view is None:  # shown outside the two views above
             view = {v.name: v for v in overview()}[obj.name]
         return view
 

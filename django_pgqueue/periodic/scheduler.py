@@ -74,7 +74,6 @@ class Scheduler(ServiceThread):
         self.planned = [Planned.of(s) for s in specs if s.enabled]
         self._synced = False
         self._up_since = self.started
-        self._checked = 0.0
 
     def step(self) -> float:
         # A tick's job is an enqueue: it commits durably, whatever ASYNC_COMMIT says.
@@ -86,7 +85,6 @@ class Scheduler(ServiceThread):
         for plan in self.planned:
             if plan.due <= now:
                 self._enqueue_due(plan, now)
-        self._checked = began
         if not self.planned:
             return LONGEST_PAUSE
         wait = (min(p.due for p in self.planned) - timezone.now()).total_seconds()
@@ -124,7 +122,9 @@ class Scheduler(ServiceThread):
                 logger.info(
                     "schedule %s: %s missed while no worker was up, catch_up=%r enqueues %d",
                     spec.name,
-                    "more than 100 ticks" if len(skipped) > MAX_TICKS else f"{len(skipped)} ticks",
+                    f"more than {MAX_TICKS} ticks"
+                    if len(skipped) > MAX_TICKS
+                    else f"{len(skipped)} ticks",
                     spec.catch_up,
                     len(missed),
                 )

@@ -152,7 +152,7 @@ def run_peer(peer: Peer, only: list[str], quick: bool) -> tuple[dict[str, float]
     from benchmarks.settings import BENCH_DB_NAME
 
     if find_spec(peer.requires) is None:
-        return None, f"{peer.name}: not installed (`pip install -e '.[bench]'`), n/a"
+        return None, f"{peer.name}: not installed (`pip install -e . --group bench`), n/a"
     name = BENCH_DB_NAME + peer.database_suffix
     create_database(name)
     log(f"peer {peer.name}: {','.join(only)}")

@@ -58,7 +58,7 @@ class Planned:
 
 
 def declared(spec: ScheduleSpec) -> Declared:
-    """What the schedule's row says of it, and what its ticks are matched against."""
+    """What the schedule's row says of it (shown to operators; ticks are matched by name)."""
     return Declared(spec.name, spec.task, spec.expression, spec.timezone)
 
 

@@ -74,9 +74,6 @@ def tick(
         "schedule_tick",
         {
             "name": declared.name,
-            "task": declared.task,
-            "expression": declared.expression,
-            "timezone": declared.timezone,
             "tick": moment,
             "job_task": spec.task,
             "args": spec.args,

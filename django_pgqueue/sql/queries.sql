@@ -778,8 +778,10 @@ WHERE NOT EXISTS (SELECT FROM declared);
 -- happen or neither, so a worker that dies cannot leave a tick marked and its job
 -- missing. A second worker with the same tick waits on the first one's row lock,
 -- then finds last_tick already there and inserts nothing. Only an enabled schedule
--- that still has the definition this worker started with takes a tick. The job's
--- run_at is the tick, so every job says which tick it belongs to. A live job
+-- takes a tick. Each worker ticks the definition its own settings give (the row
+-- shows the one the latest worker to start wrote): a worker with other settings
+-- must never stop the others' schedules. The job's run_at is the tick, so every
+-- job says which tick it belongs to. A live job
 -- holding the task's unique_key makes the tick enqueue nothing: the tick is
 -- taken, its id comes back NULL, and last_job_id names no job.
 WITH ticked AS (
@@ -787,9 +789,7 @@ WITH ticked AS (
     SET last_tick = %(tick)s::timestamptz,
         last_job_id = nextval(pg_get_serial_sequence('pgqueue_job', 'id')),
         ticks = ticks + 1
-    WHERE name = %(name)s::text AND enabled AND configured
-      AND task = %(task)s::text AND expression = %(expression)s::text
-      AND timezone = %(timezone)s::text
+    WHERE name = %(name)s::text AND enabled
       AND (last_tick IS NULL OR last_tick < %(tick)s::timestamptz)
     RETURNING last_job_id
 ),

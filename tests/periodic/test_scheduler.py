@@ -132,9 +132,6 @@ def schedules_params(
     assert isinstance(job, JobSpec)
     return {
         "name": row.name,
-        "task": row.task,
-        "expression": row.expression,
-        "timezone": row.timezone,
         "tick": moment,
         "job_task": job.task,
         "args": job.args,
@@ -217,7 +214,7 @@ def test_a_disabled_schedule_enqueues_nothing_until_enabled_again(
     assert ran_at("minutely") == [tick + dt.timedelta(minutes=1)]  # from the next tick on
 
 
-def test_a_changed_definition_takes_effect_and_the_old_one_no_longer_ticks(
+def test_a_changed_definition_takes_effect_and_each_instant_stays_once(
     scheduler: Callable[..., Scheduler],
 ) -> None:
     old = scheduler({"minutely": MINUTELY})
@@ -226,10 +223,18 @@ def test_a_changed_definition_takes_effect_and_the_old_one_no_longer_ticks(
     new.step()
     assert Schedule.objects.get(pk="minutely").expression == "every 120s"
     tick = new.planned[0].spec.next_after(timezone.now())
-    old._enqueue_due(old.planned[0], tick)  # a worker still on the old settings
-    assert ran_at("minutely") == []
+    # During a rolling deploy a worker still on the old settings ticks the old
+    # definition: an instant both have is still enqueued once.
+    old._enqueue_due(old.planned[0], tick)
     new._enqueue_due(new.planned[0], tick)
     assert ran_at("minutely") == [tick]
+    # Restarted, every worker ticks the new one only.
+    restarted = scheduler({"minutely": {**MINUTELY, "every": 120}})
+    restarted.step()
+    restarted._enqueue_due(restarted.planned[0], tick + dt.timedelta(minutes=1))
+    assert ran_at("minutely") == [tick]  # not a tick of every 120 s
+    restarted._enqueue_due(restarted.planned[0], tick + dt.timedelta(minutes=2))
+    assert ran_at("minutely") == [tick, tick + dt.timedelta(minutes=2)]
 
 
 def test_a_removed_schedule_stops_and_keeps_its_row_and_jobs(
@@ -239,14 +244,31 @@ def test_a_removed_schedule_stops_and_keeps_its_row_and_jobs(
     s.step()
     tick = s.planned[0].spec.next_after(timezone.now())
     s._enqueue_due(s.planned[0], tick)
-    scheduler({"other": {**MINUTELY, "every": 3600}}).step()  # deployed without "minutely"
+    restarted = scheduler({"other": {**MINUTELY, "every": 3600}})  # deployed without it
+    restarted.step()
     row = Schedule.objects.get(pk="minutely")
     assert not row.configured
     assert row.last_tick == tick
-    assert ran_at("minutely") == [tick]
-    s._enqueue_due(s.planned[0], tick + dt.timedelta(minutes=1))  # an old worker
-    assert ran_at("minutely") == [tick]
     assert Schedule.objects.removed().count() == 1
+    assert [plan.spec.name for plan in restarted.planned] == ["other"]
+    for plan in restarted.planned:
+        restarted._enqueue_due(plan, tick + dt.timedelta(minutes=1))
+    assert ran_at("minutely") == [tick]  # its history stays, and nothing more
+
+
+def test_a_worker_with_other_settings_does_not_stop_the_others_schedules(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    """A stray worker started without PERIODIC (another settings module, a one-off
+    shell) marks the schedules removed in the listing, but the workers that declare
+    them go on enqueueing their ticks."""
+    s = scheduler({"minutely": MINUTELY})
+    s.step()
+    scheduler({}).step()
+    assert not Schedule.objects.get(pk="minutely").configured
+    tick = s.planned[0].spec.next_after(timezone.now())
+    s._enqueue_due(s.planned[0], tick)
+    assert ran_at("minutely") == [tick]
 
 
 def test_a_unique_key_skips_a_tick_while_the_previous_job_is_live(

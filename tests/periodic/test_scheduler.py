@@ -10,6 +10,7 @@ from collections.abc import Callable
 import psycopg
 import pytest
 from django.db import connection, connections
+from django.test import override_settings
 from django.utils import timezone
 
 from django_pgqueue.models import Job, Schedule
@@ -282,3 +283,18 @@ def test_a_unique_key_skips_a_tick_while_the_previous_job_is_live(
     assert ran_at("minutely") == [tick]
     row = Schedule.objects.get(pk="minutely")
     assert (row.last_tick, row.ticks) == (tick + dt.timedelta(minutes=1), 2)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "schedules"),
+    [({}, True), ({"burst": True}, False), ({"max_jobs": 5}, False)],
+)
+def test_only_workers_that_keep_running_schedule(
+    overrides: dict[str, object], schedules: bool
+) -> None:
+    from django_pgqueue.worker.config import WorkerConfig
+    from django_pgqueue.worker.runner import Worker
+
+    with override_settings(PGQUEUE={"PERIODIC": {"minutely": MINUTELY}}):
+        worker = Worker(WorkerConfig.from_settings(worker_id="w", **overrides))
+    assert (worker.scheduler is not None) is schedules

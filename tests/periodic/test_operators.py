@@ -66,7 +66,7 @@ def test_a_tasks_framework_task_is_scheduled_like_an_enqueue_of_it(
 ) -> None:
     s = scheduler({"echo": {"task": "tests.testapp.djtasks.echo", "every": 60, "args": [1]}})
     s.step()
-    tick = s.planned[0].spec.next_after(timezone.now())
+    tick = s.planned[0].spec.next_after(s.planned[0].cursor)
     s._enqueue_due(s.planned[0], tick)
     (job,) = Job.objects.filter(schedule="echo")
     assert (job.task, job.args, job.queue, job.run_at) == (
@@ -137,7 +137,7 @@ def test_a_removed_schedule_is_listed_as_removed_with_its_last_job(
 ) -> None:
     s = scheduler({"report": REPORT})
     s.step()
-    tick = s.planned[0].spec.next_after(timezone.now())
+    tick = s.planned[0].spec.next_after(s.planned[0].cursor)
     s._enqueue_due(s.planned[0], tick)
     scheduler({}).step()  # a worker started without it
     job = Job.objects.get(schedule="report")
@@ -152,7 +152,7 @@ def test_the_admin_lists_schedules_and_links_to_their_jobs(
 ) -> None:
     s = scheduler({"report": REPORT})
     s.step()
-    tick = s.planned[0].spec.next_after(timezone.now())
+    tick = s.planned[0].spec.next_after(s.planned[0].cursor)
     s._enqueue_due(s.planned[0], tick)
     job = Job.objects.get(schedule="report")
     other = add.enqueue(1, 2)

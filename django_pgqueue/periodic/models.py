@@ -38,16 +38,32 @@ class ScheduleManager(_ScheduleManagerBase["Schedule"]):
         self, names: Iterable[str], enabled: bool, *, using: str | None = None
     ) -> list[str]:
         """Enable or disable schedules by name, for every worker at once; the names
-        changed. InvalidSchedule for a name that has no row."""
+        changed. A schedule of the settings that no worker has written yet gets its
+        row here, so it can be switched before the first worker starts.
+        InvalidSchedule for a name neither the settings nor the table know."""
         wanted = sorted(set(names))
         alias = using or conf.database()
         known = set(self.using(alias).filter(name__in=wanted).values_list("name", flat=True))
-        missing = [name for name in wanted if name not in known]
-        if missing:
+        declared = {spec.name: spec for spec in conf.get().schedules}
+        unknown = [name for name in wanted if name not in known and name not in declared]
+        if unknown:
             raise InvalidSchedule(
-                f"no schedule named {', '.join(map(repr, missing))} (a worker writes a "
-                "schedule's row when it starts with the schedule in PGQUEUE['PERIODIC'])"
+                f"no schedule named {', '.join(map(repr, unknown))}: it is neither in "
+                "PGQUEUE['PERIODIC'] nor in the schedule table"
             )
+        self.using(alias).bulk_create(
+            [
+                Schedule(
+                    name=spec.name,
+                    task=spec.task,
+                    expression=spec.expression,
+                    timezone=spec.timezone,
+                )
+                for name in wanted
+                if name not in known and (spec := declared[name])
+            ],
+            ignore_conflicts=True,  # a worker starting meanwhile wrote it first
+        )
         changed = list(
             self.using(alias)
             .filter(name__in=wanted)

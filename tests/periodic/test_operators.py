@@ -189,3 +189,18 @@ def test_switching_schedules_in_the_admin_needs_its_permission(
     response = client.post(SCHEDULES, {**post, "action": "enable_schedules"}, follow=True)
     assert "Enabled 1 schedule." in response.content.decode()
     assert Schedule.objects.get(pk="report").enabled
+
+
+def test_a_schedule_can_be_disabled_before_any_worker_started(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    periodic: dict[str, object] = {"report": REPORT}
+    assert run("--disable", "report", periodic=periodic) == "schedule 'report' was disabled\n"
+    row = Schedule.objects.get(pk="report")
+    assert (row.enabled, row.expression, row.last_tick) == (False, "0 3 * * *", None)
+    s = scheduler(periodic)
+    s.step()  # the worker's sync keeps the operators' switch
+    plan = s.planned[0]
+    s._enqueue_due(plan, plan.spec.next_after(plan.cursor))
+    assert not Schedule.objects.get(pk="report").enabled
+    assert Job.objects.count() == 0

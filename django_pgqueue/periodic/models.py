@@ -4,7 +4,8 @@ Workers write the rows: when a scheduler starts it adds the schedules of its
 settings and marks the ones they no longer name as not configured; each tick it
 enqueues moves ``last_tick`` on (a compare-and-set, in the statement that
 inserts the tick's job). Operators only flip ``enabled``, which is kept here so
-that disabling a schedule needs no deploy.
+that disabling a schedule needs no deploy (switching a declared schedule that no
+worker has written yet writes its row first).
 """
 
 from __future__ import annotations

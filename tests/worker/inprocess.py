@@ -42,6 +42,21 @@ class Recorder:
         with self._changed:
             return sum(1 for seen, data in self.seen if seen == name and where(data))
 
+    def wait_total(self, name: str, key: str, total: int, timeout: float = 10.0) -> float:
+        """Wait until the ``key`` values of the ``name`` events add up to ``total``
+        (outcomes recorded in however many batches); the seconds."""
+        start = time.monotonic()
+        with self._changed:
+            while sum(data[key] for seen, data in self.seen if seen == name) < total:
+                left = timeout - (time.monotonic() - start)
+                if left <= 0:
+                    raise AssertionError(
+                        f"timed out after {timeout}s waiting for {name!r} events' {key} "
+                        f"to reach {total}"
+                    )
+                self._changed.wait(left)
+        return time.monotonic() - start
+
     def wait(
         self,
         name: str,

@@ -93,6 +93,9 @@ def test_given_back_and_lost_runs_are_counted_once() -> None:
         # Neither thread has returned: each still sleeps in its job.
         assert sample(exporter, "pgqueue_jobs_running") == 2
     assert run_counts("given back") == {}
+    # Both runs go on in their threads and record themselves when they wake: let
+    # them do so in this test, not in whichever test runs next.
+    wait_for(lambda: run_counts() == {"held": 1, "given back": 1}, 15, "the two runs to end")
 
 
 def test_a_heartbeat_stuck_behind_a_lock_makes_healthz_fail_until_it_moves(db_url: str) -> None:

@@ -8,6 +8,7 @@ worker.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from functools import cache
 from typing import Any
 
@@ -105,9 +106,10 @@ class Settings:
     def heartbeat_interval(self) -> float:
         return self.HEARTBEAT_INTERVAL or self.LEASE / 3
 
-    @property
+    @functools.cached_property
     def schedules(self) -> tuple[periodic.ScheduleSpec, ...]:
-        """PERIODIC's entries, checked (they were when the settings were read)."""
+        """PERIODIC's entries, checked (they were when the settings were read), parsed
+        once: the admin's job list and every worker start read them."""
         return periodic.parse_all(self.PERIODIC)
 
 
@@ -254,7 +256,8 @@ def database() -> str:
 
 
 def _reset(*, setting: str, **kwargs: Any) -> None:
-    if setting == "PGQUEUE":
+    # TIME_ZONE too: it is the default time zone of PERIODIC's cron entries.
+    if setting in {"PGQUEUE", "TIME_ZONE"}:
         get.cache_clear()
 
 

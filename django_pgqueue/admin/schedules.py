@@ -5,7 +5,6 @@ schedule filter (``?schedule=NAME``)."""
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -19,10 +18,8 @@ from django.utils.safestring import SafeString
 
 from django_pgqueue import conf, wording
 from django_pgqueue.models import Schedule
-from django_pgqueue.periodic.overview import ScheduleView, overview
-
-#: The schedules shown by the page this thread is rendering.
-_page = threading.local()
+from django_pgqueue.periodic.models import ScheduleQuerySet
+from django_pgqueue.periodic.overview import ScheduleView, describe
 
 if TYPE_CHECKING:
     from django.db.models import Model
@@ -109,24 +106,16 @@ class ScheduleAdmin(_ModelAdmin):
         "jobs",
     )
 
-    # One overview per page (the settings' entries joined to the rows), kept for
-    # the request's thread: a ModelAdmin is shared by every request.
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
-        _page.views = {view.name: view for view in overview()}
-        return super().changelist_view(request, extra_context)
-
-    def change_view(
-        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
-    ) -> Any:
-        _page.views = {view.name: view for view in overview()}
-        return super().change_view(request, object_id, form_url, extra_context)
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
+        # The last jobs' statuses in the list's own query, not one query per row.
+        queryset = super().get_queryset(request)
+        assert isinstance(queryset, ScheduleQuerySet)
+        return queryset.with_last_job_status()
 
     def _view(self, obj: Schedule) -> ScheduleView:
-        views: dict[str, ScheduleView] = getattr(_page, "views", {})
-        view = views.get(obj.name)
-        if view is None:  # shown outside the two views above
-            view = {v.name: v for v in overview()}[obj.name]
-        return view
+        specs = {spec.name: spec for spec in conf.get().schedules}
+        status = getattr(obj, "last_job_status", None)
+        return describe(obj.name, specs.get(obj.name), obj, status, timezone.now())
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

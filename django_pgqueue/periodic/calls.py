@@ -13,14 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from django_pgqueue import registry
-from django_pgqueue.exceptions import InvalidJob, InvalidSchedule, UnknownTask
-from django_pgqueue.periodic.spec import ScheduleSpec
+from django_pgqueue.exceptions import InvalidJob, UnknownTask
+from django_pgqueue.periodic.spec import ScheduleSpec, invalid
 from django_pgqueue.records import JobSpec
 from django_pgqueue.tasks import TaskFunction
-
-
-def _fail(schedule: ScheduleSpec, message: str) -> InvalidSchedule:
-    return InvalidSchedule(f"PGQUEUE['PERIODIC'][{schedule.name!r}]: {message}")
 
 
 def job_spec(schedule: ScheduleSpec) -> JobSpec:
@@ -29,7 +25,7 @@ def job_spec(schedule: ScheduleSpec) -> JobSpec:
     try:
         target = registry.resolve(schedule.task).target
     except UnknownTask as exc:
-        raise _fail(schedule, str(exc)) from None
+        raise invalid(schedule.name, str(exc)) from None
     if isinstance(target, TaskFunction):
         overrides = {
             key: value
@@ -43,7 +39,7 @@ def job_spec(schedule: ScheduleSpec) -> JobSpec:
         try:
             return JobSpec.build(target, schedule.args, dict(schedule.kwargs), **overrides)
         except InvalidJob as exc:
-            raise _fail(schedule, str(exc)) from None
+            raise invalid(schedule.name, str(exc)) from None
     return _tasks_framework_spec(schedule, target)
 
 
@@ -56,8 +52,8 @@ def _tasks_framework_spec(schedule: ScheduleSpec, target: Any) -> JobSpec:
 
     backend = target.get_backend()
     if not isinstance(backend, PgQueueBackend):
-        raise _fail(
-            schedule,
+        raise invalid(
+            schedule.name,
             f"task {schedule.task!r} runs on the Tasks backend {target.backend!r} "
             f"({type(backend).__name__}), not on a PgQueueBackend: no worker would run it",
         )
@@ -69,5 +65,5 @@ def _tasks_framework_spec(schedule: ScheduleSpec, target: Any) -> JobSpec:
         args_json, kwargs_json, _, _ = encode(list(schedule.args), dict(schedule.kwargs))
         check_call(task, list(schedule.args), dict(schedule.kwargs))
     except (InvalidTask, InvalidJob) as exc:
-        raise _fail(schedule, str(exc)) from None
+        raise invalid(schedule.name, str(exc)) from None
     return shared.spec(args_json, kwargs_json)

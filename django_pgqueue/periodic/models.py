@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from django.apps import apps
 from django.db import models
+from django.db.models import OuterRef, Subquery
 from django.db.models.functions import Now
 
 from django_pgqueue import conf
@@ -29,6 +31,14 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
 
     def removed(self) -> ScheduleQuerySet:
         return self.filter(configured=False)
+
+    def with_last_job_status(self) -> ScheduleQuerySet:
+        """Each row with ``last_job_status``: its last tick's job's status, None when
+        there is none or it was pruned (one query for the whole list)."""
+        # By name: the job model's module imports this one.
+        job = apps.get_model("django_pgqueue", "Job")
+        status = job.objects.filter(pk=OuterRef("last_job_id")).values("status")[:1]
+        return self.annotate(last_job_status=Subquery(status))
 
 
 _ScheduleManagerBase = models.Manager.from_queryset(ScheduleQuerySet)

@@ -10,7 +10,6 @@ import datetime as dt
 from django.utils import timezone
 
 from django_pgqueue import conf
-from django_pgqueue.installed import job_model
 from django_pgqueue.periodic.models import Schedule
 from django_pgqueue.periodic.spec import ScheduleSpec
 
@@ -58,33 +57,44 @@ def _state(spec: ScheduleSpec | None, row: Schedule | None) -> str:
     return ACTIVE
 
 
+def describe(
+    name: str,
+    spec: ScheduleSpec | None,
+    row: Schedule | None,
+    last_job_status: str | None,
+    now: dt.datetime,
+) -> ScheduleView:
+    """One schedule as listings show it: its settings entry and its row side by side."""
+    state = _state(spec, row)
+    source = spec or row
+    return ScheduleView(
+        name=name,
+        task=source.task if source is not None else "",
+        expression=source.expression if source is not None else "",
+        timezone=source.timezone if source is not None else "",
+        state=state,
+        last_tick=row.last_tick if row else None,
+        last_job_id=row.last_job_id if row else None,
+        last_job_status=last_job_status,
+        next_tick=spec.next_after(now) if spec is not None and state == ACTIVE else None,
+        ticks=row.ticks if row else 0,
+        seen=row is not None,
+    )
+
+
 def overview(alias: str | None = None, now: dt.datetime | None = None) -> list[ScheduleView]:
     """Every schedule the settings declare or the table holds, by name."""
     alias = alias or conf.database()
     now = now or timezone.now()
     specs = {spec.name: spec for spec in conf.get().schedules}
-    rows = {row.name: row for row in Schedule.objects.using(alias).all()}
-    job_ids = [row.last_job_id for row in rows.values() if row.last_job_id is not None]
-    statuses = dict(
-        job_model().objects.using(alias).filter(id__in=job_ids).values_list("id", "status")
-    )
-    views = []
-    for name in sorted(set(specs) | set(rows)):
-        spec, row = specs.get(name), rows.get(name)
-        state = _state(spec, row)
-        views.append(
-            ScheduleView(
-                name=name,
-                task=spec.task if spec is not None else row.task if row is not None else "",
-                expression=spec.expression if spec else row.expression if row else "",
-                timezone=spec.timezone if spec else row.timezone if row else "",
-                state=state,
-                last_tick=row.last_tick if row else None,
-                last_job_id=row.last_job_id if row else None,
-                last_job_status=statuses.get(row.last_job_id) if row and row.last_job_id else None,
-                next_tick=spec.next_after(now) if spec is not None and state == ACTIVE else None,
-                ticks=row.ticks if row else 0,
-                seen=row is not None,
-            )
+    rows = {row.name: row for row in Schedule.objects.using(alias).with_last_job_status()}
+    return [
+        describe(
+            name,
+            specs.get(name),
+            rows.get(name),
+            getattr(rows.get(name), "last_job_status", None),
+            now,
         )
-    return views
+        for name in sorted(set(specs) | set(rows))
+    ]

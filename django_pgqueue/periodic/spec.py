@@ -113,7 +113,8 @@ class ScheduleSpec:
         return sorted(itertools.islice(newest, limit))
 
 
-def _fail(name: str, message: str) -> InvalidSchedule:
+def invalid(name: str, message: str) -> InvalidSchedule:
+    """The error for entry ``name`` of PERIODIC, prefixed with where it is."""
     return InvalidSchedule(f"PGQUEUE['PERIODIC'][{name!r}]: {message}")
 
 
@@ -125,7 +126,7 @@ def _every(name: str, value: Any) -> float:
         or not math.isfinite(seconds)
         or not MIN_EVERY <= seconds <= validation.MAX_DELAY
     ):
-        raise _fail(
+        raise invalid(
             name,
             f"'every' = {value!r}: expected a number of seconds (or a timedelta) "
             f"from {MIN_EVERY:g} to ten years",
@@ -135,22 +136,22 @@ def _every(name: str, value: Any) -> float:
 
 def _cron(name: str, value: Any, zone: str) -> str:
     if not isinstance(value, str):
-        raise _fail(name, f"'cron' = {value!r}: expected a cron expression such as '0 3 * * *'")
+        raise invalid(name, f"'cron' = {value!r}: expected a cron expression such as '0 3 * * *'")
     try:
         CronSim(value, dt.datetime.now(zoneinfo.ZoneInfo(zone) if zone != "UTC" else dt.UTC))
     except (CronSimError, ValueError) as exc:
-        raise _fail(name, f"'cron' = {value!r} is not a valid cron expression: {exc}") from None
+        raise invalid(name, f"'cron' = {value!r} is not a valid cron expression: {exc}") from None
     return value
 
 
 def _zone(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
-        raise _fail(name, f"'timezone' = {value!r}: expected a time zone name such as 'UTC'")
+        raise invalid(name, f"'timezone' = {value!r}: expected a time zone name such as 'UTC'")
     if value != "UTC":
         try:
             zoneinfo.ZoneInfo(value)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise _fail(name, f"'timezone' = {value!r} is not a known time zone") from None
+            raise invalid(name, f"'timezone' = {value!r} is not a known time zone") from None
     return value
 
 
@@ -161,7 +162,7 @@ def _option(name: str, key: str, entry: Mapping[str, Any], rule: validation.Rule
     try:
         return rule(value, key)
     except InvalidJob as exc:
-        raise _fail(name, str(exc)) from None
+        raise invalid(name, str(exc)) from None
 
 
 def parse(name: Any, entry: Any) -> ScheduleSpec:
@@ -176,30 +177,30 @@ def parse(name: Any, entry: Any) -> ScheduleSpec:
             f"(a non-empty string of at most {MAX_NAME} chars)"
         )
     if not isinstance(entry, Mapping):
-        raise _fail(name, f"expected a dict with 'task' and 'cron' or 'every', not {entry!r}")
+        raise invalid(name, f"expected a dict with 'task' and 'cron' or 'every', not {entry!r}")
     unknown = sorted(set(entry) - KEYS)
     if unknown:
-        raise _fail(
+        raise invalid(
             name,
             f"unknown key(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(KEYS))}",
         )
     task = entry.get("task")
     if not isinstance(task, str) or not validation.TASK_PATH.is_valid(task):
-        raise _fail(name, f"'task' = {task!r}: expected the dotted path of a task")
+        raise invalid(name, f"'task' = {task!r}: expected the dotted path of a task")
     if ("cron" in entry) == ("every" in entry):
-        raise _fail(name, "give one of 'cron' (an expression) or 'every' (seconds)")
+        raise invalid(name, "give one of 'cron' (an expression) or 'every' (seconds)")
     zone = _zone(name, entry.get("timezone", timezone.get_default_timezone_name()))
     args, kwargs = entry.get("args", ()), entry.get("kwargs", {})
     if isinstance(args, str | bytes) or not isinstance(args, list | tuple):
-        raise _fail(name, f"'args' = {args!r}: expected a list")
+        raise invalid(name, f"'args' = {args!r}: expected a list")
     if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
-        raise _fail(name, f"'kwargs' = {kwargs!r}: expected a dict with string keys")
+        raise invalid(name, f"'kwargs' = {kwargs!r}: expected a dict with string keys")
     enabled = entry.get("enabled", True)
     if not isinstance(enabled, bool):
-        raise _fail(name, f"'enabled' = {enabled!r}: expected True or False")
+        raise invalid(name, f"'enabled' = {enabled!r}: expected True or False")
     catch_up = entry.get("catch_up", "latest")
     if catch_up not in CATCH_UP:
-        raise _fail(
+        raise invalid(
             name, f"'catch_up' = {catch_up!r}: expected one of {', '.join(map(repr, CATCH_UP))}"
         )
     return ScheduleSpec(

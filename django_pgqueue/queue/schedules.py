@@ -64,31 +64,32 @@ def sync(declared: Sequence[Declared], alias: str) -> Sync:
     )
 
 
+def tick_params(declared: Declared, spec: JobSpec, moment: dt.datetime) -> dict[str, object]:
+    """The ``schedule_tick`` statement's parameters for the tick ``moment``."""
+    return {
+        "name": declared.name,
+        "tick": moment,
+        "job_task": spec.task,
+        "args": spec.args,
+        "kwargs": spec.kwargs,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "max_attempts": spec.max_attempts,
+        "unique_key": spec.unique_key,
+        "concurrency_key": spec.concurrency_key,
+        "backoff": spec.backoff,
+        "retry_policy": spec.retry_policy,
+        **notify_params(),
+    }
+
+
 def tick(
     declared: Declared, spec: JobSpec, moment: dt.datetime, alias: str
 ) -> tuple[bool, int | None]:
     """Enqueue the tick ``moment`` of a schedule unless a worker did: (whether this
     call took the tick, the id of the job it enqueued, None when a live job held
     the task's unique_key)."""
-    row = runner.fetch_one(
-        "schedule_tick",
-        {
-            "name": declared.name,
-            "tick": moment,
-            "job_task": spec.task,
-            "args": spec.args,
-            "kwargs": spec.kwargs,
-            "queue": spec.queue,
-            "priority": spec.priority,
-            "max_attempts": spec.max_attempts,
-            "unique_key": spec.unique_key,
-            "concurrency_key": spec.concurrency_key,
-            "backoff": spec.backoff,
-            "retry_policy": spec.retry_policy,
-            **notify_params(),
-        },
-        alias,
-    )
+    row = runner.fetch_one("schedule_tick", tick_params(declared, spec, moment), alias)
     return bool(row["ticked"]), row["id"]
 
 

@@ -96,7 +96,7 @@ def test_the_tick_statement_is_decided_by_the_row_lock_across_connections(
         moment = tick + dt.timedelta(minutes=1 if outcome == "rollback" else 0)
         with psycopg.connect(db_url) as other:
             with other.cursor() as cursor:
-                cursor.execute(query("schedule_tick"), schedules_params(row, job, moment))
+                cursor.execute(query("schedule_tick"), schedules.tick_params(row, job, moment))
                 taken = cursor.fetchone()
                 assert taken is not None
                 assert taken[0] == 1  # the other connection took it, not committed
@@ -123,30 +123,6 @@ def test_the_tick_statement_is_decided_by_the_row_lock_across_connections(
             assert ticked
             assert job_id is not None
     assert ran_at("minutely") == [tick, tick + dt.timedelta(minutes=1)]
-
-
-def schedules_params(
-    row: schedules.Declared, job: object, moment: dt.datetime
-) -> dict[str, object]:
-    from django_pgqueue.queue.enqueue import notify_params
-    from django_pgqueue.records import JobSpec
-
-    assert isinstance(job, JobSpec)
-    return {
-        "name": row.name,
-        "tick": moment,
-        "job_task": job.task,
-        "args": job.args,
-        "kwargs": job.kwargs,
-        "queue": job.queue,
-        "priority": job.priority,
-        "max_attempts": job.max_attempts,
-        "unique_key": job.unique_key,
-        "concurrency_key": job.concurrency_key,
-        "backoff": job.backoff,
-        "retry_policy": job.retry_policy,
-        **notify_params(),
-    }
 
 
 def outage(name: str, minutes: int) -> dt.datetime:

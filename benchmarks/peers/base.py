@@ -12,7 +12,7 @@ from contextlib import AbstractAsyncContextManager
 
 from benchmarks import jobbody
 from benchmarks.common import QUICK, DatabaseCpu, Process, Scale, connect, settle, writes
-from benchmarks.w4_latency import GAP, WAIT_FOR_DONE, commit_times, latencies
+from benchmarks.w4_latency import GAP, WAIT_FOR_DONE, Committed, percentiles, pickups
 
 Step = Callable[[Scale], dict[str, float]]
 SLOTS = 8  # jobs a worker runs at once, as `runworker --concurrency 8`
@@ -93,8 +93,8 @@ def vacuum(table: str) -> None:
     settle()
 
 
-async def paced(n: int, enqueue: Callable[[str], Awaitable[str]]) -> dict[str, float]:
-    """The asyncio twin of ``w4_latency.paced``: {key: commit time}."""
+async def paced(n: int, enqueue: Callable[[str], Awaitable[str]]) -> Committed:
+    """The asyncio twin of ``w4_latency.paced``: when each key's enqueue committed."""
     returned: dict[str, tuple[float, str]] = {}
     start = time.perf_counter()
     for i in range(n):
@@ -104,7 +104,7 @@ async def paced(n: int, enqueue: Callable[[str], Awaitable[str]]) -> dict[str, f
         key = f"w4-{i}"
         xid = await enqueue(key)
         returned[key] = (time.time(), xid)
-    return commit_times(returned)
+    return Committed.of(returned)
 
 
 Enqueue = Callable[[str], Awaitable[str]]
@@ -118,10 +118,9 @@ def pickup(
     ``enqueuer()`` opens the peer's client and yields a function that enqueues one
     job, recording its key, in a transaction of its own, and returns its xid.
     """
-    from benchmarks.common import percentile
     from benchmarks.w4_latency import wait_for_lines
 
-    async def session() -> dict[str, float]:
+    async def session() -> Committed:
         async with enqueuer() as enqueue:
             await enqueue("warm")  # the worker is up and idle once this ran
             if not await asyncio.to_thread(wait_for_lines, {"warm"}):
@@ -133,8 +132,7 @@ def pickup(
     worker = Process.spawn(*args)
     try:
         committed = asyncio.run(session())
-        started = wait_for_lines(set(committed), WAIT_FOR_DONE)
+        started = wait_for_lines(set(committed.returned), WAIT_FOR_DONE)
     finally:
         worker.stop()
-    lat = latencies(committed, started)
-    return {f"w4_p{q}": percentile(lat, q) for q in (50, 95, 99)}
+    return percentiles(pickups(committed, started))

@@ -20,7 +20,7 @@ from django_pgqueue.worker.services import ServiceThread, Supervision
 logger = logging.getLogger("django_pgqueue")
 
 MAX_BATCH = 1000
-LINGER = 0.001
+LINGER = 0.003
 #: Called with the (id, run) pairs settled (written, or refused by the fence),
 #: how many became done, how many dead and how many went back for a retry, and each
 #: run's new status (None: fenced).

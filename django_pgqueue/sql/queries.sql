@@ -244,11 +244,10 @@ RETURNING j.id, j.lease_token AS run, j.task, j.args::text AS args, j.kwargs::te
 WITH
 -- include: _relax_commit
 UPDATE pgqueue_job AS j
-SET status = 'done', done_at = now(), locked_until = NULL, result = c.result::jsonb
+SET status = 'done', done_at = now(), locked_until = NULL, result = o.result::jsonb
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[], %(results)s::text[])
-     AS c (id, run, result), relax
-WHERE j.id = c.id AND j.status = 'running' AND j.lease_token = c.run
-  AND j.locked_by = %(worker)s::text
+     AS o (id, run, result), relax
+-- include: _still_held
 RETURNING j.id;
 
 -- name: fail
@@ -265,46 +264,45 @@ RETURNING j.id;
 WITH
 -- include: _relax_commit
 UPDATE pgqueue_job AS j
-SET status = CASE WHEN f.cancel OR j.cancel_requested_at IS NOT NULL THEN 'cancelled'
-                  WHEN f.snooze THEN 'queued'
-                  WHEN f.final OR j.attempts >= j.max_attempts THEN 'dead'
+SET status = CASE WHEN o.cancel OR j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                  WHEN o.snooze THEN 'queued'
+                  WHEN o.final OR j.attempts >= j.max_attempts THEN 'dead'
                   ELSE 'queued' END,
-    run_at = CASE WHEN f.cancel OR j.cancel_requested_at IS NOT NULL
-                       OR (NOT f.snooze AND (f.final OR j.attempts >= j.max_attempts))
+    run_at = CASE WHEN o.cancel OR j.cancel_requested_at IS NOT NULL
+                       OR (NOT o.snooze AND (o.final OR j.attempts >= j.max_attempts))
                   THEN j.run_at
-                  ELSE now() + make_interval(secs => f.delay) END,
-    done_at = CASE WHEN f.cancel OR j.cancel_requested_at IS NOT NULL
-                        OR (NOT f.snooze AND (f.final OR j.attempts >= j.max_attempts))
+                  ELSE now() + make_interval(secs => o.delay) END,
+    done_at = CASE WHEN o.cancel OR j.cancel_requested_at IS NOT NULL
+                        OR (NOT o.snooze AND (o.final OR j.attempts >= j.max_attempts))
                    THEN now() END,
     locked_until = NULL,
-    attempts = CASE WHEN f.snooze AND NOT f.cancel AND j.cancel_requested_at IS NULL
+    attempts = CASE WHEN o.snooze AND NOT o.cancel AND j.cancel_requested_at IS NULL
                     THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
-    snoozes = CASE WHEN f.snooze THEN least(j.snoozes + 1, 1000000000) ELSE j.snoozes END,
-    last_error = CASE WHEN f.cancel THEN pgqueue_error_line(f.exception, f.message)
+    snoozes = CASE WHEN o.snooze THEN least(j.snoozes + 1, 1000000000) ELSE j.snoozes END,
+    last_error = CASE WHEN o.cancel THEN pgqueue_error_line(o.exception, o.message)
                       WHEN j.cancel_requested_at IS NOT NULL
                       THEN pgqueue_error_line('Cancelled', j.cancel_reason)
-                      WHEN f.snooze THEN j.last_error
-                      ELSE pgqueue_error_line(f.exception, f.message) END,
+                      WHEN o.snooze THEN j.last_error
+                      ELSE pgqueue_error_line(o.exception, o.message) END,
     errors = CASE
-        WHEN f.cancel
-        THEN pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, f.exception,
-                                                              f.message, f.traceback))
+        WHEN o.cancel
+        THEN pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, o.exception,
+                                                              o.message, o.traceback))
         WHEN j.cancel_requested_at IS NOT NULL
         THEN pgqueue_push_error(j.errors, pgqueue_error_entry(
             j.attempts, 'Cancelled', j.cancel_reason,
-            CASE WHEN f.traceback = '' THEN pgqueue_error_line(f.exception, f.message)
-                 ELSE f.traceback END))
-        WHEN f.snooze THEN j.errors
-        ELSE pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, f.exception,
-                                                              f.message, f.traceback)) END,
-    error_count = CASE WHEN f.snooze AND NOT f.cancel AND j.cancel_requested_at IS NULL
+            CASE WHEN o.traceback = '' THEN pgqueue_error_line(o.exception, o.message)
+                 ELSE o.traceback END))
+        WHEN o.snooze THEN j.errors
+        ELSE pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, o.exception,
+                                                              o.message, o.traceback)) END,
+    error_count = CASE WHEN o.snooze AND NOT o.cancel AND j.cancel_requested_at IS NULL
                        THEN j.error_count ELSE least(j.error_count + 1, 1000000000) END
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[], %(delays)s::float8[],
             %(exceptions)s::text[], %(messages)s::text[], %(tracebacks)s::text[],
             %(finals)s::bool[], %(cancels)s::bool[], %(snoozes)s::bool[])
-     AS f (id, run, delay, exception, message, traceback, final, cancel, snooze), relax
-WHERE j.id = f.id AND j.status = 'running' AND j.lease_token = f.run
-  AND j.locked_by = %(worker)s::text
+     AS o (id, run, delay, exception, message, traceback, final, cancel, snooze), relax
+-- include: _still_held
 RETURNING j.id, j.status;
 
 -- name: heartbeat
@@ -314,9 +312,8 @@ WITH
 -- include: _relax_commit
 UPDATE pgqueue_job AS j
 SET locked_until = now() + make_interval(secs => %(lease)s::float8)
-FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS h (id, run), relax
-WHERE j.id = h.id AND j.lease_token = h.run AND j.status = 'running'
-  AND j.locked_by = %(worker)s::text
+FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), relax
+-- include: _still_held
 RETURNING j.id, j.lease_token AS run, j.cancel_requested_at IS NOT NULL AS cancel_requested,
           j.cancel_reason;
 
@@ -339,10 +336,23 @@ SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancell
         ELSE pgqueue_error_entry(j.attempts, 'Cancelled', j.cancel_reason,
                                  'WorkerShutdown: ' || %(reason)s::text) END),
     error_count = least(j.error_count + 1, 1000000000)
-FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS r (id, run), relax
-WHERE j.id = r.id AND j.status = 'running' AND j.lease_token = r.run
-  AND j.locked_by = %(worker)s::text
+FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), relax
+-- include: _still_held
 RETURNING j.id;
+
+-- name: _still_held
+-- The fence of complete, fail, heartbeat and release: row j is still running
+-- the run o names (its lease_token, which only that claim ever set), under this
+-- worker. Each batch row is found by primary key, so the statement costs what
+-- its batch holds. The status is compared as text (status || '') so that the
+-- planner cannot read it from the partial index pgqueue_job_leases (WHERE status
+-- = 'running'): that index's statistics are those of its last ANALYZE, often
+-- taken with nothing running, and from them a nested loop that re-reads the
+-- whole index for every row of the batch looked free. With thousands of runs
+-- held (a fast drain whose outcomes arrive faster than they were written) each
+-- complete took about a second, and fell further behind.
+WHERE j.id = o.id AND j.lease_token = o.run AND j.locked_by = %(worker)s::text
+  AND j.status || '' = 'running'
 
 -- name: expired_leases
 -- One batch of runs whose lease expired, oldest first, locked until the reaper's

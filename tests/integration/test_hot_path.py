@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -140,3 +141,95 @@ def test_the_worker_claims_ahead_for_short_jobs_and_not_for_long_ones() -> None:
         assert worker.join(60) == 0
     batches = [len(d["jobs"]) for name, d in worker.recorder.seen if name == "claimed"]
     assert max(batches) <= 4  # 0.3 s jobs: nobody waits behind another
+
+
+HELD = 3000
+#: Each statement's parameters besides worker, commit, ids and runs: a list is one
+#: value per run of the batch.
+OUTCOME_PARAMS: dict[str, dict[str, Any]] = {
+    "complete": {"results": ["null"]},
+    "fail": {
+        "delays": [1.0],
+        "exceptions": ["ValueError"],
+        "messages": ["boom"],
+        "tracebacks": [""],
+        "finals": [False],
+        "cancels": [False],
+        "snoozes": [False],
+    },
+    "heartbeat": {"lease": 30.0},
+    "release": {"reason": "stopping"},
+}
+
+
+def per_run(params: dict[str, Any], runs: int) -> dict[str, Any]:
+    return {k: v * runs if isinstance(v, list) else v for k, v in params.items()}
+
+
+def generic_plan(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """EXPLAIN ANALYZE of statement ``name`` as a prepared statement's generic plan
+    (the plan a worker's connection settles on after a few runs), rolled back."""
+    text = query(name)
+    order: list[str] = []
+
+    def placeholder(match: re.Match[str]) -> str:
+        if match[1] not in order:
+            order.append(match[1])
+        return f"${order.index(match[1]) + 1}"
+
+    prepared = re.sub(r"%\((\w+)\)s", placeholder, text).replace("%%", "%")
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE pgqueue_generic AS {prepared}")
+        try:
+            args = ", ".join(["%s"] * len(order))
+            cursor.execute(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE pgqueue_generic({args})",
+                [params[key] for key in order],
+            )
+            (plan,) = cursor.fetchone()
+        finally:
+            cursor.execute("DEALLOCATE pgqueue_generic")
+        transaction.set_rollback(True)
+    found: dict[str, Any] = (json.loads(plan) if isinstance(plan, str) else plan)[0]
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(OUTCOME_PARAMS))
+def test_writing_a_batch_reads_its_rows_by_key_however_many_runs_are_held(name: str) -> None:
+    # The statistics say nothing runs (ANALYZE before the claims), then one worker
+    # holds thousands of runs: a drain whose outcomes came faster than they were
+    # written. A nested loop over pgqueue_job_leases once cost a second a batch here.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_job (task, args, kwargs, errors, worker_ids) "
+            "SELECT 'tests.testapp.tasks.noop', '[]', '{}', '[]', '[]' "
+            "FROM generate_series(1, %s)",
+            [HELD],
+        )
+        cursor.execute("ANALYZE pgqueue_job")
+    held: list[Any] = []
+    while len(held) < HELD:
+        claimed = Job.objects.claim("w", limit=1000)
+        assert claimed
+        held += claimed
+    batch = held[:50]
+    plan = generic_plan(
+        name,
+        {
+            "worker": "w",
+            "commit": None,
+            "ids": [job.id for job in batch],
+            "runs": [job.run for job in batch],
+            **per_run(OUTCOME_PARAMS[name], len(batch)),
+        },
+    )
+    scans = [
+        n
+        for n in nodes(plan["Plan"])
+        if n.get("Relation Name") == "pgqueue_job" and n["Node Type"] != "ModifyTable"
+    ]
+    assert [n.get("Index Name") for n in scans] == ["pgqueue_job_pkey"], plan
+    (scan,) = scans
+    assert scan["Actual Loops"] * max(scan["Actual Rows"], 1) <= len(batch), plan
+    assert plan["Plan"]["Actual Rows"] == len(batch)

@@ -77,8 +77,10 @@ def test_a_paused_queue_is_skipped_by_three_workers_and_drains_on_resume(
     Job.objects.enqueue_many(JobSpec.build(mark, [f"email-{n}"], queue="emails") for n in range(20))
     Job.objects.enqueue_many(JobSpec.build(mark, [f"other-{n}"]) for n in range(20))
     wait_for(lambda: len(run_counts("other-")) == 20, 30, "the default queue to drain")
-    wait_for(lambda: run_counts("emails-long") == {"emails-long": 1}, 20, "the running job")
-    assert Job.objects.get(pk=long.pk).status == "done"  # running jobs finish
+    # Running jobs finish: the job's line is written before it returns, and its
+    # outcome a few milliseconds after that, so wait for the outcome itself.
+    wait_for(lambda: Job.objects.get(pk=long.pk).status == "done", 20, "the running job")
+    assert run_counts("emails-long") == {"emails-long": 1}
     emails = Job.objects.filter(queue="emails").exclude(pk=long.pk)
     assert set(emails.values_list("status", "attempts")) == {("queued", 0)}
     assert all(ids == [] for ids in emails.values_list("worker_ids", flat=True))

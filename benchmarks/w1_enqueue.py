@@ -228,7 +228,7 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
                     **peer_values(facts, "w1_bulk"),
                 },
                 (Target(">=", BULK_TARGET, of="ref"),),
-                f"Tasks path: `{'.'.join(TASKS_BULK)}` (n/a while it does not exist); direct: "
+                f"Tasks path: `{'.'.join(TASKS_BULK)}`; direct: "
                 "`Job.objects.enqueue_many(JobSpec.build(...))`; reference: psycopg `executemany` "
                 "of the plain INSERT in one transaction; PgQueuer: `Queries.enqueue` of lists; "
                 "Procrastinate: `batch_defer_async`; django-tasks-db has no bulk API",

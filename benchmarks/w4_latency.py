@@ -251,12 +251,12 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
     detail = (
         f"**W4** min/max from the enqueue's commit returning to the job's start: Tasks "
         f"path {min(run_lat):.2f}/{max(run_lat):.2f} ms, direct API "
-        f"{min(direct_run):.2f}/{max(direct_run):.2f} ms. Of the medians, "
-        f"{percentile(tasks_to_claim, 50):.2f} ms (Tasks path) and "
-        f"{percentile(direct_to_claim, 50):.2f} ms (direct) pass from the commit "
+        f"{min(direct_run):.2f}/{max(direct_run):.2f} ms. From the commit "
         f"({'the server' if 'server' in tasks_lat else 'the enqueuer'}'s clock) to the "
-        "claim statement's start (NOTIFY delivery, the worker waking); the rest is the "
-        "claim's round trip and commit, the hand-over to a job thread and, on the Tasks "
-        "path, the backend's work before the task's first line.\n"
+        f"claim statement's start (NOTIFY delivery, the worker waking), medians: "
+        f"{percentile(tasks_to_claim, 50):.2f} ms (Tasks path) and "
+        f"{percentile(direct_to_claim, 50):.2f} ms (direct); after it come the claim's "
+        "round trip and commit, the hand-over to a job thread and, on the Tasks path, "
+        "the backend's work before the task's first line.\n"
     )
     return Outcome(rows, [detail])

@@ -9,11 +9,11 @@ commit timestamp of the enqueuing transaction (``track_commit_timestamp``, which
 the runner turns on for the embedded server). The server stamps a commit before
 flushing its WAL, so the second adds the enqueuer's own flush to every figure;
 on a server that does not track commit timestamps it is left out. Each enqueue
-is its own transaction. The
-Tasks path and the direct API each get an idle ``runworker`` with default
-settings. The baseline is the article's worker: 8 threads that poll every 100 ms
-("an idle worker that polls every 100ms"), no NOTIFY. The peers measure the same
-way in their subprocesses, each with its own LISTEN.
+is its own transaction. The Tasks path and the direct API each get an idle
+``runworker`` with default settings. The baseline is the article's worker: 8
+threads that poll every 100 ms ("an idle worker that polls every 100ms"), no
+NOTIFY. The peers measure the same way in their subprocesses, each with its own
+LISTEN.
 """
 
 from __future__ import annotations

@@ -46,6 +46,15 @@ WAIT_FOR_DONE = 30.0
 
 
 XID = "SELECT pg_current_xact_id()::text"
+#: What each clock's first row measures (the rows after it share it).
+NOTES = {
+    "w4_p50": "the enqueue's commit returning (the enqueuer's clock) to the job body's "
+    "first line; `runworker` with defaults (LISTEN/NOTIFY); reference: the article's "
+    "worker, polling every 100 ms; PgQueuer and Procrastinate LISTEN, django-tasks-db "
+    "polls every second",
+    "w4_server_p50": "the same jobs, timed from the server's commit timestamp of the "
+    "enqueue, taken before the enqueuer's WAL flush",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,15 +244,7 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
                         **peer_values(facts, key),
                     },
                     (Target("<=", TARGETS[q]),) if judged else (),
-                    "the enqueue's commit returning (the enqueuer's clock) to the job "
-                    "body's first line; `runworker` with defaults (LISTEN/NOTIFY); "
-                    "reference: the article's worker, polling every 100 ms; PgQueuer and "
-                    "Procrastinate LISTEN, django-tasks-db polls every second"
-                    if key == "w4_p50"
-                    else "the same jobs, timed from the server's commit timestamp of the "
-                    "enqueue, taken before the enqueuer's WAL flush"
-                    if key == "w4_server_p50"
-                    else "",
+                    NOTES.get(key, ""),
                 )
             )
     run_lat = tasks_lat["returned"]

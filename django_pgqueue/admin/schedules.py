@@ -113,9 +113,14 @@ class ScheduleAdmin(_ModelAdmin):
         return queryset.with_last_job_status()
 
     def _view(self, obj: Schedule) -> ScheduleView:
-        specs = {spec.name: spec for spec in conf.get().schedules}
-        status = getattr(obj, "last_job_status", None)
-        return describe(obj.name, specs.get(obj.name), obj, status, timezone.now())
+        # Three columns of the row read it: described once, kept on the row's instance.
+        view: ScheduleView | None = getattr(obj, "_pgqueue_view", None)
+        if view is None:
+            specs = {spec.name: spec for spec in conf.get().schedules}
+            status = getattr(obj, "last_job_status", None)
+            view = describe(obj.name, specs.get(obj.name), obj, status, timezone.now())
+            obj._pgqueue_view = view  # type: ignore[attr-defined]
+        return view
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -70,8 +70,7 @@ class ScheduleManager(_ScheduleManagerBase["Schedule"]):
                     expression=spec.expression,
                     timezone=spec.timezone,
                 )
-                for name in wanted
-                if name not in known and (spec := declared[name])
+                for spec in (declared[name] for name in wanted if name not in known)
             ],
             ignore_conflicts=True,  # a worker starting meanwhile wrote it first
         )

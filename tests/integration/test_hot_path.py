@@ -99,6 +99,11 @@ def claim_plan(queue: str) -> dict[str, Any]:
         )
         (plan,) = cursor.fetchone()
         transaction.set_rollback(True)
+    return explained(plan)
+
+
+def explained(plan: Any) -> dict[str, Any]:
+    """The one plan of an ``EXPLAIN (FORMAT JSON)`` result (text or decoded)."""
     found: dict[str, Any] = (json.loads(plan) if isinstance(plan, str) else plan)[0]
     return found
 
@@ -191,8 +196,7 @@ def generic_plan(name: str, params: dict[str, Any]) -> dict[str, Any]:
         finally:
             cursor.execute("DEALLOCATE pgqueue_generic")
         transaction.set_rollback(True)
-    found: dict[str, Any] = (json.loads(plan) if isinstance(plan, str) else plan)[0]
-    return found
+    return explained(plan)
 
 
 @pytest.mark.parametrize("name", sorted(OUTCOME_PARAMS))

@@ -86,6 +86,8 @@ def dumps(value: Any, what: str, *, returned: bool = False) -> str:
     tuples and dicts with string keys. Anything else would come back different,
     or not at all, so it is refused before anything is written.
     """
+    if value is None:
+        return "null"  # what most tasks return
     try:
         encoded = _encode(value)
         # Fast path, all in C: if the JSON reads back equal, nothing was lost.

@@ -46,7 +46,10 @@ class ClaimedRun(Protocol):
     def max_attempts(self) -> int: ...
 
 
-#: Runs one claimed job with the registered object; returns the job's result.
+#: Runs one claimed job with the registered object; returns the job's result. Right
+#: after the call it must apply ``jobdb.raise_if_transaction_left_open()`` (inside
+#: its own error handling, so that whatever it reports sees the failure): the
+#: executor does not check again.
 Invoke = Callable[[Any, Any], Any]
 
 

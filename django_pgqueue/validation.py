@@ -36,6 +36,8 @@ def storable(text: str) -> bool:
     """PostgreSQL stores neither NUL characters nor lone surrogates."""
     if "\x00" in text:
         return False
+    if text.isascii():
+        return True  # no surrogates, and no copy to find out
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

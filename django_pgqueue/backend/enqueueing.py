@@ -65,11 +65,21 @@ def _first_set(*values: Any) -> Any:
     return next((v for v in values if v is not None), None)
 
 
+#: Plans by (backend, task) identity: (backend, task, plan). Tasks and their options
+#: are frozen, so the objects themselves are the key; an entry holds on to them,
+#: so neither id can be reused while it stands.
+_plans: dict[tuple[int, int], tuple[BaseTaskBackend, Task[Any, Any], Plan]] = {}
+MAX_PLANS = 1024
+
+
 def plan(backend: BaseTaskBackend, task: Task[Any, Any]) -> Plan:
     """The task's plan on ``backend``; InvalidTask for anything the queue would refuse."""
+    kept = _plans.get((id(backend), id(task)))
+    if kept is not None and kept[0] is backend and kept[1] is task:
+        return kept[2]
     # The delivery options do not take part in a PgQueueTask's equality, so they
-    # are part of the key.
-    return _plan(
+    # are part of the key of the plans made.
+    made = _plan(
         backend,
         task,
         getattr(task, "max_attempts", None),
@@ -78,6 +88,10 @@ def plan(backend: BaseTaskBackend, task: Task[Any, Any]) -> Plan:
         getattr(task, "backoff", None),
         policy_of(task),
     )
+    if len(_plans) >= MAX_PLANS:
+        _plans.clear()  # tasks built per call (using() in a loop): start again
+    _plans[(id(backend), id(task))] = (backend, task, made)
+    return made
 
 
 @lru_cache(maxsize=1024)
@@ -120,6 +134,7 @@ def _plan(
 
 def _forget_plans(*, setting: str, **kwargs: Any) -> None:
     if setting in {"TASKS", "PGQUEUE", "INSTALLED_APPS"}:
+        _plans.clear()
         _plan.cache_clear()
 
 
@@ -139,16 +154,24 @@ def encode(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str, An
     """(args JSON, kwargs JSON, args, kwargs as stored): the arguments as the queue
     stores them, normalised as Django's Tasks framework does (tuples become lists,
     bytes text) when they are not plain JSON already."""
+    # Django passes args as a tuple: encoded as the list it reads back as, it
+    # passes the round-trip check at once instead of being walked item by item.
+    plain_args, plain_kwargs = list(args), dict(kwargs)
     try:
-        return dumps(args, "args"), dumps(kwargs, "kwargs"), list(args), dict(kwargs)
+        return dumps(plain_args, "args"), dumps(plain_kwargs, "kwargs"), plain_args, plain_kwargs
     except InvalidJobArguments as first:
         try:
-            plain_args: Any = normalize_json(args)
-            plain_kwargs: Any = normalize_json(kwargs)
+            normal_args: Any = normalize_json(args)
+            normal_kwargs: Any = normalize_json(kwargs)
         except (TypeError, ValueError) as exc:
             # Django's own error says "Unsupported type ..."; ours names the argument.
             raise InvalidJobArguments(f"{first} ({exc})") from None
-        return (dumps(plain_args, "args"), dumps(plain_kwargs, "kwargs"), plain_args, plain_kwargs)
+        return (
+            dumps(normal_args, "args"),
+            dumps(normal_kwargs, "kwargs"),
+            normal_args,
+            normal_kwargs,
+        )
 
 
 def call(*args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

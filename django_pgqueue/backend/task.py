@@ -16,13 +16,21 @@ from that one is refused, since the worker would not apply it.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
+from django.core.signals import setting_changed
 from django.utils import timezone
 
 from django_pgqueue import validation
-from django_pgqueue.backend.compat import InvalidTask, Task, TaskContext
+from django_pgqueue.backend.compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskContext,
+    task_backends,
+)
 from django_pgqueue.control import RunningJob
 from django_pgqueue.retrypolicy import Classes, RetryPolicy
 
@@ -34,6 +42,42 @@ if TYPE_CHECKING:
 else:
     _TaskBase = Task
     _ContextBase = TaskContext
+
+
+class _ThreadBackends(threading.local):
+    generation = -1
+    found: dict[str, BaseTaskBackend]
+
+
+_thread_backends = _ThreadBackends()
+_generation = 0
+
+
+def _forget_backends(*, setting: str, **kwargs: Any) -> None:
+    global _generation
+    if setting == "TASKS":
+        _generation += 1  # every thread's kept backends, not just this thread's
+
+
+setting_changed.connect(_forget_backends)
+
+
+def backend_named(alias: str) -> BaseTaskBackend:
+    """``task_backends[alias]``, kept per thread until ``TASKS`` changes.
+
+    Django's handler keeps one backend per thread already, behind an asgiref
+    ``Local`` that costs a few microseconds a lookup; a task's enqueue and a
+    worker's every run look theirs up. Our backends keep no state of their own
+    (their options are read when used), so one per thread serves async code too.
+    """
+    kept = _thread_backends
+    if kept.generation != _generation:
+        kept.generation, kept.found = _generation, {}
+    found = kept.found.get(alias)
+    if found is None:
+        found = kept.found[alias] = task_backends[alias]
+    return found
+
 
 EXTRAS = ("max_attempts", "unique_key", "concurrency_key", "backoff", "retry_on", "discard_on")
 ExceptionClasses = type[BaseException] | tuple[type[BaseException], ...]
@@ -60,6 +104,10 @@ class PgQueueTask(_TaskBase):
     retry_on: Classes | None = dataclasses.field(default=None, compare=False)
     #: These bury the job at once (they win over retry_on).
     discard_on: Classes = dataclasses.field(default=(), compare=False)
+
+    def get_backend(self) -> BaseTaskBackend:
+        """The backend this task is enqueued on (``enqueue()`` asks on every call)."""
+        return backend_named(self.backend)
 
     @property
     def retry_policy(self) -> RetryPolicy:

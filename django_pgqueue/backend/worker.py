@@ -14,11 +14,9 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import threading
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from django.core.signals import setting_changed
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -36,7 +34,7 @@ from django_pgqueue.backend.compat import (
 )
 from django_pgqueue.backend.core import PgQueueBackend
 from django_pgqueue.backend.results import running_result
-from django_pgqueue.backend.task import PgQueueTaskContext
+from django_pgqueue.backend.task import PgQueueTaskContext, backend_named
 from django_pgqueue.control import Cancel, Snooze, current_job, run_coroutine
 from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.jsonargs import Encoded, dumps_result
@@ -110,37 +108,17 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
     return Encoded(encoded)  # checked and encoded once: the executor stores the text
 
 
-_backends = threading.local()
-
-
-def _forget_backends(*, setting: str, **kwargs: Any) -> None:
-    if setting == "TASKS":
-        _backends.__dict__.clear()
-
-
-setting_changed.connect(_forget_backends)
-
-
 def _backend_for(task: Task[Any, Any]) -> BaseTaskBackend:
-    """The pgqueue backend the run is reported under, kept per job thread (looking
-    it up through Django's handler costs an asgiref Local access per job).
+    """The pgqueue backend the run is reported under.
 
     Normally the task's own alias. A task declared on another backend and sent
     here with ``using(backend=...)`` is reported under the first pgqueue alias.
     """
-    found: BaseTaskBackend | None = getattr(_backends, task.backend, None)
-    if found is None:
-        found = _find_backend(task.backend)
-        setattr(_backends, task.backend, found)
-    return found
-
-
-def _find_backend(alias: str) -> BaseTaskBackend:
-    backend = task_backends[alias]
+    backend = backend_named(task.backend)
     if isinstance(backend, PgQueueBackend):
         return backend
     for alias in task_backends.settings:
-        candidate = task_backends[alias]
+        candidate = backend_named(alias)
         if isinstance(candidate, PgQueueBackend):
             return candidate
     return backend

@@ -22,7 +22,6 @@ from typing import Any
 from django_pgqueue import registry
 from django_pgqueue.control import CANCELLED, Cancel, RunningJob, Snooze, running
 from django_pgqueue.exceptions import TooManySnoozes, UnknownTask
-from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.jsonargs import Encoded, dumps_result
 from django_pgqueue.records import ClaimedJob, Failure, Success
 from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, policy_of
@@ -156,10 +155,7 @@ def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Fai
         return _cancelled(job, asked, "")
     try:
         with running(control):
-            result = runnable(job)
-            # The invokers check this themselves (so the Tasks signals report it);
-            # this is the backstop for any other kind of registered object.
-            raise_if_transaction_left_open()
+            result = runnable(job)  # which checks for a transaction left open (see Invoke)
     except Cancel as exc:
         reason = exc.reason or control.cancel_reason or CANCELLED_BY_TASK
         return _cancelled(job, reason, _trace(exc))

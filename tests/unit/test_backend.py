@@ -340,3 +340,75 @@ def test_djangos_check_framework_runs_ours_for_every_alias() -> None:
     with override_settings(TASKS=tasks):
         ids = [m.id for m in checks.run_checks() if str(m.id).startswith("django_pgqueue.")]
     assert ids == ["django_pgqueue.E103"]
+
+
+def test_a_tasks_plan_is_made_once_and_made_again_when_settings_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django_pgqueue.backend import enqueueing
+
+    backend = task_backends["default"]
+    task = pgq(djtasks.noop_task).using(priority=7)
+    validated: list[Task[Any, Any]] = []
+    real = PgQueueBackend.validate_task
+
+    def counting(self: PgQueueBackend, task: Task[Any, Any]) -> None:
+        validated.append(task)
+        real(self, task)
+
+    monkeypatch.setattr(PgQueueBackend, "validate_task", counting)
+    first = enqueueing.plan(backend, task)
+    assert enqueueing.plan(backend, task) is first
+    assert validated == [task]
+    # An equal task with other delivery options (which equality ignores) has a plan
+    # of its own.
+    other = task.using(max_attempts=9)
+    assert other == task
+    assert enqueueing.plan(backend, other).max_attempts == 9
+    assert enqueueing.plan(backend, task).max_attempts == first.max_attempts
+    with override_settings(PGQUEUE={"MAX_ATTEMPTS": 4}):
+        assert enqueueing.plan(backend, task).max_attempts == 4
+    assert enqueueing.plan(backend, task).max_attempts == first.max_attempts
+
+
+def test_a_refused_task_is_refused_on_every_enqueue() -> None:
+    from django_pgqueue.backend import enqueueing
+
+    task = pgq(djtasks.noop_task)
+    refusing = backend_with(OPTIONS={"MAX_ATTEMPTS": 0})
+    for _ in range(2):
+        with pytest.raises(InvalidTask, match="max_attempts 0"):
+            enqueueing.plan(refusing, task)
+
+
+def test_a_task_finds_its_backend_again_after_tasks_change_in_every_thread() -> None:
+    import threading
+
+    from django_pgqueue.backend.task import backend_named
+
+    seen: dict[str, object] = {}
+    go, looked = threading.Event(), threading.Event()
+
+    def other_thread() -> None:
+        seen["before"] = backend_named("default")
+        looked.set()
+        go.wait(10)
+        seen["after"] = backend_named("default")
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    try:
+        assert looked.wait(10)
+        mine = djtasks.noop_task.get_backend()
+        assert mine is task_backends["default"]
+        assert djtasks.noop_task.get_backend() is mine
+        with override_settings(TASKS=DUMMY_TASKS):
+            go.set()
+            thread.join(10)
+            assert type(seen["after"]).__name__ == "DummyBackend"
+            assert type(djtasks.noop_task.get_backend()).__name__ == "DummyBackend"
+        assert isinstance(seen["before"], PgQueueBackend)
+        assert isinstance(djtasks.noop_task.get_backend(), PgQueueBackend)
+    finally:
+        go.set()
+        thread.join(10)

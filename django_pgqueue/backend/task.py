@@ -63,19 +63,25 @@ setting_changed.connect(_forget_backends)
 
 
 def backend_named(alias: str) -> BaseTaskBackend:
-    """``task_backends[alias]``, kept per thread until ``TASKS`` changes.
+    """``task_backends[alias]``; a pgqueue backend is kept per thread until ``TASKS``
+    changes.
 
-    Django's handler keeps one backend per thread already, behind an asgiref
-    ``Local`` that costs a few microseconds a lookup; a task's enqueue and a
-    worker's every run look theirs up. Our backends keep no state of their own
-    (their options are read when used), so one per thread serves async code too.
+    Django's handler keeps its backends behind an asgiref ``Local``, which costs
+    a few microseconds a lookup, and a task's every enqueue and a worker's every
+    run look theirs up. The ``Local`` may give each async context its own
+    instance; a pgqueue backend keeps no state of its own (its options are read
+    when used), so one per thread serves them all. Any other backend is looked
+    up Django's way every time: it may keep state per instance, as the dummy
+    backend keeps its results.
     """
     kept = _thread_backends
     if kept.generation != _generation:
         kept.generation, kept.found = _generation, {}
     found = kept.found.get(alias)
     if found is None:
-        found = kept.found[alias] = task_backends[alias]
+        found = task_backends[alias]
+        if issubclass(found.task_class, PgQueueTask):
+            kept.found[alias] = found
     return found
 
 

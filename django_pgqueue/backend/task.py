@@ -80,7 +80,8 @@ def backend_named(alias: str) -> BaseTaskBackend:
     found = kept.found.get(alias)
     if found is None:
         found = task_backends[alias]
-        if issubclass(found.task_class, PgQueueTask):
+        made = getattr(found, "task_class", None)
+        if isinstance(made, type) and issubclass(made, PgQueueTask):
             kept.found[alias] = found
     return found
 

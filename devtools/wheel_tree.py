@@ -3,8 +3,9 @@
 tox installs the built wheel; running the tests from the repository root would
 import ``django_pgqueue`` from the source tree instead (the working directory
 comes first on ``sys.path``). DEST gets symlinks to everything the tests need
-(tests, devtools, example_project, docs, manage.py, pyproject.toml) but not the
-package, so the tests, and the worker subprocesses they start, import the wheel.
+(tests, devtools, benchmarks, example_project, docs, manage.py, pyproject.toml)
+but not the package, so the tests, and the worker subprocesses they start,
+import the wheel.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 NEEDED = (
     "tests",
     "devtools",
+    "benchmarks",  # a test imports its settings (tests/devtools/test_embedded_pg_lifetime.py)
     "example_project",
     "docs",
     "manage.py",

@@ -5,8 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -114,6 +117,40 @@ def test_reapjobs_prints_what_it_returned_and_buried() -> None:
     call_command("reapjobs", stdout=out)
     assert out.getvalue() == "returned 1 job to the queue, buried 1\n"
     assert status_counts() == {"queued": 1, "dead": 1}
+
+
+def test_reapjobs_loop_prints_each_pass_through_a_pipe_as_it_happens(db_url: str) -> None:
+    """Piped, Python buffers stdout in blocks; a reaper run by a supervisor or in a
+    container must still show each pass when it happens, not kilobytes later."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    command = ["reapjobs", "--settings=tests.settings", "--loop", "--interval", "0.2"]
+    reaper = subprocess.Popen(
+        [sys.executable, "-m", "django", *command],
+        cwd=ROOT,
+        env={**env, "DATABASE_URL": db_url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: queue.SimpleQueue[str] = queue.SimpleQueue()
+    out = reaper.stdout
+    assert out is not None
+
+    def read() -> None:
+        for line in out:
+            lines.put(line)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        passes = [lines.get(timeout=30) for _ in range(2)]
+        assert passes == ["returned 0 jobs to the queue, buried 0\n"] * 2
+        assert reaper.poll() is None
+    finally:
+        reaper.kill()
+        reaper.wait(10)
+        reader.join(10)
+        out.close()
 
 
 @pytest.mark.django_db(transaction=True)

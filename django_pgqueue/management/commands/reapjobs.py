@@ -39,6 +39,7 @@ class Command(PgQueueCommand):
                     raise
                 # The database went away: a reaper that runs for ever waits for it.
                 self.stderr.write(f"reap failed, retrying in {interval:g}s: {first_line(exc)}")
+                self.stderr.flush()
                 with contextlib.suppress(Exception):
                     connections[alias].close()
             else:
@@ -50,4 +51,7 @@ class Command(PgQueueCommand):
                 )
                 if not options["loop"]:
                     return
+                # A pipe (a container's log, a supervisor) gets each pass as it
+                # happens, not when Python's buffer fills.
+                self.stdout.flush()
             time.sleep(interval)

@@ -5,12 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
-import os
-import queue
 import subprocess
 import sys
-import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from django.core.management import call_command
@@ -20,7 +18,7 @@ from django_pgqueue.models import Job
 from django_pgqueue.records import JobSpec
 from tests.conftest import status_counts
 from tests.testapp.tasks import add
-from tests.worker.conftest import ROOT
+from tests.worker.conftest import ROOT, WorkerProcess, wait_for
 
 BAD_ARGUMENTS = [
     ("runworker", ["--concurrency", "0"], "argument --concurrency: expected a whole number"),
@@ -119,38 +117,20 @@ def test_reapjobs_prints_what_it_returned_and_buried() -> None:
     assert status_counts() == {"queued": 1, "dead": 1}
 
 
-def test_reapjobs_loop_prints_each_pass_through_a_pipe_as_it_happens(db_url: str) -> None:
+def test_reapjobs_loop_prints_each_pass_through_a_pipe_as_it_happens(
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
     """Piped, Python buffers stdout in blocks; a reaper run by a supervisor or in a
     container must still show each pass when it happens, not kilobytes later."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    command = ["reapjobs", "--settings=tests.settings", "--loop", "--interval", "0.2"]
-    reaper = subprocess.Popen(
-        [sys.executable, "-m", "django", *command],
-        cwd=ROOT,
-        env={**env, "DATABASE_URL": db_url},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+    # An empty PYTHONUNBUFFERED is unset to Python: stdout is block-buffered.
+    reaper = start_worker(
+        command="reapjobs", args=("--loop", "--interval", "0.2"), env={"PYTHONUNBUFFERED": ""}
     )
-    lines: queue.SimpleQueue[str] = queue.SimpleQueue()
-    out = reaper.stdout
-    assert out is not None
-
-    def read() -> None:
-        for line in out:
-            lines.put(line)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    try:
-        passes = [lines.get(timeout=30) for _ in range(2)]
-        assert passes == ["returned 0 jobs to the queue, buried 0\n"] * 2
-        assert reaper.poll() is None
-    finally:
-        reaper.kill()
-        reaper.wait(10)
-        reader.join(10)
-        out.close()
+    line = "returned 0 jobs to the queue, buried 0"
+    wait_for(lambda: reaper.output.count(line) >= 2, 30, "two passes through the pipe")
+    passes = [text for text in reaper.output.splitlines() if text.startswith("returned")]
+    assert passes[:2] == [line] * 2
+    assert reaper.proc.poll() is None
 
 
 @pytest.mark.django_db(transaction=True)

@@ -39,7 +39,6 @@ class Command(PgQueueCommand):
                     raise
                 # The database went away: a reaper that runs for ever waits for it.
                 self.stderr.write(f"reap failed, retrying in {interval:g}s: {first_line(exc)}")
-                self.stderr.flush()
                 with contextlib.suppress(Exception):
                     connections[alias].close()
             else:

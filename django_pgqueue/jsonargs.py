@@ -21,8 +21,9 @@ class Encoded:
     text: str
 
 
-#: Deeper values are refused: Python's own JSON decoder (in the worker) gives up
-#: near the recursion limit, so a value nested deeper could be stored but never run.
+#: Deeper values are refused: Python's own JSON decoder (in the worker, or Django
+#: reading a row back) gives up at a depth that depends on the Python version, so a
+#: value nested deeper could be stored but never run. 200 is well inside them all.
 MAX_DEPTH = 200
 
 
@@ -60,6 +61,30 @@ def _find_bad(value: Any, path: str, depth: int = 0) -> tuple[str, Any] | None:
     return path, value
 
 
+_CONTAINERS = (list, tuple, dict)
+
+
+def _may_nest_too_deep(encoded: str, value: Any) -> bool:
+    """True if something in ``value`` lies deeper than MAX_DEPTH: the depth rule of
+    :func:`_find_bad`, for a value the fast path has already encoded."""
+    # No deeper than it has brackets: a bound that clears nearly every value at C
+    # speed. Past it, the containers are walked level by level.
+    if encoded.count("[") + encoded.count("{") <= MAX_DEPTH:
+        return False
+    level = [value]
+    for _ in range(MAX_DEPTH):
+        below: list[Any] = []
+        add = below.append
+        for container in level:
+            for item in container.values() if isinstance(container, dict) else container:
+                if isinstance(item, _CONTAINERS):
+                    add(item)
+        if not below:
+            return False
+        level = below
+    return any(level)  # a non-empty container at MAX_DEPTH holds something deeper
+
+
 class _TooDeep:
     """Marks the place where a value is nested deeper than MAX_DEPTH."""
 
@@ -90,8 +115,14 @@ def dumps(value: Any, what: str, *, returned: bool = False) -> str:
         return "null"  # what most tasks return
     try:
         encoded = _encode(value)
-        # Fast path, all in C: if the JSON reads back equal, nothing was lost.
-        if _decode(encoded) == value and _storable_json(encoded):
+        # Fast path, all in C: if the JSON reads back equal, nothing was lost. The
+        # depth rule is checked too: this Python may encode and decode deeper
+        # (about 1,500 levels on 3.12, 10,000 on 3.13) than the one that reads it.
+        if (
+            _decode(encoded) == value
+            and _storable_json(encoded)
+            and not _may_nest_too_deep(encoded, value)
+        ):
             return encoded
     except (TypeError, ValueError, RecursionError):
         encoded = None

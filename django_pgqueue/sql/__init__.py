@@ -14,6 +14,20 @@ from importlib import resources
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _INCLUDE = re.compile(r"^--\s*include:\s*(\w+)\s*$", re.MULTILINE)
+#: A string literal (kept whole) or a comment (dropped). queries.sql has no
+#: dollar-quoted or double-quoted text that could hold "--".
+_LITERAL_OR_COMMENT = re.compile(r"'(?:[^']|'')*'|--[^\n]*")
+
+
+def _compact(text: str) -> str:
+    """``text`` without its comments and blank lines.
+
+    The comments are for readers of queries.sql. Sent, they cost on every call:
+    psycopg caches the parsing of a statement's placeholders only for texts of at
+    most 4 KiB, and the claim's comments alone took it past that.
+    """
+    text = _LITERAL_OR_COMMENT.sub(lambda m: m[0] if m[0].startswith("'") else "", text)
+    return "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
 
 
 def _load() -> dict[str, str]:
@@ -30,7 +44,7 @@ def _load() -> dict[str, str]:
             body = _INCLUDE.sub(lambda m: queries[m[1]], body)
         if _INCLUDE.search(body):
             raise RuntimeError(f"queries.sql: {name!r} includes parts too deeply")
-        queries[name] = body
+        queries[name] = _compact(body)
     PARTS.update({name: body for name, body in queries.items() if name.startswith("_")})
     return {name: body for name, body in queries.items() if not name.startswith("_")}
 

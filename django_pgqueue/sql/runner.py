@@ -20,12 +20,14 @@ from typing import Any
 import psycopg
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from psycopg import pq
 from psycopg.rows import dict_row
 
 from django_pgqueue import conf
 from django_pgqueue.sql import query
 
 Row = dict[str, Any]
+_ROWS = pq.ExecStatus.TUPLES_OK
 _thread = threading.local()
 
 
@@ -89,7 +91,10 @@ def fetch(
         psycopg.Cursor(wrapper.connection, row_factory=dict_row) as cursor,
     ):
         cursor.execute(text, params, prepare=conf.get().PREPARE if prepare is None else prepare)
-        rows = cursor.fetchall() if cursor.description else []
+        # The result's status, not cursor.description: that builds a Column per
+        # column (twenty for the claim) only to say whether there are rows.
+        result = cursor.pgresult
+        rows = cursor.fetchall() if result is not None and result.status == _ROWS else []
     _log(wrapper, name, text, started)
     return rows
 

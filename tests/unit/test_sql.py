@@ -3,8 +3,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
+
 import django_pgqueue
-from django_pgqueue.sql import QUERIES, query
+from django_pgqueue.sql import QUERIES, _compact, query, variant
 
 EXPECTED = {
     "schedules_sync",
@@ -73,11 +75,24 @@ def test_the_two_claims_differ_only_in_how_they_pick_candidates() -> None:
     assert "%(queues)s" not in query("claim")
 
 
-def test_comments_hold_no_placeholders() -> None:
-    """A comment is part of the statement's text: psycopg would ask for its parameter."""
+def test_statements_are_sent_without_their_comments() -> None:
+    """The comments are for readers of queries.sql; sent, they made the claim too
+    long for psycopg's cache of parsed placeholders (4 KiB), a cost on every call."""
     for name, text in QUERIES.items():
-        comments = [line for line in text.splitlines() if line.lstrip().startswith("--")]
-        assert not [c for c in comments if "%(" in c], name
+        assert "--" not in text, name  # no string literal in queries.sql holds one
+        assert all(line.strip() for line in text.splitlines()), name
+    hot = [
+        variant("claim", limit=1024),
+        variant("claim_queues", limit=1024, queues=("default", "emails", "reports")),
+        *(query(name) for name in ("enqueue", "complete", "fail", "heartbeat", "release")),
+    ]
+    for text in hot:
+        assert len(text.encode()) <= MAX_CACHED_STATEMENT_LENGTH, text[:60]
+
+
+def test_compacting_keeps_string_literals_whole() -> None:
+    text = "SELECT 'a -- b', 'it''s -- x' -- a comment\n\n  -- a line of comment\nFROM t -- end"
+    assert _compact(text) == "SELECT 'a -- b', 'it''s -- x'\nFROM t"
 
 
 def test_a_claim_variant_binds_no_limit_and_no_queues() -> None:

@@ -3,7 +3,10 @@
 A fixed number (``--prefetch N``), or, by default, one that follows the jobs:
 the worker keeps a moving average of how long its jobs run, and claims ahead
 as many as its threads can start within ``TARGET_WAIT``:
-``concurrency * TARGET_WAIT / average``, at most ``MAX_PER_THREAD`` per thread.
+``width * TARGET_WAIT / average``, at most ``MAX_PER_THREAD`` per thread, where
+the width is how many threads run jobs back to back (``pacing.py``; all of
+them for jobs that wait, fewer for jobs that keep the interpreter busy, which
+would take turns at it anyway).
 Short jobs (milliseconds) get a deep prefetch, so a thread never waits for a
 claim round trip between two jobs; jobs of a second or longer get none, so no job
 waits in one worker behind long ones while another worker could run it. Until
@@ -14,6 +17,7 @@ lease is renewed while it waits, and its job timeout counts from its start.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 #: How long a prefetched job may expect to wait for a thread, in seconds.
 TARGET_WAIT = 0.05
@@ -24,9 +28,12 @@ SMOOTHING = 0.2
 
 
 class Prefetch:
-    def __init__(self, concurrency: int, fixed: int | None) -> None:
+    def __init__(
+        self, concurrency: int, fixed: int | None, width: Callable[[], int] | None = None
+    ) -> None:
         self.concurrency = concurrency
         self.fixed = fixed
+        self._width = width or (lambda: concurrency)
         self._average: float | None = None
         self._limit = 0 if fixed is None else fixed  # read on every job: kept ready
         self._lock = threading.Lock()
@@ -51,7 +58,7 @@ class Prefetch:
             self._limit = (
                 deepest
                 if average <= 0
-                else min(deepest, int(self.concurrency * TARGET_WAIT / average))
+                else min(deepest, int(self._width() * TARGET_WAIT / average))
             )
 
     def describe(self) -> str:

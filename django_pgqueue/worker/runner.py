@@ -74,13 +74,15 @@ class Worker:
         self.waker = Waker()
         self.epoch = ConnectionEpoch()
         self.ledger = Ledger(lease=config.lease)
-        # Jobs claimed and not finished may exceed the threads by the prefetch.
-        self.prefetch = Prefetch(
-            config.concurrency, None if config.prefetch == "auto" else int(config.prefetch)
-        )
         supervision = Supervision(fatal=self.fail_fast, epoch=self.epoch)
         self.completer = Completer(config.worker_id, config.database, self._settled, supervision)
         self.pool = JobPool(config.concurrency, self._job_starting, self._job_done, self.epoch)
+        # Jobs claimed and not finished may exceed the threads by the prefetch.
+        self.prefetch = Prefetch(
+            config.concurrency,
+            None if config.prefetch == "auto" else int(config.prefetch),
+            width=lambda: self.pool.pacing.width,
+        )
         self.session = WorkerSession(
             config.worker_id,
             config.database,
@@ -254,10 +256,10 @@ class Worker:
     def _start(self, jobs: list[ClaimedJob]) -> None:
         self.ledger.add(jobs)
         self.events.emit("claimed", jobs=jobs)
-        for job in jobs:
-            if logger.isEnabledFor(logging.DEBUG):
+        if logger.isEnabledFor(logging.DEBUG):
+            for job in jobs:
                 logger.debug("job %s %s attempt %s claimed", job.id, job.task, job.attempt)
-            self.pool.submit(job)
+        self.pool.submit(jobs)
 
     # -- callbacks from other threads ----------------------------------------------
 

@@ -124,3 +124,17 @@ def test_adaptive_prefetch_runs_ahead_for_short_jobs_and_not_for_long_ones() -> 
     fixed = Prefetch(concurrency=8, fixed=3)
     fixed.observe(0.001)
     assert fixed.limit() == 3
+
+
+def test_adaptive_prefetch_counts_the_threads_that_run_jobs_back_to_back() -> None:
+    """Jobs that keep the interpreter busy run on fewer threads (the pool's width):
+    the prefetch holds what those threads start within the target wait."""
+    from django_pgqueue.worker.prefetch import TARGET_WAIT, Prefetch
+
+    width = 4
+    prefetch = Prefetch(concurrency=8, fixed=None, width=lambda: width)
+    prefetch.observe(0.01)
+    assert prefetch.limit() == int(4 * TARGET_WAIT / 0.01) == 20
+    width = 1
+    prefetch.observe(0.01)
+    assert prefetch.limit() == int(1 * TARGET_WAIT / 0.01) == 5

@@ -20,7 +20,7 @@ import importlib
 import inspect
 import sys
 from collections.abc import Callable
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, Protocol
 
 from django.apps import apps
@@ -155,15 +155,26 @@ def check_arguments(target: Any, args: Any, kwargs: Any) -> None:
             f"malformed arguments: args must be a JSON list and kwargs a JSON "
             f"object, got {type(args).__name__} and {type(kwargs).__name__}"
         )
+    context = bool(getattr(target, "takes_context", False))
+    problem = _shape_problem(func, context, len(args), tuple(kwargs))
+    if problem is not None:
+        raise TypeError(problem)
+
+
+@lru_cache(maxsize=4096)
+def _shape_problem(func: Any, context: bool, positional: int, names: tuple[str, ...]) -> str | None:
+    """Why ``positional`` arguments (after the context, if any) and the keyword
+    arguments ``names`` cannot be passed to ``func``; None if they can. Binding
+    reads the call's shape, never its values, so the answer holds for every
+    later call of the same shape: the worker asks once per task, not per job."""
     signature = _signature(func)
-    if signature is not None:
-        try:
-            leading = (None,) if getattr(target, "takes_context", False) else ()
-            signature.bind(*leading, *args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(
-                f"arguments do not match the task's signature {_described(func, signature)}: {exc}"
-            ) from None
+    if signature is None:
+        return None
+    try:
+        signature.bind(*([None] * (context + positional)), **dict.fromkeys(names))
+    except TypeError as exc:
+        return f"arguments do not match the task's signature {_described(func, signature)}: {exc}"
+    return None
 
 
 def registered(path: str) -> Runnable | None:

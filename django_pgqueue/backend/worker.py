@@ -12,6 +12,7 @@ runs again).
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import traceback
@@ -76,8 +77,10 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
                 job=control,
             )
             args = (context, *args)
-        if inspect.iscoroutinefunction(task.func):
+        if _is_async(task.func):
             value = run_coroutine(task.func, args, job.kwargs)  # what Task.call does, cancellable
+        elif type(task).call is _TASK_CALL:
+            value = task.func(*args, **job.kwargs)  # what Task.call does for a function
         else:
             value = task.call(*args, **job.kwargs)
         raise_if_transaction_left_open()
@@ -106,6 +109,11 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
     object.__setattr__(result, "_return_value", value)
     _finished(backend, result, None)
     return Encoded(encoded)  # checked and encoded once: the executor stores the text
+
+
+_TASK_CALL = Task.call
+#: ``inspect.iscoroutinefunction``, asked once per task function, not per job.
+_is_async = functools.cache(inspect.iscoroutinefunction)
 
 
 def _backend_for(task: Task[Any, Any]) -> BaseTaskBackend:

@@ -36,3 +36,34 @@ def test_refusal_does_not_import_modules_outside_installed_apps() -> None:
     with pytest.raises(UnknownTask):
         registry.resolve("this.s")
     assert "this" not in sys.modules
+
+
+def _greet(name: str, /, greeting: str = "hello", *, loud: bool = False) -> str:
+    return f"{greeting} {name}{'!' if loud else ''}"
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "problem"),
+    [
+        (["ann"], {}, None),
+        (["ann", "hi"], {"loud": True}, None),
+        (["bob"], {"greeting": "yo"}, None),
+        ([], {}, "missing a required argument: 'name'"),
+        ([], {"name": "ann"}, "'name' parameter is positional only"),
+        (["ann", "hi", True], {}, "too many positional arguments"),
+        (["ann"], {"shout": True}, "got an unexpected keyword argument 'shout'"),
+        (["ann", "hi"], {"greeting": "yo"}, "multiple values for argument 'greeting'"),
+    ],
+)
+def test_arguments_are_checked_by_their_shape_every_time(
+    args: list[object], kwargs: dict[str, object], problem: str | None
+) -> None:
+    """The answer for a call's shape is kept; asking again (the worker asks for
+    every job) gives the same answer, an error included, whatever the values."""
+    for _ in range(2):
+        for values in (args, [object() for _ in args]):
+            if problem is None:
+                registry.check_arguments(_greet, values, kwargs)
+            else:
+                with pytest.raises(TypeError, match=problem):
+                    registry.check_arguments(_greet, values, kwargs)

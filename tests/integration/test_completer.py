@@ -38,3 +38,52 @@ def test_an_unstorable_outcome_is_buried_with_the_reason_and_the_rest_recorded()
     refused = Job.objects.get(pk=bad.pk)
     assert refused.status == "dead"
     assert refused.last_error.startswith("OutcomeNotStored: DataError")
+
+
+class Gathering(Completer):
+    """A completer whose writes are only recorded."""
+
+    def __init__(self) -> None:
+        supervision = Supervision(fatal=pytest.fail, epoch=ConnectionEpoch())
+        super().__init__("w", "default", lambda *args: None, supervision)
+        self.written: list[list[int]] = []
+
+    def _write(self, batch: list[Success | Failure]) -> None:
+        self.written.append([o.job_id for o in batch])
+
+
+def test_a_lone_outcome_waits_the_short_linger_and_a_stream_gathers_longer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chain of jobs sharing a concurrency key keeps the short linger's pace; a
+    stream of short jobs shares one statement per LINGER_BUSY."""
+    from django_pgqueue.worker import completer as module
+
+    completer = Gathering()
+    slept: list[float] = []
+    arrivals: list[list[int]] = []  # the outcomes that finish during each wait
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        for job_id in arrivals.pop(0) if arrivals else []:
+            completer.put(Success(job_id, 1, "null"))
+
+    monkeypatch.setattr(module.time, "sleep", sleep)
+    completer.put(Success(1, 1, "null"))
+    completer.step()
+    assert (completer.written, slept) == ([[1]], [module.LINGER])
+
+    slept.clear()
+    stream = list(range(3, 3 + module.BUSY))
+    arrivals.extend([stream, [50, 51]])
+    completer.put(Success(2, 1, "null"))
+    completer.step()
+    assert slept == [module.LINGER, module.LINGER_BUSY - module.LINGER]
+    assert completer.written[1] == [2, *stream, 50, 51]  # one statement for all
+
+    slept.clear()
+    arrivals.extend([stream[:-2], [60]])  # fewer than BUSY: no second wait
+    completer.put(Success(2, 1, "null"))
+    completer.step()
+    assert slept == [module.LINGER]
+    assert completer.written[2] == [2, *stream[:-2]]

@@ -194,6 +194,10 @@ class Command(PgQueueCommand):
             exporter = serve_metrics(worker, port, addr)
             exits = ExitGuard(worker)
             exits.install()
+            # What start-up built (Django, the apps, the tasks) lives as long as the
+            # process: out of the collector's reach, its full passes, every few
+            # thousand jobs, no longer walk it.
+            gc.freeze()
             try:
                 status = exits.status(worker.run())
             finally:

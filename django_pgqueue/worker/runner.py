@@ -78,11 +78,8 @@ class Worker:
         self.completer = Completer(config.worker_id, config.database, self._settled, supervision)
         self.pool = JobPool(config.concurrency, self._job_starting, self._job_done, self.epoch)
         # Jobs claimed and not finished may exceed the threads by the prefetch.
-        self.prefetch = Prefetch(
-            config.concurrency,
-            None if config.prefetch == "auto" else int(config.prefetch),
-            width=lambda: self.pool.pacing.width,
-        )
+        fixed = None if config.prefetch == "auto" else int(config.prefetch)
+        self.prefetch = Prefetch(config.concurrency, fixed, lambda: self.pool.pacing.width)
         self.session = WorkerSession(
             config.worker_id,
             config.database,

@@ -42,14 +42,18 @@ def _decoded(row: dict[str, Any]) -> ClaimedJob:
     with more digits than it converts, nesting past the recursion limit) carries
     the reason in ``problem`` instead of failing the batch it came with."""
     problem = None
+    args, kwargs = row["args"], row["kwargs"]
     try:
-        args, kwargs = _decode(row["args"]), _decode(row["kwargs"])
+        # Most calls pass no keyword arguments, many no positional ones either.
+        args = [] if args == "[]" else _decode(args)
+        kwargs = {} if kwargs == "{}" else _decode(kwargs)
     except (ValueError, RecursionError) as exc:
         args, kwargs = [], {}
         problem = f"the stored arguments cannot be decoded: {type(exc).__name__}: {exc}"
     # The claim returns exactly ClaimedJob's fields, by name: a column added,
     # dropped or renamed on one side only fails here, loudly.
-    return ClaimedJob(**{**row, "args": args, "kwargs": kwargs, "problem": problem})
+    row["args"], row["kwargs"], row["problem"] = args, kwargs, problem
+    return ClaimedJob(**row)
 
 
 def batch_size(free: int) -> int:

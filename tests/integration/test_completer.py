@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.db import connections
 
@@ -68,7 +70,7 @@ def test_a_lone_outcome_waits_the_short_linger_and_a_stream_gathers_longer(
         for job_id in arrivals.pop(0) if arrivals else []:
             completer.put(Success(job_id, 1, "null"))
 
-    monkeypatch.setattr(module.time, "sleep", sleep)
+    monkeypatch.setattr(time, "sleep", sleep)  # the completer's waits only: no other thread here
     completer.put(Success(1, 1, "null"))
     completer.step()
     assert (completer.written, slept) == ([[1]], [module.LINGER])

@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
+import inspect
 import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -172,6 +174,11 @@ def running(job: RunningJob | None) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+
+
+#: ``inspect.iscoroutinefunction``, asked once per task function, not once per job:
+#: both invokers ask it to choose between a call and :func:`run_coroutine`.
+is_coroutine_function = functools.cache(inspect.iscoroutinefunction)
 
 
 def run_coroutine(func: Callable[..., Any], args: Any, kwargs: Any) -> Any:

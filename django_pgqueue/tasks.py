@@ -8,7 +8,6 @@ available on every supported Django version.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
@@ -16,7 +15,13 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from django.dispatch import Signal
 
 from django_pgqueue import registry
-from django_pgqueue.control import Cancel, Snooze, current_job, run_coroutine
+from django_pgqueue.control import (
+    Cancel,
+    Snooze,
+    current_job,
+    is_coroutine_function,
+    run_coroutine,
+)
 from django_pgqueue.installed import job_model
 from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.jsonargs import Encoded, dumps_result
@@ -68,7 +73,7 @@ class TaskFunction[**P, R]:
 def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
     _send(job_started, target, job=job)
     try:
-        if inspect.iscoroutinefunction(target.func):
+        if is_coroutine_function(target.func):
             # The worker's threads have no event loop: run the coroutine to completion
             # (as a task an abort can cancel).
             result = run_coroutine(target.func, job.args, job.kwargs)

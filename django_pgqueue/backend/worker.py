@@ -12,8 +12,6 @@ runs again).
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import logging
 import traceback
 from typing import TYPE_CHECKING, Any
@@ -36,7 +34,13 @@ from django_pgqueue.backend.compat import (
 from django_pgqueue.backend.core import PgQueueBackend
 from django_pgqueue.backend.results import running_result
 from django_pgqueue.backend.task import PgQueueTaskContext, backend_named
-from django_pgqueue.control import Cancel, Snooze, current_job, run_coroutine
+from django_pgqueue.control import (
+    Cancel,
+    Snooze,
+    current_job,
+    is_coroutine_function,
+    run_coroutine,
+)
 from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.jsonargs import Encoded, dumps_result
 
@@ -77,7 +81,7 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
                 job=control,
             )
             args = (context, *args)
-        if _is_async(task.func):
+        if is_coroutine_function(task.func):
             value = run_coroutine(task.func, args, job.kwargs)  # what Task.call does, cancellable
         elif type(task).call is _TASK_CALL:
             value = task.func(*args, **job.kwargs)  # what Task.call does for a function
@@ -112,8 +116,6 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
 
 
 _TASK_CALL = Task.call
-#: ``inspect.iscoroutinefunction``, asked once per task function, not per job.
-_is_async = functools.cache(inspect.iscoroutinefunction)
 
 
 def _backend_for(task: Task[Any, Any]) -> BaseTaskBackend:

@@ -91,7 +91,7 @@ class JobPool:
         """Queue ``jobs``, waking as many idle threads as the pacing has room for."""
         with self._lock:
             self._waiting.extend(jobs)
-            room = self.pacing.width - self._hot(time.monotonic()) - self._waking
+            room = self.pacing.width - len(self._hot(time.monotonic())) - self._waking
             for _ in range(min(room, len(jobs), len(self._idle))):
                 self._wake(FOR_A_JOB)
 
@@ -120,18 +120,17 @@ class JobPool:
             self._waking += 1
         parking.gate.release()
 
-    def _hot(self, now: float) -> int:
-        """Running threads whose job started within the handoff: they will be back
-        for the next job soon. One past it may be blocked for long, so it does not
-        count, and an idle thread may take the next job instead."""
+    def _hot(self, now: float) -> list[float]:
+        """Start times of the running threads whose job started within the handoff:
+        they will be back for the next job soon. One past it may be blocked for
+        long, so it does not count, and an idle thread may take the next job."""
         since = now - self.pacing.handoff
-        return sum(1 for started in self._starts.values() if started > since)
+        return [started for started in self._starts.values() if started > since]
 
     def _watch_for(self, now: float) -> float:
         """How long the standby waits: until the first hot job passes the handoff."""
-        since = now - self.pacing.handoff
-        hot = [started for started in self._starts.values() if started > since]
-        return max(0.0005, min(hot) - since) if hot else self.pacing.handoff
+        hot = self._hot(now)
+        return max(0.0005, min(hot) + self.pacing.handoff - now) if hot else self.pacing.handoff
 
     def _next(self, me: int, parking: _Parking, ran: Ran | None) -> ClaimedJob | None:
         """The next job for this thread, waiting as the pacing says; None: exit.
@@ -143,7 +142,7 @@ class JobPool:
                 self.pacing.observe(*ran, now)
             while True:
                 if self._waiting:
-                    hot = self._hot(now) + self._waking
+                    hot = len(self._hot(now)) + self._waking
                     if self._stopping or hot < self.pacing.width:
                         self._starts[me] = now
                         job = self._waiting.popleft()

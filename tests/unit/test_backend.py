@@ -412,3 +412,45 @@ def test_a_task_finds_its_backend_again_after_tasks_change_in_every_thread() -> 
     finally:
         go.set()
         thread.join(10)
+
+
+@pytest.mark.parametrize("bare", [True, False], ids=["set-directly", "constructor"])
+def test_the_running_result_is_what_the_constructor_makes(
+    bare: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_pgqueue.backend import results
+    from django_pgqueue.records import ClaimedJob
+
+    if bare and not results._BARE:
+        pytest.skip("this TaskResult has other fields: the constructor is always used")
+    monkeypatch.setattr(results, "_BARE", bare)
+    at = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC).timestamp()
+    job = ClaimedJob(
+        id=7, run=3, task=djtasks.echo.module_path, args=[1, [2, {"a": None}]],
+        kwargs={"k": "v"}, queue="default", priority=5, attempt=2, max_attempts=4,
+        concurrency_key=None, unique_key="u", enqueued_at=at, run_at=at + 60,
+        started_at=at + 61, attempted_at=at + 90,
+        errors='[{"exception": "ValueError", "message": "m", "traceback": "t"}]',
+        worker_ids='["w1", "w2"]',
+    )  # fmt: skip
+    result = results.running_result(djtasks.echo, job, "default")
+    expected = TaskResult(
+        task=results.task_with(
+            djtasks.echo, "default", 5, "default", results._moment(at + 60), 4, "u", None, None
+        ),
+        id="7",
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=results._moment(at),
+        started_at=results._moment(at + 61),
+        finished_at=None,
+        last_attempted_at=results._moment(at + 90),
+        args=[1, [2, {"a": None}]],
+        kwargs={"k": "v"},
+        backend="default",
+        errors=[results.task_error({"exception": "ValueError", "message": "m", "traceback": "t"})],
+        worker_ids=["w1", "w2"],
+    )
+    for field in dataclasses.fields(TaskResult):
+        assert getattr(result, field.name) == getattr(expected, field.name), field.name
+    assert type(result) is TaskResult
+    assert result.worker_ids is not results.running_result(djtasks.echo, job, "default").worker_ids

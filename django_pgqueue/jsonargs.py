@@ -62,6 +62,7 @@ def _find_bad(value: Any, path: str, depth: int = 0) -> tuple[str, Any] | None:
 
 
 _CONTAINERS = (list, tuple, dict)
+_EMPTY = frozenset({list, tuple, dict})
 
 
 def _may_nest_too_deep(encoded: str, value: Any) -> bool:
@@ -111,26 +112,36 @@ def dumps(value: Any, what: str, *, returned: bool = False) -> str:
     tuples and dicts with string keys. Anything else would come back different,
     or not at all, so it is refused before anything is written.
     """
+    return dumps_read_back(value, what, returned=returned)[0]
+
+
+def dumps_read_back(value: Any, what: str, *, returned: bool = False) -> tuple[str, Any]:
+    """:func:`dumps`, with the value as the JSON reads back: a fresh copy (tuples
+    become lists), which is what a worker will pass to the task. Checking the
+    encoding decodes it anyway, so the copy costs nothing."""
     if value is None:
-        return "null"  # what most tasks return
+        return "null", None  # what most tasks return
+    if not value and type(value) in _EMPTY:  # no arguments of one kind: half the calls
+        return ("{}", {}) if type(value) is dict else ("[]", [])
     try:
         encoded = _encode(value)
         # Fast path, all in C: if the JSON reads back equal, nothing was lost. The
         # depth rule is checked too: this Python may encode and decode deeper
         # (about 1,500 levels on 3.12, 10,000 on 3.13) than the one that reads it.
+        read_back = _decode(encoded)
         if (
-            _decode(encoded) == value
+            read_back == value
             and _storable_json(encoded)
             and not _may_nest_too_deep(encoded, value)
         ):
-            return encoded
+            return encoded, read_back
     except (TypeError, ValueError, RecursionError):
         encoded = None
     # Only when it does not read back (or cannot be encoded) walk the value to
     # name the culprit; tuples read back as lists, which the walk accepts.
     found = _find_bad(value, what)
     if found is None and encoded is not None:
-        return encoded
+        return encoded, _decode(encoded)
     if found is None:  # the walk accepts nothing the encoder refuses; kept as a backstop
         raise InvalidJobArguments(f"{what} cannot be encoded as JSON")
     path, bad = found

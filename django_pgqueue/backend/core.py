@@ -19,7 +19,7 @@ from django_pgqueue.backend.compat import (
     task_enqueued,
 )
 from django_pgqueue.backend.enqueueing import check_call, encode, plan
-from django_pgqueue.backend.results import job_result, load_job
+from django_pgqueue.backend.results import build_result, job_result, load_job
 from django_pgqueue.backend.task import PgQueueTask, validate_extras
 from django_pgqueue.installed import NOT_INSTALLED, job_model
 
@@ -86,19 +86,18 @@ class PgQueueBackend(BaseTaskBackend):
         if inserted.duplicate:
             live = load_job(inserted.id, self.database)
             return job_result(live, self.alias, task if live.task == task.module_path else None)
-        result: TaskResult[P, R] = TaskResult(
-            task=task,
-            id=str(inserted.id),
-            status=TaskResultStatus.READY,
-            enqueued_at=inserted.created_at,
-            started_at=None,
-            finished_at=None,
-            last_attempted_at=None,
-            args=plain_args,
-            kwargs=plain_kwargs,
-            backend=self.alias,
-            errors=[],
-            worker_ids=[],
+        result: TaskResult[P, R] = build_result(
+            task,
+            str(inserted.id),
+            TaskResultStatus.READY,
+            inserted.created_at,
+            None,
+            None,
+            plain_args,
+            plain_kwargs,
+            self.alias,
+            [],
+            [],
         )
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -143,19 +142,18 @@ def enqueue_many[**P, R](
     )
     results: list[TaskResult[P, R]] = []
     for job_id, (_, _, args, kwargs) in zip(ids, encoded, strict=True):
-        result: TaskResult[P, R] = TaskResult(
-            task=task,
-            id=str(job_id),
-            status=TaskResultStatus.READY,
-            enqueued_at=created_at,
-            started_at=None,
-            finished_at=None,
-            last_attempted_at=None,
-            args=args,
-            kwargs=kwargs,
-            backend=backend.alias,
-            errors=[],
-            worker_ids=[],
+        result: TaskResult[P, R] = build_result(
+            task,
+            str(job_id),
+            TaskResultStatus.READY,
+            created_at,
+            None,
+            None,
+            args,
+            kwargs,
+            backend.alias,
+            [],
+            [],
         )
         task_enqueued.send(type(backend), task_result=result)
         results.append(result)

@@ -25,7 +25,7 @@ from django_pgqueue.backend.compat import (
     normalize_json,
 )
 from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments, UnknownTask
-from django_pgqueue.jsonargs import dumps
+from django_pgqueue.jsonargs import dumps_read_back
 from django_pgqueue.records import JobSpec
 from django_pgqueue.retrypolicy import RetryPolicy, policy_of
 
@@ -153,12 +153,13 @@ def check_call(task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, A
 def encode(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str, Any, Any]:
     """(args JSON, kwargs JSON, args, kwargs as stored): the arguments as the queue
     stores them, normalised as Django's Tasks framework does (tuples become lists,
-    bytes text) when they are not plain JSON already."""
+    bytes text) when they are not plain JSON already. The last two are read back
+    from the JSON: fresh copies, as Django's ``normalize_json`` makes for a result."""
     # Django passes args as a tuple: encoded as the list it reads back as, it
     # passes the round-trip check at once instead of being walked item by item.
-    plain_args, plain_kwargs = list(args), dict(kwargs)
     try:
-        return dumps(plain_args, "args"), dumps(plain_kwargs, "kwargs"), plain_args, plain_kwargs
+        args_json, stored_args = dumps_read_back(list(args), "args")
+        kwargs_json, stored_kwargs = dumps_read_back(dict(kwargs), "kwargs")
     except InvalidJobArguments as first:
         try:
             normal_args: Any = normalize_json(args)
@@ -166,12 +167,9 @@ def encode(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str, An
         except (TypeError, ValueError) as exc:
             # Django's own error says "Unsupported type ..."; ours names the argument.
             raise InvalidJobArguments(f"{first} ({exc})") from None
-        return (
-            dumps(normal_args, "args"),
-            dumps(normal_kwargs, "kwargs"),
-            normal_args,
-            normal_kwargs,
-        )
+        args_json, stored_args = dumps_read_back(normal_args, "args")
+        kwargs_json, stored_kwargs = dumps_read_back(normal_kwargs, "kwargs")
+    return args_json, kwargs_json, stored_args, stored_kwargs
 
 
 def call(*args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

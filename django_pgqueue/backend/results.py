@@ -135,7 +135,7 @@ def running_result(task: Task[Any, Any], job: ClaimedJob, alias: str) -> TaskRes
     """The RUNNING TaskResult of a run this worker just claimed, built from the claim
     alone: no read of the row."""
     run_after = _moment(job.run_at) if job.run_at > job.enqueued_at else None
-    return _claimed_result(
+    return build_result(
         task_with(
             task,
             alias,
@@ -148,6 +148,7 @@ def running_result(task: Task[Any, Any], job: ClaimedJob, alias: str) -> TaskRes
             job.backoff,
         ),
         str(job.id),
+        TaskResultStatus.RUNNING,
         _moment(job.enqueued_at),
         _moment(job.started_at),
         _moment(job.attempted_at),
@@ -166,7 +167,7 @@ def _worker_ids(text: str) -> tuple[str, ...]:
     return tuple(str(worker) for worker in json.loads(text))
 
 
-#: The fields _claimed_result() sets: all the fields of the TaskResult it was
+#: The fields build_result() sets: all the fields of the TaskResult it was
 #: written against. Against any other shape (a later Django, the backport) it
 #: calls the constructor instead.
 _CLAIMED_FIELDS = (
@@ -187,28 +188,30 @@ _CLAIMED_FIELDS = (
 _BARE = {field.name for field in dataclasses.fields(TaskResult)} == set(_CLAIMED_FIELDS)
 
 
-def _claimed_result(
+def build_result(
     task: Task[Any, Any],
     result_id: str,
-    enqueued_at: datetime,
-    started_at: datetime,
-    attempted_at: datetime,
+    status: TaskResultStatus,
+    enqueued_at: datetime | None,
+    started_at: datetime | None,
+    attempted_at: datetime | None,
     args: Any,
     kwargs: Any,
     alias: str,
     errors: list[TaskError],
     worker_ids: list[str],
 ) -> TaskResult[Any, Any]:
-    """``TaskResult(status=RUNNING, ...)``, less its ``__post_init__``: that copies
-    ``args`` and ``kwargs`` through ``normalize_json``, and a claimed job's were
-    just decoded from JSON, so they are JSON already (a third of the result's cost).
-    The task is called with these very lists, as Django's ImmediateBackend calls
-    it with its result's."""
+    """An unfinished ``TaskResult(...)``, less its ``__post_init__``, which copies
+    ``args`` and ``kwargs`` through ``normalize_json``: the callers pass values
+    just read back from their JSON (by the enqueue's check, or the claim), which
+    are such copies already, and the copy was most of the result's cost. A worker
+    calls the task with these very lists, as Django's ImmediateBackend calls it
+    with its result's."""
     if not _BARE:
         return TaskResult(
             task=task,
             id=result_id,
-            status=TaskResultStatus.RUNNING,
+            status=status,
             enqueued_at=enqueued_at,
             started_at=started_at,
             finished_at=None,
@@ -223,7 +226,7 @@ def _claimed_result(
     put = object.__setattr__  # frozen: as the dataclass's own __init__ sets its fields
     put(result, "task", task)
     put(result, "id", result_id)
-    put(result, "status", TaskResultStatus.RUNNING)
+    put(result, "status", status)
     put(result, "enqueued_at", enqueued_at)
     put(result, "started_at", started_at)
     put(result, "finished_at", None)

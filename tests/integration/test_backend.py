@@ -23,7 +23,7 @@ pytest.importorskip(
     "django_pgqueue.backend", reason="needs django.tasks or the backport", exc_type=ImportError
 )
 
-from django_pgqueue.backend import options
+from django_pgqueue.backend import call, enqueue_many, options
 from django_pgqueue.backend.compat import (
     InvalidTask,
     Task,
@@ -139,6 +139,21 @@ def test_bytes_and_tuples_are_normalised_as_django_does() -> None:
     result = djtasks.noop_task.enqueue(b"abc", (1, 2), k=(3,))
     assert (result.args, result.kwargs) == (["abc", [1, 2]], {"k": [3]})
     assert Job.objects.values_list("args", "kwargs").get() == (["abc", [1, 2]], {"k": [3]})
+
+
+def test_the_result_keeps_its_own_copy_of_the_arguments() -> None:
+    # As Django's normalize_json copies them: the caller's later changes are not
+    # what was enqueued.
+    items, options = [1, [2]], {"to": ["a"]}
+    for result in (
+        djtasks.noop_task.enqueue(items, options=options),
+        *enqueue_many(djtasks.noop_task, [call(items, options=options)]),
+    ):
+        items[1].append(3)
+        options["to"].append("b")
+        assert (result.args, result.kwargs) == ([[1, [2]]], {"options": {"to": ["a"]}})
+        items[1].pop()
+        options["to"].pop()
 
 
 def test_the_task_is_validated_again_on_enqueue() -> None:

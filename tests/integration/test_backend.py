@@ -144,15 +144,17 @@ def test_bytes_and_tuples_are_normalised_as_django_does() -> None:
 def test_the_result_keeps_its_own_copy_of_the_arguments() -> None:
     # As Django's normalize_json copies them: the caller's later changes are not
     # what was enqueued.
-    items, options = [1, [2]], {"to": ["a"]}
+    inner: list[int] = [2]
+    items: list[Any] = [1, inner]
+    options: dict[str, list[str]] = {"to": ["a"]}
     for result in (
         djtasks.noop_task.enqueue(items, options=options),
         *enqueue_many(djtasks.noop_task, [call(items, options=options)]),
     ):
-        items[1].append(3)
+        inner.append(3)
         options["to"].append("b")
         assert (result.args, result.kwargs) == ([[1, [2]]], {"options": {"to": ["a"]}})
-        items[1].pop()
+        inner.pop()
         options["to"].pop()
 
 

@@ -434,7 +434,7 @@ def test_the_running_result_is_what_the_constructor_makes(
         worker_ids='["w1", "w2"]',
     )  # fmt: skip
     result = results.running_result(djtasks.echo, job, "default")
-    expected = TaskResult(
+    expected: TaskResult[Any, Any] = TaskResult(
         task=results.task_with(
             djtasks.echo, "default", 5, "default", results._moment(at + 60), 4, "u", None, None
         ),

@@ -74,6 +74,34 @@ class JobQuerySet(models.QuerySet["Job"]):
 _JobManagerBase = models.Manager.from_queryset(JobQuerySet)
 
 
+def _loaded[M: models.Model](model: type[M], alias: str, **known: Any) -> M:
+    """``model(**known)`` for a row read from ``alias``; every other field at its
+    default, as the keyword constructor sets it. Built positionally, the way
+    Django builds rows it reads: the keyword constructor looks up each of the
+    thirty fields by name, which cost a direct enqueue some 20 µs."""
+    fields = _defaults(model)
+    if len(known) > len(fields) or not known.keys() <= fields.keys():
+        raise TypeError(f"{model.__name__} has no field {sorted(known.keys() - fields.keys())}")
+    values = [known[name] if name in known else default() for name, default in fields.items()]
+    instance = model(*values)
+    instance._state.adding = False
+    instance._state.db = alias
+    return instance
+
+
+def _defaults(model: type[models.Model]) -> dict[str, Any]:
+    """{attname: its default's maker} of each concrete field, in the constructor's order."""
+    found = _DEFAULTS.get(model)
+    if found is None:
+        found = _DEFAULTS[model] = {
+            field.attname: field.get_default for field in model._meta.concrete_fields
+        }
+    return found
+
+
+_DEFAULTS: dict[type[models.Model], dict[str, Any]] = {}
+
+
 class JobManager(QueueOperations, _JobManagerBase["Job"]):
     """Job operations, each through the queue's named statements on ``using``
     (default: ``PGQUEUE["DATABASE"]``). The read vocabulary (``ready()``,
@@ -106,7 +134,9 @@ class JobManager(QueueOperations, _JobManagerBase["Job"]):
         spec = JobSpec.build(task, args, kwargs, **options)
         row = enqueue.insert(spec, self._alias(using))
         # The caller's own (already validated) arguments: no need to decode the JSON.
-        job = self.model(
+        job = _loaded(
+            self.model,
+            self._alias(using),
             id=row.id,
             task=spec.task,
             args=list(args),
@@ -122,8 +152,6 @@ class JobManager(QueueOperations, _JobManagerBase["Job"]):
             status=row.status,
             attempts=0,
         )
-        job._state.adding = False
-        job._state.db = self._alias(using)
         job.duplicate = row.duplicate
         return job
 

@@ -40,6 +40,25 @@ def test_enqueue_returns_a_queued_job_with_defaults() -> None:
     assert job.duplicate is False
 
 
+def test_the_returned_job_is_what_the_keyword_constructor_makes() -> None:
+    from django_pgqueue.models import _loaded
+
+    job = add.using(queue="emails", priority=5, unique_key="k").enqueue(2, b=3)
+    by_keyword = Job(
+        id=job.id, task=job.task, args=[2], kwargs={"b": 3}, queue="emails", priority=5,
+        max_attempts=job.max_attempts, run_at=job.run_at, created_at=job.created_at,
+        unique_key="k", concurrency_key=None, backoff=job.backoff, status="queued",
+        attempts=0,
+    )  # fmt: skip
+    assert [getattr(job, f.attname) for f in Job._meta.concrete_fields] == [
+        getattr(by_keyword, f.attname) for f in Job._meta.concrete_fields
+    ]
+    assert (job._state.adding, job._state.db, job.pk) == (False, "default", by_keyword.pk)
+    assert job.errors is not add.enqueue(1, b=1).errors  # a fresh default per instance
+    with pytest.raises(TypeError, match=r"Job has no field \['nope'\]"):
+        _loaded(Job, "default", nope=1)
+
+
 def test_rollback_leaves_no_job_and_commit_keeps_it() -> None:
     with pytest.raises(Boom), transaction.atomic():
         add.enqueue(1, 1)

@@ -170,7 +170,7 @@ def _worker_ids(text: str) -> tuple[str, ...]:
 #: The fields build_result() sets: all the fields of the TaskResult it was
 #: written against. Against any other shape (a later Django, the backport) it
 #: calls the constructor instead.
-_CLAIMED_FIELDS = (
+_RESULT_FIELDS = (
     "task",
     "id",
     "status",
@@ -185,7 +185,7 @@ _CLAIMED_FIELDS = (
     "worker_ids",
     "_return_value",
 )
-_BARE = {field.name for field in dataclasses.fields(TaskResult)} == set(_CLAIMED_FIELDS)
+_BARE = {field.name for field in dataclasses.fields(TaskResult)} == set(_RESULT_FIELDS)
 
 
 def build_result(

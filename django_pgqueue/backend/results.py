@@ -185,7 +185,21 @@ _RESULT_FIELDS = (
     "worker_ids",
     "_return_value",
 )
-_BARE = {field.name for field in dataclasses.fields(TaskResult)} == set(_RESULT_FIELDS)
+#: The names the ``__post_init__`` it was written against uses: it only
+#: normalises ``args`` and ``kwargs``. One that does more is never skipped.
+_POST_INIT_NAMES = frozenset({"object", "__setattr__", "normalize_json", "args", "kwargs"})
+
+
+def _may_skip_post_init() -> bool:
+    """True if TaskResult has exactly the fields build_result() sets and its
+    ``__post_init__`` does no more than normalise the arguments."""
+    if {field.name for field in dataclasses.fields(TaskResult)} != set(_RESULT_FIELDS):
+        return False
+    code = getattr(getattr(TaskResult, "__post_init__", None), "__code__", None)
+    return code is not None and set(code.co_names) <= _POST_INIT_NAMES
+
+
+_BARE = _may_skip_post_init()
 
 
 def build_result(

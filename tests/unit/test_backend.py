@@ -22,6 +22,7 @@ from django_pgqueue.backend.compat import (
     Task,
     TaskResult,
     TaskResultStatus,
+    normalize_json,
     task_backends,
 )
 from django_pgqueue.backend.results import parse_id, task_error
@@ -454,3 +455,19 @@ def test_the_running_result_is_what_the_constructor_makes(
         assert getattr(result, field.name) == getattr(expected, field.name), field.name
     assert type(result) is TaskResult
     assert result.worker_ids is not results.running_result(djtasks.echo, job, "default").worker_ids
+
+
+def test_the_post_init_is_skipped_only_while_it_only_normalises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django_pgqueue.backend import results
+
+    assert results._may_skip_post_init()  # the supported versions take the fast path
+
+    def validating(self: Any) -> None:
+        object.__setattr__(self, "args", normalize_json(self.args))
+        if not self.id:
+            raise ValueError("a result needs an id")
+
+    monkeypatch.setattr(TaskResult, "__post_init__", validating)
+    assert not results._may_skip_post_init()

@@ -78,9 +78,9 @@ def _loaded[M: models.Model](model: type[M], alias: str, **known: Any) -> M:
     """``model(**known)`` for a row read from ``alias``; every other field at its
     default, as the keyword constructor sets it. Built positionally, the way
     Django builds rows it reads: the keyword constructor looks up each of the
-    thirty fields by name, which cost a direct enqueue some 20 µs."""
+    thirty fields by name (27 µs, against 13 µs this way)."""
     fields = _defaults(model)
-    if len(known) > len(fields) or not known.keys() <= fields.keys():
+    if not known.keys() <= fields.keys():
         raise TypeError(f"{model.__name__} has no field {sorted(known.keys() - fields.keys())}")
     values = [known[name] if name in known else default() for name, default in fields.items()]
     instance = model(*values)

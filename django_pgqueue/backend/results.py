@@ -168,8 +168,8 @@ def _worker_ids(text: str) -> tuple[str, ...]:
 
 
 #: The fields build_result() sets: all the fields of the TaskResult it was
-#: written against. Against any other shape (a later Django, the backport) it
-#: calls the constructor instead.
+#: written against (Django 6.0 and 6.1, the backport 0.12). Against any other
+#: shape it calls the constructor instead.
 _RESULT_FIELDS = (
     "task",
     "id",

@@ -24,6 +24,15 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 POLL = 2.0  # seconds between progress checks of a draining worker
 STALL = 60.0  # a drain with no row written for this long has failed
 DB_URL_ENV = "BENCH_DB_URL"
+#: A worker's environment with Django's task-signal log lines turned down: the
+#: ``django.tasks`` logger at WARNING (settings.py), so the per-job INFO lines of
+#: ``task_started`` and ``task_finished`` are not written (failures still are, at
+#: ERROR). The rows measured with it show what those lines cost the Tasks path.
+QUIET_TASK_LOGS = {"BENCH_TASKS_LOG_LEVEL": "WARNING"}
+#: How those rows say so.
+WITHOUT_TASK_LOGS = (
+    "Tasks path without Django's per-job INFO lines (`django.tasks` logger at WARNING)"
+)
 
 
 #: The table's figure columns: the Tasks path, the direct API, the psycopg reference

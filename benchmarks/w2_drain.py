@@ -19,8 +19,10 @@ from typing import Any
 
 from benchmarks import baseline
 from benchmarks.common import (
+    QUIET_TASK_LOGS,
     ROOT,
     SETTINGS,
+    WITHOUT_TASK_LOGS,
     DatabaseCpu,
     Outcome,
     Process,
@@ -207,7 +209,7 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
     fixed_base = base(n, baseline.READY_INDEX_FIXED)
     tasks_run, direct_run = headline(n, scale.drain_repeats)
     # What the Tasks path costs beyond Django's own two log lines per job.
-    quiet_run = ours(n, *SLOTS, tasks_path=True, env={"BENCH_TASKS_LOG_LEVEL": "WARNING"})
+    quiet_run = ours(n, *SLOTS, tasks_path=True, env=QUIET_TASK_LOGS)
     best, tried = sweep(scale.sweep_jobs)
     tuned = ours(n, *best)
     boot_wall, boot_cpu = startup()
@@ -248,8 +250,7 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
         ),
         Row(
             "W2 drain",
-            "the same, Tasks path without the framework's two INFO lines per job "
-            "(`django.tasks` logger at WARNING)",
+            f"the same, {WITHOUT_TASK_LOGS}",
             "jobs/s",
             {"tasks": quiet_run.rate},
         ),

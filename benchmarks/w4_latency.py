@@ -28,6 +28,8 @@ import psycopg
 
 from benchmarks import baseline, jobbody
 from benchmarks.common import (
+    QUIET_TASK_LOGS,
+    WITHOUT_TASK_LOGS,
     Outcome,
     Process,
     Row,
@@ -148,7 +150,9 @@ def _claims(keys: set[str]) -> dict[str, float]:
     return {str(key): float(at) for key, at in rows if key in keys}
 
 
-def ours(n: int, tasks_path: bool) -> tuple[dict[str, list[float]], list[float]]:
+def ours(
+    n: int, tasks_path: bool, env: dict[str, str] | None = None
+) -> tuple[dict[str, list[float]], list[float]]:
     """runworker with default settings (LISTEN/NOTIFY, 2 s poll as the fallback)."""
     from django.db import connection, transaction
 
@@ -166,7 +170,7 @@ def ours(n: int, tasks_path: bool) -> tuple[dict[str, list[float]], list[float]]
 
     reset_jobs()
     jobbody.clear()
-    worker = Process.start("runworker", "-v", "0")
+    worker = Process.start("runworker", "-v", "0", env=env)
     try:
         stamp.enqueue("warm")  # wait for the worker to be up and idle
         if not wait_for_lines({"warm"}):
@@ -222,6 +226,8 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
     the_base = percentiles(base(n))
     tasks_lat, tasks_to_claim = ours(n, tasks_path=True)
     direct_lat, direct_to_claim = ours(n, tasks_path=False)
+    # What Django's log line for task_started costs a pickup.
+    quiet = percentiles(ours(n, tasks_path=True, env=QUIET_TASK_LOGS)[0])
     tasks, direct = percentiles(tasks_lat), percentiles(direct_lat)
     with connect() as conn:
         conn.execute("TRUNCATE pgqueue_job RESTART IDENTITY")
@@ -247,6 +253,15 @@ def run(scale: Scale, facts: dict[str, Any]) -> Outcome:
                     NOTES.get(key, ""),
                 )
             )
+    rows += [
+        Row(
+            "W4 pickup",
+            f"the same, idle worker, {WITHOUT_TASK_LOGS}: p{q}",
+            "ms",
+            {"tasks": quiet[f"w4_p{q}"], "direct": direct[f"w4_p{q}"]},
+        )
+        for q in TARGETS
+    ]
     run_lat = tasks_lat["returned"]
     direct_run = direct_lat["returned"]
     detail = (

@@ -24,7 +24,9 @@ MAX_BATCH = 1000
 #: statement; when that brought BUSY or more, it is a stream of short jobs, and
 #: it waits up to LINGER_BUSY in all (one statement per 10 ms, not per 3 ms).
 #: Alone, an outcome waits LINGER: a chain of jobs sharing a concurrency key,
-#: each claimable only once the one before is recorded, keeps its pace.
+#: each claimable only once the one before is recorded, keeps its pace. With
+#: none of the worker's jobs left in flight, nothing could join the statement,
+#: and it is written at once.
 LINGER = 0.003
 LINGER_BUSY = 0.01
 BUSY = 8
@@ -51,11 +53,19 @@ class Completer(ServiceThread):
     critical = True
 
     def __init__(
-        self, worker_id: str, alias: str, on_settled: OnSettled, supervision: Supervision
+        self,
+        worker_id: str,
+        alias: str,
+        on_settled: OnSettled,
+        supervision: Supervision,
+        in_flight: Callable[[], int] | None = None,
     ) -> None:
         super().__init__(alias, "pgqueue-completer", supervision)
         self.worker_id = worker_id
         self._on_settled = on_settled
+        #: The worker's jobs claimed and not yet returned, whose outcomes could
+        #: still join a batch (unknown: assume some).
+        self._in_flight = in_flight or (lambda: 1)
         self._outcomes: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._batch: list[Outcome] = []  # taken, not yet written (kept across retries)
         self._pending = 0
@@ -102,14 +112,17 @@ class Completer(ServiceThread):
                 return 0.0
             if first is None:  # stop() woke us
                 return 0.0
-            # Linger a moment so outcomes finishing together share a statement:
-            # the jobs are done and their slots free, only the write waits.
-            time.sleep(LINGER)
             self._batch = [first]
             self._gather()
-            if len(self._batch) >= BUSY:
-                time.sleep(LINGER_BUSY - LINGER)
+            # Linger a moment so outcomes finishing together share a statement
+            # (the jobs are done and their slots free, only the write waits),
+            # unless no job of ours is left to finish.
+            if self._in_flight():
+                time.sleep(LINGER)
                 self._gather()
+                if len(self._batch) >= BUSY and self._in_flight():
+                    time.sleep(LINGER_BUSY - LINGER)
+                    self._gather()
         self._write(self._batch)  # a transient error leaves the batch for the retry
         self._batch = []
         return 0.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 from django.db import connections
@@ -45,9 +46,9 @@ def test_an_unstorable_outcome_is_buried_with_the_reason_and_the_rest_recorded()
 class Gathering(Completer):
     """A completer whose writes are only recorded."""
 
-    def __init__(self) -> None:
+    def __init__(self, in_flight: Callable[[], int] | None = None) -> None:
         supervision = Supervision(fatal=pytest.fail, epoch=ConnectionEpoch())
-        super().__init__("w", "default", lambda *args: None, supervision)
+        super().__init__("w", "default", lambda *args: None, supervision, in_flight)
         self.written: list[list[int]] = []
 
     def _write(self, batch: list[Success | Failure]) -> None:
@@ -89,3 +90,39 @@ def test_a_lone_outcome_waits_the_short_linger_and_a_stream_gathers_longer(
     completer.step()
     assert slept == [module.LINGER]
     assert completer.written[2] == [2, *stream[:-2]]
+
+
+def test_with_no_job_left_in_flight_the_outcomes_are_written_without_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing could join the statement: the last outcome of a drain, or an idle
+    worker's one job, is recorded at once, and the next job of a concurrency-key
+    chain becomes claimable that much sooner."""
+    from django_pgqueue.worker import completer as module
+
+    running = [0]
+    completer = Gathering(in_flight=lambda: running[0])
+    slept: list[float] = []
+    arrivals: list[list[int]] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        for job_id in arrivals.pop(0) if arrivals else []:
+            completer.put(Success(job_id, 1, "null"))
+        running[0] = 0  # the jobs that were still running have all returned
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    completer.put(Success(1, 1, "null"))
+    completer.put(Success(2, 1, "null"))  # handed over before the completer woke
+    completer.step()
+    assert (completer.written, slept) == ([[1, 2]], [])
+
+    # Jobs still running: the short linger, as before; they return during it,
+    # so the stream's longer wait is skipped although it brought BUSY outcomes.
+    running[0] = module.BUSY
+    stream = list(range(10, 10 + module.BUSY))
+    arrivals.append(stream)
+    completer.put(Success(3, 1, "null"))
+    completer.step()
+    assert slept == [module.LINGER]
+    assert completer.written[1] == [3, *stream]

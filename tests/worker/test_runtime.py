@@ -185,3 +185,22 @@ def test_a_task_that_leaves_a_transaction_open_fails_and_its_thread_keeps_workin
     assert framework_leak.status == "dead"
     assert Job.objects.get(task=djtasks.calculate_meaning_of_life.module_path).result == 42
     assert status_counts() == {"dead": 2, "done": 4}
+
+
+def test_an_idle_workers_one_job_is_recorded_without_the_completers_linger(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With nothing else of the worker's running or waiting, no outcome could share
+    the statement: the completer writes at once instead of lingering. The linger
+    is made a minute long here, so waiting for it could only time out."""
+    from django_pgqueue.worker import completer
+
+    monkeypatch.setattr(completer, "LINGER", 60.0)
+    monkeypatch.setattr(completer, "LINGER_BUSY", 120.0)
+    with worker_thread() as running:
+        running.wait("listening")
+        job = add.enqueue(2, 3)
+        running.wait("recorded", timeout=20.0, where=lambda d: d["succeeded"] == 1)
+        job.refresh_from_db()
+        assert (job.status, job.result) == ("done", 5)
+        assert status_counts() == {"done": 1}

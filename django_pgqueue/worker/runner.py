@@ -76,11 +76,7 @@ class Worker:
         self.ledger = Ledger(lease=config.lease)
         supervision = Supervision(fatal=self.fail_fast, epoch=self.epoch)
         self.completer = Completer(
-            config.worker_id,
-            config.database,
-            self._settled,
-            supervision,
-            in_flight=lambda: self.ledger.busy,
+            config.worker_id, config.database, self._settled, supervision, lambda: self.ledger.busy
         )
         self.pool = JobPool(config.concurrency, self._job_starting, self._job_done, self.epoch)
         # Jobs claimed and not finished may exceed the threads by the prefetch.

@@ -93,7 +93,7 @@ class Worker:
             self.session,
             config.queues,
             self.waker.set,
-            self._listening,
+            lambda: self.events.emit("listening"),
             supervision,
             # Asked to stop one of our jobs: renew now, which tells the job.
             on_abort=lambda: self.heartbeat.hurry("heartbeat"),
@@ -212,6 +212,9 @@ class Worker:
                     continue
             refill_from = None
             free = batch_size(free)
+            # Burst mode exits on an empty claim only if the claim began with all our outcomes
+            # written: one written during it may have made a job ready again (a retry, a snooze).
+            settled = c.burst and not self.ledger.own_work_left() and not self.completer.pending
             try:
                 sent = time.monotonic()
                 jobs = Job.objects.claim(
@@ -232,7 +235,7 @@ class Worker:
                     continue  # there may be more ready right now
             else:
                 self.events.emit("idle")
-                if c.burst and not self.ledger.own_work_left() and not self.completer.pending:
+                if settled:
                     logger.info("burst: nothing ready and nothing running, exiting")
                     return
             # Nothing (more) ready: sleep until NOTIFY, a finished job, or the poll.
@@ -304,9 +307,6 @@ class Worker:
         busy = self.ledger.busy
         if self._capacity() - busy >= self._min_batch() or not busy or self.stopping:
             self.waker.set()
-
-    def _listening(self) -> None:
-        self.events.emit("listening")
 
     def _settled(
         self,

@@ -4,18 +4,20 @@ leaked transactions, concurrency keys. Each test waits on the worker's events.""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from functools import partial
+from typing import Any
 
 import pytest
 from django.db import connection
 
 from django_pgqueue.backend import options
 from django_pgqueue.models import Job
-from django_pgqueue.records import JobSpec
+from django_pgqueue.records import ClaimedJob, JobSpec, Outcome
 from tests.conftest import run_counts, status_counts
 from tests.testapp import djtasks
-from tests.testapp.tasks import add, leaks_transaction, mark, tracked
+from tests.testapp.tasks import add, leaks_transaction, mark, snoozes, tracked
 from tests.worker.conftest import wait_for
 from tests.worker.inprocess import WorkerThread, worker_thread
 
@@ -204,3 +206,46 @@ def test_an_idle_workers_one_job_is_recorded_without_the_completers_linger(
         job.refresh_from_db()
         assert (job.status, job.result) == ("done", 5)
         assert status_counts() == {"done": 1}
+
+
+def test_burst_claims_again_when_an_outcome_written_during_its_claim_made_a_job_ready(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A snooze (or a retry without backoff) makes its job ready the moment its
+    outcome is written. If that write commits while a claim runs, the claim finds
+    nothing and the worker's books are empty when it returns: burst mode used to
+    exit there, leaving the job queued. The interleaving is forced here: each
+    outcome's write waits for a claim begun while it was pending, and that claim
+    answers only once the write is recorded."""
+    from django_pgqueue.worker.completer import Completer
+
+    running: list[WorkerThread] = []
+    raced = threading.Event()
+    real_claim, real_write = Job.objects.claim, Completer._write
+
+    def claim(*args: Any, **kwargs: Any) -> list[ClaimedJob]:
+        worker = running[0]
+        recorded = worker.recorder.count("recorded")
+        pending = worker.worker.completer.pending
+        if pending:
+            raced.set()
+        jobs = real_claim(*args, **kwargs)
+        if pending and not jobs:
+            worker.wait("recorded", recorded + 1)
+        return jobs
+
+    def write(self: Completer, batch: list[Outcome]) -> None:
+        assert raced.wait(10), "no claim began while the outcome was pending"
+        raced.clear()
+        real_write(self, batch)
+
+    monkeypatch.setattr(Job.objects, "claim", claim)
+    monkeypatch.setattr(Completer, "_write", write)
+    job = snoozes.enqueue("raced", times=2)
+    thread = WorkerThread(burst=True)
+    running.append(thread)
+    thread.start()
+    assert thread.join(30) == 0
+    job.refresh_from_db()
+    assert (job.status, job.result, job.snoozes) == ("done", 3, 2)
+    assert run_counts() == {"raced": 3}

@@ -219,12 +219,11 @@ def test_burst_claims_again_when_an_outcome_written_during_its_claim_made_a_job_
     answers only once the write is recorded."""
     from django_pgqueue.worker.completer import Completer
 
-    running: list[WorkerThread] = []
+    worker = WorkerThread(burst=True)
     raced = threading.Event()
     real_claim, real_write = Job.objects.claim, Completer._write
 
     def claim(*args: Any, **kwargs: Any) -> list[ClaimedJob]:
-        worker = running[0]
         recorded = worker.recorder.count("recorded")
         pending = worker.worker.completer.pending
         if pending:
@@ -242,10 +241,7 @@ def test_burst_claims_again_when_an_outcome_written_during_its_claim_made_a_job_
     monkeypatch.setattr(Job.objects, "claim", claim)
     monkeypatch.setattr(Completer, "_write", write)
     job = snoozes.enqueue("raced", times=2)
-    thread = WorkerThread(burst=True)
-    running.append(thread)
-    thread.start()
-    assert thread.join(30) == 0
+    assert worker.start().join(30) == 0
     job.refresh_from_db()
     assert (job.status, job.result, job.snoozes) == ("done", 3, 2)
     assert run_counts() == {"raced": 3}

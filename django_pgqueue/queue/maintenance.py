@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import random
+import time
 from collections.abc import Sequence
 
 import psycopg
@@ -17,6 +19,8 @@ from django_pgqueue.sql import runner
 
 #: Ids per retry statement: each statement's work (and the locks it holds) stays bounded.
 RETRY_BATCH = 1000
+#: Tries of a cancel statement that PostgreSQL keeps picking as a deadlock's victim.
+CANCEL_ATTEMPTS = 5
 
 
 def reap(batch_size: int, alias: str) -> ReapResult:
@@ -91,7 +95,7 @@ def cancel(job_ids: Sequence[int], reason: str, alias: str) -> dict[int, str]:
     (their workers are notified). {id: status} of the jobs acted on: ``cancelled``,
     or ``running`` for those asked to stop."""
     params = {"ids": sorted(set(job_ids)), "reason": reason, **notify_params()}
-    for attempt in range(3):
+    for attempt in range(1, CANCEL_ATTEMPTS + 1):
         try:
             # A savepoint in the caller's transaction: a deadlock must not doom it.
             with transaction.atomic(using=alias):
@@ -100,9 +104,13 @@ def cancel(job_ids: Sequence[int], reason: str, alias: str) -> dict[int, str]:
         except OperationalError as exc:
             # The statement locks running rows that a worker may be writing at
             # that moment (a batch of outcomes): PostgreSQL may pick it as a
-            # deadlock's victim. The worker retries its side; so does this.
-            if not isinstance(exc.__cause__, psycopg.errors.DeadlockDetected) or attempt == 2:
+            # deadlock's victim. The worker retries its side; so does this,
+            # after a short random pause: the peer, given the rows this one
+            # let go, then finishes first, and the two do not meet again.
+            deadlock = isinstance(exc.__cause__, psycopg.errors.DeadlockDetected)
+            if not deadlock or attempt == CANCEL_ATTEMPTS:
                 raise
+            time.sleep(random.uniform(0.01, 0.05) * attempt)
     return {row["id"]: row["status"] for row in rows}
 
 

@@ -18,6 +18,7 @@ from django_pgqueue.models import Job
 from django_pgqueue.records import Failure, JobSpec
 from tests.conftest import status_counts
 from tests.testapp.tasks import add
+from tests.worker.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -242,30 +243,54 @@ def test_a_job_run_by_the_executor_alone_is_current_too() -> None:
 
 
 @pytest.mark.slow
-def test_cancel_picked_as_a_deadlock_victim_is_retried(db_url: str) -> None:
+def test_cancel_picked_as_a_deadlock_victim_is_retried(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """cancel() locks running rows that a worker may be writing (a batch of outcomes
     in one transaction); if PostgreSQL breaks a deadlock by failing cancel, it tries
     again rather than failing the operator's call."""
     import threading
 
+    from django_pgqueue.sql import runner
+
     Job.objects.enqueue_many(JobSpec.build(add, [n, n]) for n in range(2))
     first, second = sorted(job.id for job in Job.objects.claim("w", limit=2))
     result: list[object] = []
+    statements: list[str] = []
+    fetch = runner.fetch
+
+    def counting_fetch(name: str, *args: object, **kwargs: object) -> object:
+        statements.append(name)
+        return fetch(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner, "fetch", counting_fetch)
 
     def cancel() -> None:
         try:
+            with connection.cursor() as cursor:  # this side finds the deadlock, and soon
+                cursor.execute("SET deadlock_timeout = '200ms'")
             result.append(Job.objects.cancel([first, second], reason="stop"))
         finally:
             connections.close_all()  # this thread's own connection
 
     with psycopg.connect(db_url) as worker:  # a transaction, like the completer's
+        worker.execute("SET deadlock_timeout = '60s'")  # never the one to give up
         worker.execute("UPDATE pgqueue_job SET priority = 1 WHERE id = %s", [second])
+        pid = worker.info.backend_pid
         canceller = threading.Thread(target=cancel)
         canceller.start()  # locks the first row, then waits for the second
-        time.sleep(0.3)
-        # Now each waits for the other; cancel waited first, so it is the victim.
+
+        def cancel_waits() -> bool:
+            query = "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
+            with psycopg.connect(db_url, autocommit=True) as probe:
+                row = probe.execute(query, [pid]).fetchone()
+            return row is not None and row[0] > 0
+
+        wait_for(cancel_waits, 10, "cancel to wait for the worker's row")
+        # Now each waits for the other: cancel checks first, so it is the victim.
         worker.execute("UPDATE pgqueue_job SET priority = 1 WHERE id = %s", [first])
         worker.commit()
         canceller.join(10)
     assert result == [[first, second]]
+    assert statements.count("cancel") >= 2  # the deadlock happened, and was retried
     assert set(Job.objects.values_list("cancel_reason", flat=True)) == {"stop"}

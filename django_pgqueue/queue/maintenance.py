@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import random
 import time
 from collections.abc import Sequence
 
@@ -12,6 +11,7 @@ import psycopg
 from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
+from django_pgqueue.backoff import retry_delay
 from django_pgqueue.queue.enqueue import notify_params
 from django_pgqueue.records import FINISHED, JobStatus, QueueStats, ReapResult
 from django_pgqueue.retrypolicy import DEFAULT
@@ -105,12 +105,12 @@ def cancel(job_ids: Sequence[int], reason: str, alias: str) -> dict[int, str]:
             # The statement locks running rows that a worker may be writing at
             # that moment (a batch of outcomes): PostgreSQL may pick it as a
             # deadlock's victim. The worker retries its side; so does this,
-            # after a short random pause: the peer, given the rows this one
-            # let go, then finishes first, and the two do not meet again.
+            # after a short pause (doubling, jittered, as retries are): the peer,
+            # given the rows this one let go, then finishes first.
             deadlock = isinstance(exc.__cause__, psycopg.errors.DeadlockDetected)
             if not deadlock or attempt == CANCEL_ATTEMPTS:
                 raise
-            time.sleep(random.uniform(0.01, 0.05) * attempt)
+            time.sleep(retry_delay(attempt, base=0.02, cap=0.2, jitter=0.5))
     return {row["id"]: row["status"] for row in rows}
 
 

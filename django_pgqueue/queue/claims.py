@@ -9,6 +9,7 @@ token is the claim's, chosen by the worker (:func:`next_token`) and written to
 from __future__ import annotations
 
 import json
+import operator
 import threading
 import time
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ ONE_RUNNING_PER_KEY = "pgqueue_job_one_running_per_key"
 #: The most jobs one claim statement takes.
 MAX_CLAIM = 1024
 _decode = json.JSONDecoder().decode
+_job_id = operator.attrgetter("job_id")
 _tokens = threading.Lock()
 _last_token = 0
 
@@ -106,10 +108,24 @@ def claim(
     return [_decoded(row) for row in rows]
 
 
+def record(
+    worker: str, successes: Sequence[Success], failures: Sequence[Failure], alias: str
+) -> tuple[set[int], dict[int, str]]:
+    """Record a batch of outcomes, all of it or none (a retried batch must not find
+    half of it written): the ids done, and {id: new status} of the rest recorded.
+    Its rows are locked in id order first when it takes two statements."""
+    with transaction.atomic(using=alias):
+        if successes and failures:
+            ids = sorted([*map(_job_id, successes), *map(_job_id, failures)])
+            runner.fetch("lock_runs", {"ids": ids}, alias)
+        return complete(worker, successes, alias), fail(worker, failures, alias)
+
+
 def complete(worker: str, successes: Sequence[Success], alias: str) -> set[int]:
     """Mark runs done with their results; the ids recorded (the rest were fenced out)."""
     if not successes:
         return set()
+    successes = sorted(successes, key=_job_id)  # in id order: see lock_runs
     rows = runner.fetch(
         "complete",
         {
@@ -129,6 +145,7 @@ def fail(worker: str, failures: Sequence[Failure], alias: str) -> dict[int, str]
     cancelled); {id: new status} of those recorded."""
     if not failures:
         return {}
+    failures = sorted(failures, key=_job_id)
     rows = runner.fetch(
         "fail",
         {
@@ -154,6 +171,7 @@ def heartbeat(worker: str, runs: Sequence[tuple[int, int]], lease: float, alias:
     and of those the ones an operator asked to stop, with the reason."""
     if not runs:
         return Renewal(set(), {})
+    runs = sorted(runs)  # in id order: see lock_runs
     rows = runner.fetch(
         "heartbeat",
         {
@@ -175,6 +193,7 @@ def release(worker: str, runs: Sequence[tuple[int, int]], reason: str, alias: st
     """Put running jobs (id, run) back in the queue without spending the attempt."""
     if not runs:
         return set()
+    runs = sorted(runs)
     rows = runner.fetch(
         "release",
         {

@@ -238,8 +238,20 @@ RETURNING j.id, j.lease_token AS run, j.task, j.args::text AS args, j.kwargs::te
           CASE WHEN j.errors = '[]'::jsonb THEN NULL ELSE j.errors::text END AS errors,
           j.worker_ids::text AS worker_ids, j.retry_policy::text AS retry_policy;
 
+-- name: lock_runs
+-- Lock these jobs' rows in id order, the order cancel() takes them in, before a
+-- transaction writes them in more than one statement (the completer's successes,
+-- then its failures): taken in the statements' order instead, a later id locked
+-- by the first statement and an earlier one wanted by the second could each wait
+-- for a cancel() holding the other, until PostgreSQL failed one of the two.
+SELECT j.id FROM pgqueue_job AS j
+WHERE j.id = ANY(%(ids)s::bigint[])
+ORDER BY j.id
+FOR NO KEY UPDATE;
+
 -- name: complete
--- Record finished runs in one statement. The fence (still running, the same run,
+-- Record finished runs in one statement (the batch in id order, as every writer of
+-- many running rows sends it: see lock_runs). The fence (still running, the same run,
 -- the same worker) stops a run whose lease expired from overwriting a newer run.
 WITH
 -- include: _relax_commit

@@ -9,10 +9,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.db import transaction
-
 from django_pgqueue.dberrors import is_transient
-from django_pgqueue.models import Job
+from django_pgqueue.queue import claims
 from django_pgqueue.records import Failure, JobStatus, Outcome, Success
 from django_pgqueue.worker.executor import clean_text
 from django_pgqueue.worker.services import ServiceThread, Supervision
@@ -140,12 +138,7 @@ class Completer(ServiceThread):
     def _record(self, batch: list[Outcome]) -> tuple[set[int], dict[int, str]]:
         successes = [o for o in batch if isinstance(o, Success)]
         failures = [o for o in batch if isinstance(o, Failure)]
-        # Both or neither: a retried batch must not find half of it recorded.
-        with transaction.atomic(using=self.alias):
-            return (
-                Job.objects.complete(self.worker_id, successes, using=self.alias),
-                Job.objects.fail(self.worker_id, failures, using=self.alias),
-            )
+        return claims.record(self.worker_id, successes, failures, self.alias)
 
     def _record_each(self, batch: list[Outcome]) -> tuple[set[int], dict[int, str]]:
         """One outcome at a time, replacing any the database refuses by a final

@@ -9,7 +9,7 @@ import pytest
 from django.db import connections
 
 from django_pgqueue.models import Job
-from django_pgqueue.records import Failure, Success
+from django_pgqueue.records import Failure, JobSpec, Success
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.services import ConnectionEpoch, Supervision
 from tests.testapp.tasks import add
@@ -126,3 +126,78 @@ def test_with_no_job_left_in_flight_the_outcomes_are_written_without_waiting(
     completer.step()
     assert slept == [module.LINGER]
     assert completer.written[1] == [3, *stream]
+
+
+@pytest.mark.slow
+def test_a_batch_of_successes_and_failures_locks_its_rows_in_id_order(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The completer writes a batch's successes, then its failures, in one
+    transaction; cancel() locks rows in id order. Were the completer to lock the
+    success (the later id) and then reach for the failure (the earlier id) that a
+    cancel already holds, each would wait for the other until PostgreSQL failed
+    one of them. It takes the batch's rows in id order first, so cancel waits
+    once, behind it, and runs once."""
+    import threading
+
+    import psycopg
+
+    from django_pgqueue.queue import claims
+    from django_pgqueue.sql import runner
+    from tests.worker.conftest import wait_for
+
+    Job.objects.enqueue_many(JobSpec.build(add, [n, n]) for n in range(2))
+    first, second = sorted(Job.objects.claim("w", limit=2), key=lambda job: job.id)
+    statements: list[str] = []
+    fetch, fail = runner.fetch, claims.fail
+    cancelled: list[object] = []
+
+    def counting_fetch(name: str, *args: object, **kwargs: object) -> object:
+        statements.append(name)
+        return fetch(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    def cancel() -> None:
+        try:
+            with connections["default"].cursor() as cursor:  # this side finds any deadlock
+                cursor.execute("SET deadlock_timeout = '200ms'")
+            cancelled.append(Job.objects.cancel([first.id, second.id], reason="stop"))
+        finally:
+            connections.close_all()  # this thread's own connection
+
+    canceller = threading.Thread(target=cancel)
+
+    def cancel_waits_for(pid: int) -> bool:
+        query = "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
+        with psycopg.connect(db_url, autocommit=True) as probe:
+            row = probe.execute(query, [pid]).fetchone()
+        return row is not None and row[0] > 0
+
+    def fail_once_cancel_waits(*args: object, **kwargs: object) -> object:
+        # The completer holds the rows it has locked so far; cancel, started now,
+        # locks what it can and waits for the rest.
+        pid = connections["default"].connection.info.backend_pid
+        canceller.start()
+        wait_for(lambda: cancel_waits_for(pid), 10, "cancel to wait for the completer")
+        return fail(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner, "fetch", counting_fetch)
+    monkeypatch.setattr(claims, "fail", fail_once_cancel_waits)
+    completer = Completer(
+        "w", "default", lambda *args: None, Supervision(fatal=pytest.fail, epoch=ConnectionEpoch())
+    )
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SET deadlock_timeout = '60s'")  # never the one to give up
+    try:
+        completer._write(
+            [
+                Success(second.id, second.run, "4"),
+                Failure(first.id, first.run, "ValueError", "boom", "", delay=60.0),
+            ]
+        )
+        canceller.join(10)
+    finally:
+        connections.close_all()
+    assert cancelled == [[first.id]]  # second was done by then; first queued for its retry
+    assert statements.count("cancel") == 1  # no deadlock, no retry
+    assert Job.objects.get(pk=second.id).status == "done"
+    assert Job.objects.get(pk=first.id).status == "cancelled"

@@ -17,6 +17,7 @@ EXPECTED = {
     "live_job_by_unique_key",
     "claim",
     "claim_queues",
+    "lock_runs",
     "complete",
     "fail",
     "heartbeat",

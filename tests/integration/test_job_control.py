@@ -356,7 +356,10 @@ def test_a_write_of_many_running_rows_takes_them_in_id_order_as_cancel_does(
         return thread
 
     def waiting() -> int:
-        query = "SELECT count(*) FROM pg_stat_activity WHERE cardinality(pg_blocking_pids(pid)) > 0"
+        query = (
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0"
+        )
         with psycopg.connect(db_url, autocommit=True) as probe:
             row = probe.execute(query).fetchone()
         return int(row[0]) if row else 0

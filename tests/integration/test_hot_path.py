@@ -163,6 +163,7 @@ OUTCOME_PARAMS: dict[str, dict[str, Any]] = {
         "snoozes": [False],
     },
     "heartbeat": {"lease": 30.0},
+    "lock_runs": {},
     "release": {"reason": "stopping"},
 }
 

@@ -74,6 +74,19 @@ class QueueOperations:
         (fenced)."""
         return claims.fail(worker, failures, self._alias(using))
 
+    def record(
+        self,
+        worker: str,
+        successes: Sequence[Success],
+        failures: Sequence[Failure],
+        *,
+        using: str | None = None,
+    ) -> tuple[set[int], dict[int, str]]:
+        """:meth:`complete` and :meth:`fail` in one transaction, all or nothing, their
+        rows locked in id order first (what the worker writes each batch of outcomes
+        with); returns what each returns."""
+        return claims.record(worker, successes, failures, self._alias(using))
+
     def heartbeat(
         self,
         worker: str,

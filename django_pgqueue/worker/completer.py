@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 
 from django_pgqueue.dberrors import is_transient
-from django_pgqueue.queue import claims
+from django_pgqueue.models import Job
 from django_pgqueue.records import Failure, JobStatus, Outcome, Success
 from django_pgqueue.worker.executor import clean_text
 from django_pgqueue.worker.services import ServiceThread, Supervision
@@ -138,7 +138,7 @@ class Completer(ServiceThread):
     def _record(self, batch: list[Outcome]) -> tuple[set[int], dict[int, str]]:
         successes = [o for o in batch if isinstance(o, Success)]
         failures = [o for o in batch if isinstance(o, Failure)]
-        return claims.record(self.worker_id, successes, failures, self.alias)
+        return Job.objects.record(self.worker_id, successes, failures, using=self.alias)
 
     def _record_each(self, batch: list[Outcome]) -> tuple[set[int], dict[int, str]]:
         """One outcome at a time, replacing any the database refuses by a final

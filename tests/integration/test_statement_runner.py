@@ -1,0 +1,85 @@
+"""The statement runner keeps one psycopg cursor per connection, so that its adapters
+are looked up once, not on every statement. What one statement leaves on that
+cursor (a failure, a result, a closed connection) never reaches the next."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import DataError, connection
+
+from django_pgqueue.models import Job
+from django_pgqueue.queue.enqueue import notify_params
+from django_pgqueue.sql import runner
+from tests.conftest import status_counts
+from tests.testapp import djtasks
+from tests.testapp.tasks import add
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def cursor_of_connection() -> object:
+    return getattr(connection, runner._CURSOR, None)
+
+
+def enqueue_params(priority: int) -> dict[str, object]:
+    return {
+        "task": add.path,
+        "args": "[1, 2]",
+        "kwargs": "{}",
+        "queue": "default",
+        "priority": priority,
+        "max_attempts": 3,
+        "run_at": None,
+        "unique_key": None,
+        "concurrency_key": None,
+        "backoff": None,
+        "retry_policy": None,
+        **notify_params(),
+    }
+
+
+def test_statements_on_one_connection_share_one_cursor() -> None:
+    first = add.enqueue(1, 2)
+    cursor = cursor_of_connection()
+    assert cursor is not None
+    second = add.enqueue(3, 4)
+    result = djtasks.echo.enqueue("x")
+    assert cursor_of_connection() is cursor
+    ids = {first.pk, second.pk, int(result.id)}
+    assert len(ids) == 3
+    assert dict(Job.objects.values_list("pk", "args")) == {
+        first.pk: [1, 2],
+        second.pk: [3, 4],
+        int(result.id): ["x"],
+    }
+
+
+def test_a_new_connection_gets_a_new_cursor() -> None:
+    add.enqueue(1, 2)
+    old = cursor_of_connection()
+    connection.close()
+    job = add.enqueue(5, 6)
+    new = cursor_of_connection()
+    assert new is not old
+    assert new.connection is connection.connection  # type: ignore[attr-defined]
+    assert Job.objects.get(pk=job.pk).args == [5, 6]
+    assert status_counts() == {"queued": 2}
+
+
+def test_a_failed_statement_leaves_the_next_one_working() -> None:
+    add.enqueue(1, 2)
+    cursor = cursor_of_connection()
+    with pytest.raises(DataError, match="out of range"):
+        runner.fetch("enqueue", enqueue_params(priority=2**40), "default")
+    (row,) = runner.fetch("enqueue", enqueue_params(priority=7), "default")
+    assert cursor_of_connection() is cursor
+    assert Job.objects.get(pk=row["id"]).priority == 7
+    assert status_counts() == {"queued": 2}
+
+
+def test_a_statement_without_rows_does_not_return_the_previous_ones() -> None:
+    (row,) = runner.fetch("enqueue", enqueue_params(priority=0), "default")
+    assert runner.fetch("empty", {}, "default", text="SELECT 1 WHERE false") == []
+    update = "UPDATE pgqueue_job SET priority = 5 WHERE id = %(id)s"
+    assert runner.fetch("update", {"id": row["id"]}, "default", text=update) == []
+    assert Job.objects.get().priority == 5

@@ -1,8 +1,9 @@
 """Runs the named statements of ``queries.sql`` on a Django connection.
 
-The one way the queue executes SQL. Each statement runs on psycopg's own cursor
-over the Django connection of ``alias``, so it joins whatever transaction the
-caller has open and its errors arrive as ``django.db`` exceptions. Rows come
+The one way the queue executes SQL. Each statement runs on a psycopg cursor of
+the queue's own over the Django connection of ``alias`` (one per connection,
+kept), so it joins whatever transaction the caller has open and its errors
+arrive as ``django.db`` exceptions. Rows come
 back as dicts keyed by column name: a reordered ``RETURNING`` cannot shift a
 field. With ``PGQUEUE["PREPARE"]`` every statement (all are fully typed) is
 bound server-side and prepared once per connection; without it, none is

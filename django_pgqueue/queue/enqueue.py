@@ -33,11 +33,17 @@ def notify_params() -> dict[str, object]:
     return {"channel": settings.CHANNEL, "notify": settings.LISTEN_NOTIFY}
 
 
+def enqueue_params(spec: JobSpec) -> dict[str, object]:
+    """The parameters of the ``enqueue`` statement for ``spec``."""
+    # Not dataclasses.asdict: it deep-copies, and this is every enqueue's path.
+    params: dict[str, object] = {field: getattr(spec, field) for field in _SPEC_FIELDS}
+    params.update(notify_params())
+    return params
+
+
 def insert(spec: JobSpec, alias: str) -> Inserted:
     """Insert ``spec`` in the caller's transaction, or find the live job holding its key."""
-    # Not dataclasses.asdict: it deep-copies, and this is every enqueue's path.
-    params = {field: getattr(spec, field) for field in _SPEC_FIELDS}
-    params.update(notify_params())
+    params = enqueue_params(spec)
     for _ in range(3):
         rows = runner.fetch("enqueue", params, alias)
         if rows:

@@ -4,11 +4,16 @@ cursor (a failure, a result, a closed connection) never reaches the next."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+import psycopg
 import pytest
 from django.db import DataError, connection
 
 from django_pgqueue.models import Job
-from django_pgqueue.queue.enqueue import notify_params
+from django_pgqueue.queue import enqueue as queue_enqueue
+from django_pgqueue.records import JobSpec
 from django_pgqueue.sql import runner
 from tests.conftest import status_counts
 from tests.testapp import djtasks
@@ -17,25 +22,17 @@ from tests.testapp.tasks import add
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def cursor_of_connection() -> object:
-    return getattr(connection, runner._CURSOR, None)
+def cursor_of_connection() -> psycopg.Cursor[Any] | None:
+    cursor: psycopg.Cursor[Any] | None = getattr(connection, runner._CURSOR, None)
+    return cursor
 
 
 def enqueue_params(priority: int) -> dict[str, object]:
-    return {
-        "task": add.path,
-        "args": "[1, 2]",
-        "kwargs": "{}",
-        "queue": "default",
-        "priority": priority,
-        "max_attempts": 3,
-        "run_at": None,
-        "unique_key": None,
-        "concurrency_key": None,
-        "backoff": None,
-        "retry_policy": None,
-        **notify_params(),
-    }
+    """The enqueue statement's parameters for a job of ``add``, at any priority
+    (the statement, not the enqueue's checks, is what these tests drive)."""
+    return queue_enqueue.enqueue_params(
+        dataclasses.replace(JobSpec.build(add, (1, 2)), priority=priority)
+    )
 
 
 def test_statements_on_one_connection_share_one_cursor() -> None:
@@ -60,8 +57,9 @@ def test_a_new_connection_gets_a_new_cursor() -> None:
     connection.close()
     job = add.enqueue(5, 6)
     new = cursor_of_connection()
+    assert new is not None
     assert new is not old
-    assert new.connection is connection.connection  # type: ignore[attr-defined]
+    assert new.connection is connection.connection
     assert Job.objects.get(pk=job.pk).args == [5, 6]
     assert status_counts() == {"queued": 2}
 

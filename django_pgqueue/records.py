@@ -193,6 +193,39 @@ class ClaimedJob:
         return (self.id, self.run)
 
 
+#: ClaimedJob's fields in order, each with the setter of its slot.
+_CLAIMED_SLOTS: tuple[tuple[str, Any], ...] = tuple(
+    (field.name, getattr(ClaimedJob, field.name).__set__)
+    for field in dataclasses.fields(ClaimedJob)
+)
+
+
+def claimed_job(fields: dict[str, Any]) -> ClaimedJob:
+    """``ClaimedJob(**fields)`` for a dict that holds exactly its fields, as a claim
+    returns them; TypeError names the difference when it does not.
+
+    The worker builds one per claimed job, on its claim loop, holding the GIL
+    that the job threads wait for. The dataclass's own ``__init__`` matches 21
+    keyword arguments and sets each frozen field through ``object.__setattr__``;
+    setting the slots directly, which is what that ends in, makes the same object
+    in about half the time.
+    """
+    if len(fields) == len(_CLAIMED_SLOTS):
+        job: ClaimedJob = object.__new__(ClaimedJob)
+        try:
+            for name, put in _CLAIMED_SLOTS:
+                put(job, fields[name])
+        except KeyError:
+            pass  # a field it lacks, for one it has too many
+        else:
+            return job
+    expected = {name for name, _ in _CLAIMED_SLOTS}
+    raise TypeError(
+        "a claimed row does not match ClaimedJob: "
+        f"unexpected {sorted(fields.keys() - expected)}, missing {sorted(expected - fields.keys())}"
+    )
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Success:
     job_id: int

@@ -18,7 +18,14 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 
 from django_pgqueue import validation
-from django_pgqueue.records import ClaimedJob, Failure, JobStatus, Renewal, Success
+from django_pgqueue.records import (
+    ClaimedJob,
+    Failure,
+    JobStatus,
+    Renewal,
+    Success,
+    claimed_job,
+)
 from django_pgqueue.sql import runner, variant
 
 ONE_RUNNING_PER_KEY = "pgqueue_job_one_running_per_key"
@@ -55,7 +62,7 @@ def _decoded(row: dict[str, Any]) -> ClaimedJob:
     # The claim returns exactly ClaimedJob's fields, by name: a column added,
     # dropped or renamed on one side only fails here, loudly.
     row["args"], row["kwargs"], row["problem"] = args, kwargs, problem
-    return ClaimedJob(**row)
+    return claimed_job(row)
 
 
 def batch_size(free: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 
@@ -11,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from django_pgqueue.models import Job
-from django_pgqueue.records import Failure, JobSpec, Success
+from django_pgqueue.records import ClaimedJob, Failure, JobSpec, Success
 from tests.conftest import status_counts
 from tests.testapp.tasks import add
 
@@ -223,3 +224,51 @@ def test_claim_plan_uses_the_partial_index_with_many_finished_rows() -> None:
     assert "pgqueue_job_ready" in plan, plan
     assert "Seq Scan on pgqueue_job" not in plan, plan  # (pgqueue_queue is a few rows)
     assert len(Job.objects.claim("w", limit=10)) == 10
+
+
+def test_every_field_of_a_claimed_job_is_the_rows() -> None:
+    job = add.using(
+        queue="emails",
+        priority=7,
+        max_attempts=4,
+        unique_key="once",
+        concurrency_key="user:1",
+        backoff=2.5,
+        retry_on=[ValueError],
+    ).enqueue(1, b=2)
+    (claimed,) = Job.objects.claim("w1", lease=30, queues=["emails"])
+    row = Job.objects.get(pk=job.pk)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT retry_policy::text FROM pgqueue_job WHERE id = %s", [job.pk])
+        (policy,) = cursor.fetchone()
+    assert row.started_at is not None
+    assert row.attempted_at is not None
+    expected = ClaimedJob(
+        id=row.pk,
+        run=row.lease_token,
+        task=row.task,
+        args=[1],
+        kwargs={"b": 2},
+        queue="emails",
+        priority=7,
+        attempt=1,
+        max_attempts=4,
+        concurrency_key="user:1",
+        unique_key="once",
+        backoff=2.5,
+        problem=None,
+        snoozes=0,
+        enqueued_at=row.created_at.timestamp(),
+        run_at=row.run_at.timestamp(),
+        started_at=row.started_at.timestamp(),
+        attempted_at=row.attempted_at.timestamp(),
+        errors=None,
+        worker_ids='["w1"]',
+        retry_policy=policy,
+    )
+    times = ("enqueued_at", "run_at", "started_at", "attempted_at")
+    for name in times:
+        assert getattr(claimed, name) == pytest.approx(getattr(expected, name), abs=1e-6)
+    untimed = {name: 0.0 for name in times}
+    assert {**dataclasses.asdict(claimed), **untimed} == {**dataclasses.asdict(expected), **untimed}
+    assert "ValueError" in policy

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.apps import apps
+from django.db import transaction
 
 from django_pgqueue import conf, validation
 from django_pgqueue.backend.checks import OPTION_RULES, check_backend
@@ -21,6 +23,7 @@ from django_pgqueue.backend.compat import (
 from django_pgqueue.backend.enqueueing import check_call, encode, plan
 from django_pgqueue.backend.results import build_result, job_result, load_job
 from django_pgqueue.backend.task import PgQueueTask, validate_extras
+from django_pgqueue.exceptions import InvalidJobArguments
 from django_pgqueue.installed import NOT_INSTALLED, job_model
 
 
@@ -130,13 +133,13 @@ def enqueue_many[**P, R](
             f"{type(backend).__name__}"
         )
     shared = plan(backend, task)
-    pairs = list(calls)
+    pairs = [_pair(task, index, item) for index, item in enumerate(calls)]
+    # Every call is checked before anything is written.
+    encoded = [_checked(task, index, *pair) for index, pair in enumerate(pairs)]
     if shared.unique_key is not None:
         # One live job per key: every call after the first is its duplicate.
-        return [task.enqueue(*args, **kwargs) for args, kwargs in pairs]
-    encoded = [encode(args, kwargs) for args, kwargs in pairs]
-    for args, kwargs in pairs:
-        check_call(task, args, kwargs)
+        with transaction.atomic(using=backend.database):
+            return [task.enqueue(*args, **kwargs) for args, kwargs in pairs]
     ids, created_at = job_model().objects.insert_many(
         [shared.spec(a, k) for a, k, _, _ in encoded], using=backend.database
     )
@@ -158,3 +161,29 @@ def enqueue_many[**P, R](
         task_enqueued.send(type(backend), task_result=result)
         results.append(result)
     return results
+
+
+def _pair(
+    task: Task[Any, Any], index: int, item: object
+) -> tuple[Sequence[Any], Mapping[str, Any]]:
+    """``calls[index]`` as (args, kwargs); InvalidJobArguments for any other shape."""
+    if isinstance(item, (tuple, list)) and len(item) == 2:
+        args, kwargs = item
+        if isinstance(args, (tuple, list)) and isinstance(kwargs, Mapping):
+            return args, kwargs
+    raise InvalidJobArguments(
+        f"calls[{index}] of enqueue_many is {reprlib.repr(item)}, not an (args, kwargs) pair: "
+        f"build each with call(...), as in call(42, notify=True) ({task.module_path})"
+    )
+
+
+def _checked(
+    task: Task[Any, Any], index: int, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[str, str, Any, Any]:
+    """The call encoded and checked against the task's signature; the error names it."""
+    try:
+        encoded = encode(args, kwargs)
+        check_call(task, args, kwargs)
+    except InvalidJobArguments as exc:
+        raise InvalidJobArguments(f"calls[{index}] of enqueue_many: {exc}") from None
+    return encoded

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from django_pgqueue.backend import call, enqueue_many, options
 from django_pgqueue.backend.compat import TASKS_APP, InvalidTask, TaskResultStatus, task_enqueued
+from django_pgqueue.exceptions import InvalidJobArguments
 from django_pgqueue.models import Job
 from django_pgqueue.queue.enqueue import COPY_THRESHOLD
 from tests.conftest import status_counts
@@ -89,6 +90,39 @@ def test_bad_arguments_are_refused_before_anything_is_written() -> None:
         pytest.raises(InvalidTask, match="needs a PgQueueBackend"),
     ):
         enqueue_many(djtasks.noop_task.using(backend="dummy"), [call()])
+
+
+def test_a_unique_key_task_checks_every_call_before_writing_any() -> None:
+    task = options(djtasks.fails_with, unique_key="checked-first")
+    with pytest.raises(InvalidJobArguments, match=r"calls\[1\] of enqueue_many: .*argument"):
+        enqueue_many(task, [call("a"), call("a", "b")])
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("calls", "index"),
+    [
+        ([call(1), 2], 1),
+        ([(1,), call(2)], 0),
+        ([call(1), (1, {})], 1),
+        ([call(1), call(2), ((1,), {}, 3)], 2),
+        ([({"a": 1}, {})], 0),
+        (["ab"], 0),
+        ([((1,), [("a", 1)])], 0),
+    ],
+)
+def test_a_call_of_the_wrong_shape_is_refused_by_its_index(calls: list[Any], index: int) -> None:
+    with pytest.raises(
+        InvalidJobArguments, match=rf"calls\[{index}\] of enqueue_many is .*build each with call"
+    ):
+        enqueue_many(djtasks.noop_task, calls)
+    assert Job.objects.count() == 0
+
+
+def test_a_call_that_does_not_fit_the_signature_is_named_by_its_index() -> None:
+    with pytest.raises(InvalidJobArguments, match=r"calls\[2\] of enqueue_many: "):
+        enqueue_many(djtasks.fails_with, [call("a"), call("b"), call("a", "b")])
+    assert Job.objects.count() == 0
 
 
 @pytest.mark.slow

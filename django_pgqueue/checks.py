@@ -12,7 +12,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-from django_pgqueue import conf
+from django_pgqueue import conf, registry
 from django_pgqueue.dberrors import is_transient
 from django_pgqueue.pooler import alias_through_pooler
 
@@ -67,7 +67,8 @@ def database_problem() -> tuple[str, str | None] | None:
 @checks.register(checks.Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E001: PGQUEUE is invalid. E002: the job table's database is missing or not
-    PostgreSQL. E003: its LISTEN_DATABASE is."""
+    PostgreSQL. E003: its LISTEN_DATABASE is. E004: a TASK_MODULES entry cannot be
+    imported."""
     if not apps.is_installed("django_pgqueue"):
         return []  # imported by the Tasks backend without the app: E101 says so
     try:
@@ -85,6 +86,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         )
         if listen is not None:
             found.append(listen)
+    for name in settings.TASK_MODULES:
+        missing = registry.missing_task_module(name)
+        if missing is not None:
+            found.append(
+                checks.Error(
+                    missing,
+                    hint="Correct the dotted module path, or remove it: every worker "
+                    "imports these modules when it starts.",
+                    id="django_pgqueue.E004",
+                )
+            )
     return found
 
 

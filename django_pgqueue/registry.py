@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import inspect
 import sys
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from functools import cache, lru_cache
 from typing import Any, Protocol
 
 from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import autodiscover_modules
 
@@ -182,6 +184,19 @@ def registered(path: str) -> Runnable | None:
     return _registry.get(path)
 
 
+def missing_task_module(name: str) -> str | None:
+    """Why the module ``name`` of ``PGQUEUE["TASK_MODULES"]`` cannot be imported, when
+    it (or a package above it) does not exist or fails to import; None when it is
+    found. Only the packages above it are imported, as an import would."""
+    try:
+        found = importlib.util.find_spec(name)
+    except Exception as exc:  # a package above it is missing, or fails to import
+        return f"PGQUEUE['TASK_MODULES'] names {name!r}, which cannot be imported: {exc}"
+    if found is None:
+        return f"PGQUEUE['TASK_MODULES'] names {name!r}, which cannot be imported: no such module"
+    return None
+
+
 def discover() -> None:
     """Import what registers tasks: each installed app's ``tasks`` module, and the
     modules of ``PGQUEUE["TASK_MODULES"]``. A worker calls it once at start.
@@ -191,7 +206,10 @@ def discover() -> None:
     autodiscover_modules("tasks")
     names = [f"{app.name}.tasks" for app in apps.get_app_configs()]
     for extra in conf.get().TASK_MODULES:
-        importlib.import_module(extra)
+        problem = missing_task_module(extra)
+        if problem is not None:
+            raise ImproperlyConfigured(problem)
+        importlib.import_module(extra)  # an error inside the module keeps its traceback
         names.append(extra)
     for name in names:
         found = sys.modules.get(name)

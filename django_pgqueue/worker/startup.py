@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
@@ -28,7 +29,10 @@ def start_problem(database: str, session: WorkerSession) -> tuple[str | None, bo
     problem = worker_in_transaction(database)
     if problem:  # its claims would see rows its threads cannot (a TestCase)
         return problem, False
-    registry.discover()
+    try:
+        registry.discover()
+    except ImproperlyConfigured as exc:  # a TASK_MODULES entry that does not exist
+        return str(exc), False
     problem = schema_problem_at_start(database)
     if problem:
         return problem, False

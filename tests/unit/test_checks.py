@@ -29,6 +29,24 @@ def test_database_must_be_an_alias_of_databases() -> None:
         assert ids() == ["django_pgqueue.E002"]
 
 
+def test_every_task_module_must_be_importable() -> None:
+    with override_settings(PGQUEUE={"TASK_MODULES": ["tests.outside.tasks"]}):
+        assert ids() == []
+    with override_settings(PGQUEUE={"TASK_MODULES": ["tests.outside", "nope.tasks"]}):
+        (message,) = check_settings()
+    assert message.id == "django_pgqueue.E004"
+    assert message.msg == (
+        "PGQUEUE['TASK_MODULES'] names 'nope.tasks', which cannot be imported: "
+        "No module named 'nope'"
+    )
+    with override_settings(PGQUEUE={"TASK_MODULES": ["tests.outside.missing"]}):
+        (message,) = check_settings()
+    assert message.msg == (
+        "PGQUEUE['TASK_MODULES'] names 'tests.outside.missing', which cannot be imported: "
+        "no such module"
+    )
+
+
 def test_the_pooler_check_connects_only_when_asked_for_the_database() -> None:
     assert check_pooler() == []  # no databases: Django runs it without, and it must not connect
     assert check_pooler(databases=["other"]) == []

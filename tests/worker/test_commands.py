@@ -92,6 +92,28 @@ def test_bad_settings_are_a_one_line_error_too() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_task_module_that_does_not_exist_stops_the_worker_with_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from django.test import override_settings
+
+    with (
+        override_settings(PGQUEUE={"TASK_MODULES": ["tests.outside", "nope.tasks"]}),
+        pytest.raises(SystemExit) as stopped,
+    ):
+        call_command("runworker", "--burst")
+    assert stopped.value.code == 1
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert [(r.getMessage(), r.exc_info) for r in errors] == [
+        (
+            "PGQUEUE['TASK_MODULES'] names 'nope.tasks', which cannot be imported: "
+            "No module named 'nope'",
+            None,
+        )
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_runworker_burst_and_max_jobs() -> None:
     Job.objects.enqueue_many(JobSpec.build(add, [i, 1]) for i in range(10))
     call_command("runworker", "--burst", "--max-jobs", "4", "--concurrency", "2", verbosity=0)

@@ -6,11 +6,11 @@ takes ``max_attempts``, ``unique_key``, ``concurrency_key``, ``backoff``,
 ``retry_on`` and ``discard_on`` beside Django's four. :func:`options` sets the
 same on any Task, whatever its backend class.
 
-``retry_on`` and ``discard_on`` are the task's retry policy, which the worker
-reads from the task object it finds at the task's path, never from the job
-row: set them where the task is declared (``charge = options(charge,
-retry_on=(Timeout,))`` in its module). Enqueueing a copy whose policy differs
-from that one is refused, since the worker would not apply it.
+``retry_on`` and ``discard_on`` are the retry policy. Each job keeps its own on
+its row, as the exceptions' class paths, so the worker applies what the enqueue
+asked for (set with the task for all its jobs, ``charge = options(charge,
+retry_on=(Timeout,))`` in its module, or per enqueue) and never imports anything
+a row names.
 """
 
 from __future__ import annotations

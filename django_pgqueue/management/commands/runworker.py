@@ -30,10 +30,11 @@ from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.runner import Worker
 
 VERBOSITY_HELP = (
-    "What the worker logs. 0: warnings and errors only (rows it refuses, lost leases, "
-    "database trouble, jobs given back at shutdown). 1 (default): also the start banner "
-    "with the queues and the tasks, a throughput line every --stats-interval seconds, "
-    "each failed run, and the shutdown; Django's task-signal lines for failed runs. "
+    "What the worker logs. 0: warnings and errors only (each failed run, rows it "
+    "refuses, lost leases, database trouble, jobs given back at shutdown). 1 (default): "
+    "also the start banner with the queues and the tasks, a throughput line every "
+    "--stats-interval seconds, cancelled runs and the shutdown; Django's task-signal "
+    "lines for failed runs. "
     "2 and 3: also a line per job claimed and finished, and Django's line per run."
 )
 

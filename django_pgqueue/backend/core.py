@@ -16,6 +16,7 @@ from django_pgqueue.backend.compat import (
     InvalidTask,
     Task,
     TaskResult,
+    TaskResultDoesNotExist,
     TaskResultStatus,
     task_backends,
     task_enqueued,
@@ -23,7 +24,7 @@ from django_pgqueue.backend.compat import (
 from django_pgqueue.backend.enqueueing import check_call, encode, plan
 from django_pgqueue.backend.results import build_result, job_result, load_job
 from django_pgqueue.backend.task import PgQueueTask, validate_extras
-from django_pgqueue.exceptions import InvalidJobArguments
+from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments
 from django_pgqueue.installed import NOT_INSTALLED, job_model
 
 
@@ -88,7 +89,17 @@ class PgQueueBackend(BaseTaskBackend):
         )
         if inserted.duplicate:
             live = load_job(inserted.id, self.database)
-            return job_result(live, self.alias, task if live.task == task.module_path else None)
+            if live.task == task.module_path:
+                return job_result(live, self.alias, task)
+            try:
+                return job_result(live, self.alias)  # another Task's job holds the key
+            except TaskResultDoesNotExist:
+                raise InvalidJob(
+                    f"unique_key {shared.unique_key!r} is held by live job {live.id} of "
+                    f"{live.task!r}, which is not a Tasks-framework Task, so there is no "
+                    f"TaskResult to return for it; nothing was enqueued. Give "
+                    f"{task.module_path!r} keys of its own (prefix them with its name)."
+                ) from None
         result: TaskResult[P, R] = build_result(
             task,
             str(inserted.id),

@@ -34,6 +34,7 @@ from django_pgqueue.backend.compat import (
     task_backends,
     task_enqueued,
 )
+from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.models import Job
 from tests.testapp import djtasks
 from tests.testapp.djtasks import pgq
@@ -280,6 +281,27 @@ def test_a_live_unique_key_returns_the_live_job_without_a_second_insert(
     assert second.args == [1]
     assert Job.objects.count() == 1
     assert len(enqueued) == 1  # nothing new was enqueued
+
+
+def test_a_unique_key_held_by_a_direct_api_job_is_refused_with_the_reason(
+    enqueued: list[tuple[type, TaskResult[Any, Any]]],
+) -> None:
+    from tests.testapp.tasks import add
+
+    held = add.using(unique_key="shared-key").enqueue(1, 2)
+    refused = rf"held by live job {held.pk} of 'tests.testapp.tasks.add', which is not a Tasks"
+    with pytest.raises(InvalidJob, match=refused):
+        options(djtasks.noop_task, unique_key="shared-key").enqueue(5)
+    assert Job.objects.count() == 1
+    assert enqueued == []
+
+
+def test_a_unique_key_held_by_another_tasks_job_returns_that_job() -> None:
+    first = options(djtasks.echo, unique_key="shared").enqueue(1)
+    second = options(djtasks.noop_task, unique_key="shared").enqueue(2)
+    assert second.id == first.id
+    assert second.task.module_path == djtasks.echo.module_path  # the live job's own task
+    assert Job.objects.count() == 1
 
 
 def test_max_attempts_comes_from_the_task_then_options_then_pgqueue() -> None:

@@ -196,8 +196,11 @@ def heartbeat(worker: str, runs: Sequence[tuple[int, int]], lease: float, alias:
     )
 
 
-def release(worker: str, runs: Sequence[tuple[int, int]], reason: str, alias: str) -> set[int]:
-    """Put running jobs (id, run) back in the queue without spending the attempt."""
+def release(
+    worker: str, runs: Sequence[tuple[int, int]], reason: str | None, alias: str
+) -> set[int]:
+    """Put running jobs (id, run) back in the queue without spending the attempt;
+    ``reason`` None (runs that never started) adds nothing to their error history."""
     if not runs:
         return set()
     runs = sorted(runs)

@@ -117,10 +117,12 @@ class QueueOperations:
         worker: str,
         runs: Sequence[tuple[int, int]],
         *,
-        reason: str = "worker shut down before the job finished",
+        reason: str | None = "worker shut down before the job finished",
         using: str | None = None,
     ) -> set[int]:
-        """Put running jobs (id, run) back to queued without spending the attempt."""
+        """Put running jobs (id, run) back to queued without spending the attempt.
+        The reason goes into each job's error history; None, for runs that never
+        started (prefetched ones), adds nothing there."""
         return claims.release(worker, runs, reason, self._alias(using))
 
     # -- maintenance and operators -----------------------------------------------------

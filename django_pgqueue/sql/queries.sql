@@ -330,8 +330,10 @@ RETURNING j.id, j.lease_token AS run, j.cancel_requested_at IS NOT NULL AS cance
           j.cancel_reason;
 
 -- name: release
--- Give runs back without spending their attempt (a stopping worker). A job an
--- operator asked to stop is not given back: it ends cancelled.
+-- Give runs back without spending their attempt (a stopping worker; prefetched
+-- runs that never started). A job an operator asked to stop is not given back:
+-- it ends cancelled. A NULL reason (runs that never started) adds no entry to
+-- the error history of a job given back.
 WITH
 -- include: _relax_commit
 UPDATE pgqueue_job AS j
@@ -342,12 +344,15 @@ SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancell
                     ELSE j.attempts END,
     last_error = CASE WHEN j.cancel_requested_at IS NULL THEN j.last_error
                       ELSE pgqueue_error_line('Cancelled', j.cancel_reason) END,
-    errors = pgqueue_push_error(j.errors, CASE
+    errors = CASE WHEN j.cancel_requested_at IS NULL AND %(reason)s::text IS NULL THEN j.errors
+        ELSE pgqueue_push_error(j.errors, CASE
         WHEN j.cancel_requested_at IS NULL
         THEN pgqueue_error_entry(j.attempts, 'WorkerShutdown', %(reason)s::text, '')
         ELSE pgqueue_error_entry(j.attempts, 'Cancelled', j.cancel_reason,
-                                 'WorkerShutdown: ' || %(reason)s::text) END),
-    error_count = least(j.error_count + 1, 1000000000)
+            'WorkerShutdown: ' || coalesce(%(reason)s::text, 'given back before it started'))
+        END) END,
+    error_count = CASE WHEN j.cancel_requested_at IS NULL AND %(reason)s::text IS NULL
+                       THEN j.error_count ELSE least(j.error_count + 1, 1000000000) END
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), relax
 -- include: _still_held
 RETURNING j.id;

@@ -38,6 +38,7 @@ class Held:
     job: ClaimedJob
     lease_until: float  # monotonic: when the lease lapses unless renewed
     control: RunningJob
+    claimed: float  # monotonic: when the claim returned it
     started: float | None = None  # monotonic: a thread took it (None: waiting)
     returned: bool = False
     overdue: bool = False
@@ -74,10 +75,11 @@ class Ledger:
         self._window = Window()
 
     def add(self, jobs: list[ClaimedJob]) -> None:
-        lease_until = time.monotonic() + self._lease
+        now = time.monotonic()
+        lease_until = now + self._lease
         with self._lock:
             for job in jobs:
-                self._held[job.key] = Held(job, lease_until, RunningJob(job))
+                self._held[job.key] = Held(job, lease_until, RunningJob(job), now)
             self.claimed += len(jobs)
             self.busy += len(jobs)
 
@@ -119,6 +121,14 @@ class Ledger:
             window.succeeded += succeeded
             window.buried += buried
             window.retried += retried
+
+    def waiting_since(self) -> float | None:
+        """When the longest-waiting prefetched run (ours, no thread yet) was claimed."""
+        with self._lock:
+            return min(
+                (h.claimed for h in self._held.values() if h.started is None and h.ours),
+                default=None,
+            )
 
     def forget(self, jobs: list[ClaimedJob]) -> None:
         """Drop runs no thread started (prefetched ones given back)."""

@@ -12,12 +12,31 @@ claim round trip between two jobs; jobs of a second or longer get none, so no jo
 waits in one worker behind long ones while another worker could run it. Until
 the first job has finished it claims no more than its threads. A prefetched job's
 lease is renewed while it waits, and its job timeout counts from its start.
+
+The average learns only from jobs that finish, so when short jobs give way to
+long ones it still says "short" while the long ones run. :class:`GiveBack`
+covers that: a prefetched job that has waited ``GIVE_BACK_AFTER`` for a thread
+goes back to the queue with the others waiting (their attempts not spent, no
+error recorded), for any worker with a free thread, and the prefetch stops until
+the jobs that finish say otherwise. A fixed ``--prefetch`` is left as asked.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
+
+from django_pgqueue.dberrors import first_line
+from django_pgqueue.models import Job
+from django_pgqueue.worker.config import WorkerConfig
+from django_pgqueue.worker.events import Events
+from django_pgqueue.worker.ledger import Ledger
+from django_pgqueue.worker.pool import JobPool
+from django_pgqueue.worker.services import reset_connection
+
+logger = logging.getLogger("django_pgqueue")
 
 #: How long a prefetched job may expect to wait for a thread, in seconds.
 TARGET_WAIT = 0.05
@@ -25,6 +44,10 @@ TARGET_WAIT = 0.05
 MAX_PER_THREAD = 8
 #: Weight of the newest duration in the moving average.
 SMOOTHING = 0.2
+#: How long a prefetched job may wait for a thread before it goes back, in seconds.
+GIVE_BACK_AFTER = 1.0
+#: How often the claim loop looks for such jobs, at most, in seconds.
+LOOK_EVERY = 0.25
 
 
 class Prefetch:
@@ -61,5 +84,69 @@ class Prefetch:
                 else min(deepest, int(self._width() * TARGET_WAIT / average))
             )
 
+    def stalled(self, waited: float) -> None:
+        """Prefetched jobs waited ``waited`` seconds for a thread: the jobs running
+        are long. Claim no more than the threads until finished jobs say otherwise."""
+        with self._lock:
+            self._average = max(self._average or 0.0, waited)
+            self._limit = 0
+
     def describe(self) -> str:
         return "auto" if self.fixed is None else str(self.fixed)
+
+
+class GiveBack:
+    """The claim loop's check for prefetched jobs stuck behind long ones (above)."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        prefetch: Prefetch,
+        ledger: Ledger,
+        pool: JobPool,
+        events: Events,
+    ) -> None:
+        self.config, self.prefetch, self.ledger, self.pool = config, prefetch, ledger, pool
+        self.events = events
+        self._looked = 0.0
+
+    def look(self) -> float:
+        """Give the waiting jobs back if the oldest has waited too long; how long the
+        claim loop may sleep before it should look again."""
+        now, sleep = time.monotonic(), self.config.poll_interval
+        if not self.prefetch.adaptive or now - self._looked < LOOK_EVERY:
+            return sleep
+        self._looked = now
+        since = self.ledger.waiting_since()
+        if since is None:
+            return sleep
+        if now - since < GIVE_BACK_AFTER:
+            return min(sleep, since + GIVE_BACK_AFTER - now + LOOK_EVERY)
+        waiting = self.pool.take_waiting()
+        if not waiting:
+            return sleep
+        self.ledger.forget(waiting)
+        self.prefetch.stalled(now - since)
+        keys = [job.key for job in waiting]
+        try:
+            released = Job.objects.release(
+                self.config.worker_id, keys, reason=None, using=self.config.database
+            )
+        except Exception as exc:
+            reset_connection(self.config.database)
+            logger.warning(
+                "could not give back jobs %s (%s): the reaper returns them once their "
+                "leases expire",
+                sorted(k[0] for k in keys),
+                first_line(exc),
+            )
+            return sleep
+        logger.info(
+            "gave back %d prefetched job(s) that waited %.1fs for a thread behind long "
+            "ones, for any worker to run: %s",
+            len(released),
+            now - since,
+            sorted(released),
+        )
+        self.events.emit("released", keys=[k for k in keys if k[0] in released])
+        return sleep

@@ -31,7 +31,7 @@ from django_pgqueue.worker.housekeeping import Housekeeping
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.pool import JobPool
-from django_pgqueue.worker.prefetch import Prefetch
+from django_pgqueue.worker.prefetch import GiveBack, Prefetch
 from django_pgqueue.worker.presence import Presence
 from django_pgqueue.worker.services import (
     Backoff,
@@ -79,9 +79,9 @@ class Worker:
             config.worker_id, config.database, self._settled, supervision, lambda: self.ledger.busy
         )
         self.pool = JobPool(config.concurrency, self._job_starting, self._job_done, self.epoch)
-        # Jobs claimed and not finished may exceed the threads by the prefetch.
         fixed = None if config.prefetch == "auto" else int(config.prefetch)
         self.prefetch = Prefetch(config.concurrency, fixed, lambda: self.pool.pacing.width)
+        self.give_back = GiveBack(config, self.prefetch, self.ledger, self.pool, self.events)
         self.session = WorkerSession(
             config.worker_id,
             config.database,
@@ -194,6 +194,7 @@ class Worker:
         while not self.stopping:
             self.loop_at = time.monotonic()
             self.waker.clear()
+            wait = self.give_back.look()  # prefetched jobs stuck behind long ones go back
             free, busy = self._free_slots()
             if c.max_jobs is not None and self.ledger.claimed >= c.max_jobs:
                 if not self.ledger.own_work_left():
@@ -201,7 +202,7 @@ class Worker:
                 self.waker.wait(0.05)
                 continue
             if free <= 0:
-                self.waker.wait(c.poll_interval)  # a finishing job wakes us
+                self.waker.wait(wait)  # a finishing job wakes us
                 continue
             if free < self._min_batch() and busy:
                 # Let a few more slots free up so the claim stays a batch.
@@ -212,8 +213,8 @@ class Worker:
                     continue
             refill_from = None
             free = batch_size(free)
-            # Burst mode exits on an empty claim only if the claim began with all our outcomes
-            # written: one written during it may have made a job ready again (a retry, a snooze).
+            # Burst mode exits on an empty claim only if it began with all our outcomes written
+            # (one written during it may have made a job ready again: a retry, a snooze).
             settled = c.burst and not self.ledger.own_work_left() and not self.completer.pending
             try:
                 sent = time.monotonic()
@@ -301,9 +302,8 @@ class Worker:
                 )
             self.completer.put(outcome)
         self.events.emit("finished", job=job, outcome=outcome)
-        # Wake the claim loop only when a claim is worth making: enough slots
-        # free for a batch, or nothing left running. Waking it for every job
-        # costs a thread switch (and a GIL hand-off) per job.
+        # Wake the claim loop only when a claim is worth making (slots for a batch, or
+        # nothing running): a wake per job costs a thread switch and a GIL hand-off.
         busy = self.ledger.busy
         if self._capacity() - busy >= self._min_batch() or not busy or self.stopping:
             self.waker.set()

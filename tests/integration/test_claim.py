@@ -183,6 +183,21 @@ def test_release_puts_the_job_back_without_spending_the_attempt() -> None:
     assert (row.status, row.attempts, row.errors[0]["exception"]) == ("queued", 0, "WorkerShutdown")
 
 
+def test_release_without_a_reason_records_no_error_unless_the_job_was_cancelled() -> None:
+    kept, cancelled = add.enqueue(1, 1), add.enqueue(2, 2)
+    claimed = Job.objects.claim("w", limit=2)
+    Job.objects.cancel([cancelled.pk], reason="operator")  # running: asked to stop
+    assert Job.objects.release("w", [c.key for c in claimed], reason=None) == {
+        kept.pk,
+        cancelled.pk,
+    }
+    row = Job.objects.get(pk=kept.pk)
+    assert (row.status, row.attempts, row.errors, row.error_count) == ("queued", 0, [], 0)
+    row = Job.objects.get(pk=cancelled.pk)
+    assert (row.status, row.error_count) == ("cancelled", 1)
+    assert row.errors[-1]["traceback"] == "WorkerShutdown: given back before it started"
+
+
 def test_claim_statement_locks_only_the_rows_it_returns(db_url: str) -> None:
     """The chosen ids are materialised: a claim of 2 leaves every other row unlocked."""
     Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(50))

@@ -126,6 +126,37 @@ def test_adaptive_prefetch_runs_ahead_for_short_jobs_and_not_for_long_ones() -> 
     assert fixed.limit() == 3
 
 
+def test_a_stalled_prefetch_stops_running_ahead_until_jobs_say_otherwise() -> None:
+    from django_pgqueue.worker.prefetch import Prefetch
+
+    prefetch = Prefetch(concurrency=2, fixed=None)
+    for _ in range(50):
+        prefetch.observe(0.001)
+    assert prefetch.limit() == 16
+    prefetch.stalled(1.2)  # prefetched jobs waited 1.2 s behind long ones
+    assert prefetch.limit() == 0
+    prefetch.observe(3.0)  # the long job finishing keeps it there
+    assert prefetch.limit() == 0
+    for _ in range(80):
+        prefetch.observe(0.001)  # short again: it runs ahead again
+    assert prefetch.limit() == 16
+
+
+def test_waiting_since_is_the_claim_of_the_oldest_prefetched_run_still_ours() -> None:
+    ledger = Ledger()
+    assert ledger.waiting_since() is None
+    before = time.monotonic()
+    first, second = job(1), job(2)
+    ledger.add([first, second])
+    since = ledger.waiting_since()
+    assert since is not None
+    assert before <= since <= time.monotonic()
+    ledger.start(first)
+    assert ledger.waiting_since() == since  # the second still waits
+    ledger.forget([second])  # given back
+    assert ledger.waiting_since() is None
+
+
 def test_adaptive_prefetch_counts_the_threads_that_run_jobs_back_to_back() -> None:
     """Jobs that keep the interpreter busy run on fewer threads (the pool's width):
     the prefetch holds what those threads start within the target wait."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import json
 import signal
 from collections.abc import Callable
 
@@ -89,6 +90,40 @@ def test_a_killed_worker_shows_as_gone_with_its_job_before_the_lease_expires(
     out = io.StringIO()
     call_command("queuestats", "--json", stdout=out)
     assert f'"running_on_gone_workers": [\n    {job.pk}\n  ]' in out.getvalue()
+
+
+def test_a_gone_workers_running_count_is_what_the_table_still_holds() -> None:
+    """Its last heartbeat said 3; once the reaper has given its jobs back it runs
+    none, whatever that heartbeat said. A live worker's count is its own."""
+    past = timezone.now() - dt.timedelta(minutes=5)
+    for worker_id, alive_until in (
+        ("w-gone", past),
+        ("w-alive", timezone.now() + dt.timedelta(minutes=1)),
+    ):
+        RegisteredWorker.objects.create(
+            id=worker_id,
+            hostname="h",
+            pid=1,
+            concurrency=4,
+            version="0",
+            alive_until=alive_until,
+            jobs_running=3,
+        )
+    tracked.enqueue("left", sleep=0)
+    (claimed,) = Job.objects.claim("w-gone")
+
+    def running() -> dict[str, int]:
+        out = io.StringIO()
+        call_command("queuestats", "--json", stdout=out)
+        return {w["id"]: w["jobs_running"] for w in json.loads(out.getvalue())["workers"]}
+
+    assert running() == {"w-gone": 1, "w-alive": 3}
+    Job.objects.release("w-gone", [claimed.key])  # as the reaper would, in the end
+    assert running() == {"w-gone": 0, "w-alive": 3}
+    out = io.StringIO()
+    call_command("queuestats", stdout=out)
+    (line,) = [row for row in out.getvalue().splitlines() if row.startswith("w-gone")]
+    assert line.split()[:6] == ["w-gone", "gone", "*", "4", "0", "0"]
 
 
 def test_rows_gone_for_over_an_hour_are_forgotten_by_a_running_worker(start_worker: Start) -> None:

@@ -3,6 +3,7 @@ alert on; ``--check`` exits 1 with one line per failed condition."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import sys
@@ -69,6 +70,9 @@ class Command(PgQueueCommand):
             .order_by("id")
             .values_list("id", "locked_by")
         )
+        # A gone worker's last heartbeat is stale: count what the table still holds.
+        left_on = collections.Counter(worker for _, worker in orphans)
+        running = {w.id: w.jobs_running if w.id in alive else left_on[w.id] for w in workers}
         # A paused queue's jobs wait on purpose: they are not what the alert is for.
         ages = [
             s.oldest_ready_age
@@ -93,7 +97,7 @@ class Command(PgQueueCommand):
                     "started_at": w.started_at.isoformat(),
                     "last_seen": w.last_seen.isoformat(),
                     "alive": w.id in alive,
-                    "jobs_running": w.jobs_running,
+                    "jobs_running": running[w.id],
                     "jobs_done": w.jobs_done,
                 }
                 for w in workers
@@ -121,7 +125,7 @@ class Command(PgQueueCommand):
             seen = f"{(now - w.last_seen).total_seconds():.0f}s ago"
             state = "alive" if w.id in alive else "gone"
             self.stdout.write(
-                f"{w.id:<32} {state:<5} {queues:<16} {w.concurrency:>5} {w.jobs_running:>7} "
+                f"{w.id:<32} {state:<5} {queues:<16} {w.concurrency:>5} {running[w.id]:>7} "
                 f"{w.jobs_done:>8} {seen:>10}"
             )
         if not workers:

@@ -127,7 +127,7 @@ class JobSpec:
         args_json, kwargs_json = dumps(list(args), "args"), dumps(kwargs or {}, "kwargs")
         # The call must fit the function, as the worker will check again: refused
         # here, the mistake is reported to the caller instead of burying the job.
-        target = task if getattr(task, "func", None) is not None else registry.registered(path)
+        target = task if getattr(task, "func", None) is not None else registry.loaded(path)
         if target is not None:
             try:
                 registry.check_arguments(getattr(target, "target", target), args, kwargs or {})

@@ -179,11 +179,6 @@ def _shape_problem(func: Any, context: bool, positional: int, names: tuple[str, 
     return None
 
 
-def registered(path: str) -> Runnable | None:
-    """The runnable registered for ``path`` in this process, without importing anything."""
-    return _registry.get(path)
-
-
 def missing_task_module(name: str) -> str | None:
     """Why the module ``name`` of ``PGQUEUE["TASK_MODULES"]`` cannot be imported, when
     it (or a package above it) does not exist or fails to import; None when it is
@@ -222,6 +217,21 @@ def discover() -> None:
                 # Defined here, not imported from elsewhere: a Task knows its own path.
                 if value.module_path == path and kind.recognise(value):
                     register(path, value, kind.invoke)
+
+
+def loaded(path: str) -> Any | None:
+    """What ``path`` names in this process, importing nothing: its registered
+    runnable, or an object of a registered kind (a Tasks-framework Task, say) in
+    a module already imported here; None if neither."""
+    found = _registry.get(path)
+    if found is not None:
+        return found
+    module_name, _, attribute = path.rpartition(".")
+    module = sys.modules.get(module_name)
+    candidate = getattr(module, attribute, None) if module is not None else None
+    if candidate is not None and any(kind.recognise(candidate) for kind in _kinds):
+        return candidate
+    return None
 
 
 def runnables() -> dict[str, Runnable]:

@@ -206,6 +206,20 @@ def test_bad_options_raise_a_clear_error(options: dict[str, Any], message: str) 
     assert Job.objects.count() == 0
 
 
+def test_a_path_is_checked_against_the_tasks_framework_task_it_names() -> None:
+    """The direct API enqueuing a Tasks-framework Task by path: the call is checked
+    against the Task declared here, as a @django_pgqueue.task's is."""
+    from tests.testapp import djtasks
+
+    path = djtasks.add_async.module_path
+    with pytest.raises(InvalidJobArguments, match=r"add_async\(a, b\): too many positional"):
+        enqueue(path, [1, 2, 3])
+    assert Job.objects.count() == 0
+    assert enqueue(path, [1, 2]).task == path
+    with pytest.raises(InvalidJobArguments, match="too many positional"):
+        enqueue(add.path, [1, 2, 3])  # a direct task by path, as before
+
+
 def test_task_must_be_a_dotted_path() -> None:
     with pytest.raises(InvalidJob, match="dotted path"):
         enqueue("nodots")

@@ -131,11 +131,13 @@ class Ledger:
             )
 
     def forget(self, jobs: list[ClaimedJob]) -> None:
-        """Drop runs no thread started (prefetched ones given back)."""
+        """Drop runs no thread started (prefetched ones given back): they no longer
+        count as claimed (a --max-jobs worker may claim others instead)."""
         with self._lock:
             for job in jobs:
                 self._held.pop(job.key, None)
             self.busy -= len(jobs)
+            self.claimed -= len(jobs)
 
     def give_back(self, keys: list[Key]) -> None:
         """These runs were released: a late outcome is not ours to record."""

@@ -3,6 +3,7 @@ the web tier's view. Imported only where ``prometheus-client`` is installed."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -11,7 +12,9 @@ from prometheus_client.registry import Collector
 from django_pgqueue.queue.gauges import QueueGaugeRow
 
 
-def families(rows: Sequence[QueueGaugeRow]) -> Iterable[Metric]:
+def families(rows: Sequence[QueueGaugeRow], held: float = 0.0) -> Iterable[Metric]:
+    """The metric families of ``rows``, which were read ``held`` seconds ago (counted
+    in whole seconds in their age)."""
     jobs = GaugeMetricFamily(
         "pgqueue_queue_jobs",
         "Jobs in the table by queue and status (finished ones estimated on a big table).",
@@ -37,18 +40,21 @@ def families(rows: Sequence[QueueGaugeRow]) -> Iterable[Metric]:
     yield jobs
     yield oldest
     if rows:
-        age.add_metric([], max(row.age for row in rows))
+        age.add_metric([], max(row.age for row in rows) + int(held))
         yield age
 
 
 class QueueGauges(Collector):
-    """Serves the rows it was last given (``update``)."""
+    """Serves the rows it was last given (``update``). Their age grows while they are
+    served: a refresh that hangs or fails shows as stale gauges, not as fresh ones."""
 
     def __init__(self) -> None:
-        self._rows: Sequence[QueueGaugeRow] = ()
+        self._read: tuple[Sequence[QueueGaugeRow], float] = ((), time.monotonic())
 
     def update(self, rows: Sequence[QueueGaugeRow]) -> None:
-        self._rows = tuple(rows)  # replaced whole: a scrape never sees half an update
+        # Replaced whole, with when: a scrape never sees half an update.
+        self._read = (tuple(rows), time.monotonic())
 
     def collect(self) -> Iterator[Metric]:
-        yield from families(self._rows)
+        rows, at = self._read
+        yield from families(rows, time.monotonic() - at)

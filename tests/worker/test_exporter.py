@@ -67,6 +67,25 @@ def test_the_queue_gauges_follow_the_table() -> None:
         assert fetch(f"{base}/other")[0] == 404
 
 
+def test_the_gauges_age_keeps_growing_while_no_refresh_succeeds() -> None:
+    """The age a stale-gauges alert reads: it counts from the last refresh that
+    returned, so a refresh that hangs or fails shows, and does not read fresh."""
+    from django_pgqueue.monitoring.gauges import QueueGauges
+    from django_pgqueue.queue.gauges import QueueGaugeRow
+
+    def age(collector: QueueGauges) -> float:
+        registry = CollectorRegistry()
+        registry.register(collector)
+        return registry.get_sample_value("pgqueue_queue_gauges_age_seconds") or 0.0
+
+    collector = QueueGauges()
+    rows = [QueueGaugeRow("mail", "queued", 2, 1.0, False, 3.0)]
+    collector.update(rows)
+    assert age(collector) == 3.0  # as computed, read just now
+    collector._read = (collector._read[0], time.monotonic() - 42.5)  # 42.5 s without a refresh
+    assert age(collector) == 3.0 + 42
+
+
 def test_given_back_and_lost_runs_are_counted_once() -> None:
     held = mark.enqueue("held", sleep=3)
     with exported(lease=2, shutdown_timeout=0.2) as (running, exporter, _base):

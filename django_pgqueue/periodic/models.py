@@ -15,8 +15,8 @@ from typing import ClassVar
 
 from django.apps import apps
 from django.db import models
-from django.db.models import OuterRef, Subquery
-from django.db.models.functions import Now
+from django.db.models import F, OuterRef, Subquery
+from django.db.models.functions import Greatest, Now
 
 from django_pgqueue import conf
 from django_pgqueue.exceptions import InvalidSchedule
@@ -80,7 +80,11 @@ class ScheduleManager(_ScheduleManagerBase["Schedule"]):
             .exclude(enabled=enabled)
             .values_list("name", flat=True)
         )
-        self.using(alias).filter(name__in=changed).update(enabled=enabled, updated_at=Now())
+        # Enabled again, it goes on from its next tick: the ticks it skipped are not due.
+        restart = {"last_tick": Greatest(F("last_tick"), Now())} if enabled else {}
+        self.using(alias).filter(name__in=changed).update(
+            enabled=enabled, updated_at=Now(), **restart
+        )
         return sorted(changed)
 
 

@@ -804,8 +804,10 @@ WHERE NOT EXISTS (SELECT FROM declared);
 -- compare-and-set on last_tick and the job's insert are one statement: both
 -- happen or neither, so a worker that dies cannot leave a tick marked and its job
 -- missing. A second worker with the same tick waits on the first one's row lock,
--- then finds last_tick already there and inserts nothing. Only an enabled schedule
--- takes a tick. Each worker ticks the definition its own settings give (the row
+-- then finds last_tick already there and inserts nothing. A disabled schedule's
+-- tick is taken and enqueues nothing (not counted in ticks), so that when it is
+-- enabled again it goes on from its next tick, not from the ticks it skipped.
+-- Each worker ticks the definition its own settings give (the row
 -- shows the one the latest worker to start wrote): a worker with other settings
 -- must never stop the others' schedules. The job's run_at is the tick, so every
 -- job says which tick it belongs to. A live job
@@ -814,11 +816,12 @@ WHERE NOT EXISTS (SELECT FROM declared);
 WITH ticked AS (
     UPDATE pgqueue_schedule
     SET last_tick = %(tick)s::timestamptz,
-        last_job_id = nextval(pg_get_serial_sequence('pgqueue_job', 'id')),
-        ticks = ticks + 1
-    WHERE name = %(name)s::text AND enabled
+        last_job_id = CASE WHEN enabled THEN nextval(pg_get_serial_sequence('pgqueue_job', 'id'))
+                           ELSE last_job_id END,
+        ticks = ticks + CASE WHEN enabled THEN 1 ELSE 0 END
+    WHERE name = %(name)s::text
       AND (last_tick IS NULL OR last_tick < %(tick)s::timestamptz)
-    RETURNING last_job_id
+    RETURNING enabled, last_job_id
 ),
 inserted AS (
     INSERT INTO pgqueue_job (
@@ -831,11 +834,12 @@ inserted AS (
            '', '[]', '[]', %(unique_key)s::text, %(concurrency_key)s::text, %(backoff)s::float8,
            %(retry_policy)s::jsonb, %(name)s::text
     FROM ticked AS t
+    WHERE t.enabled
     ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
     DO NOTHING
     RETURNING id, queue
 )
-SELECT (SELECT count(*) FROM ticked) AS ticked, i.id,
+SELECT (SELECT count(*) FROM ticked WHERE enabled) AS ticked, i.id,
        (SELECT pg_notify(%(channel)s::text, i.queue) WHERE %(notify)s::bool) IS NULL AS notified
 FROM (SELECT 1) AS one
 LEFT JOIN inserted AS i ON true;

@@ -197,6 +197,57 @@ def test_a_disabled_schedule_enqueues_nothing_until_enabled_again(
     assert ran_at("minutely") == [tick + dt.timedelta(minutes=1)]  # from the next tick on
 
 
+def another_worker_up_for_an_hour() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_worker (id, hostname, pid, concurrency, version, started_at, "
+            "last_seen, alive_until, jobs_running, jobs_done) VALUES ('other', 'h', 1, 1, 'x', "
+            "now() - interval '1 hour', now(), now() + interval '1 minute', 0, 0)"
+        )
+
+
+def test_ticks_that_fell_while_disabled_are_not_enqueued_after_it_is_enabled(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    """Disabled while a worker ran, enabled again, and a worker started (a rolling
+    restart): it goes on from its next tick, not with the ticks it skipped."""
+    s = scheduler({"minutely": MINUTELY})
+    s.step()
+    Schedule.objects.set_enabled(["minutely"], False)
+    latest = outage("minutely", 5)  # the last tick taken five minutes ago
+    another_worker_up_for_an_hour()
+    # The running worker, up all along, passes the five ticks while it is disabled.
+    s._up_since = s.planned[0].cursor = latest - dt.timedelta(minutes=5)
+    s._enqueue_due(s.planned[0], timezone.now())
+    assert ran_at("minutely") == []
+    assert Schedule.objects.get(pk="minutely").last_tick == latest  # taken, not enqueued
+    assert Schedule.objects.get(pk="minutely").ticks == 0
+    Schedule.objects.set_enabled(["minutely"], True)
+    restarted = scheduler({"minutely": MINUTELY})
+    restarted.step()
+    assert ran_at("minutely") == []
+    restarted._enqueue_due(restarted.planned[0], latest + dt.timedelta(minutes=1, seconds=0.1))
+    assert ran_at("minutely") == [latest + dt.timedelta(minutes=1)]
+
+
+def test_enabled_again_after_no_worker_ran_it_starts_from_its_next_tick(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    """Disabled, every worker down, enabled again: the ticks that fell while it was
+    disabled are not "missed while no worker was up" (catch_up does not apply)."""
+    every = {**MINUTELY, "catch_up": "all"}
+    scheduler({"minutely": every}).step()
+    Schedule.objects.set_enabled(["minutely"], False)
+    latest = outage("minutely", 5)
+    Schedule.objects.set_enabled(["minutely"], True)
+    restart = Schedule.objects.get(pk="minutely").last_tick
+    assert restart is not None
+    assert restart >= latest  # it restarts from now
+    restarted = scheduler({"minutely": every})
+    restarted.step()
+    assert ran_at("minutely") == []
+
+
 def test_a_changed_definition_takes_effect_and_each_instant_stays_once(
     scheduler: Callable[..., Scheduler],
 ) -> None:

@@ -83,6 +83,12 @@ class RegisteredWorker(models.Model):
         help_text="Shown as gone after this, unless a heartbeat moves it on; this is "
         "before the leases of its jobs expire."
     )
+    schedules = models.BooleanField(
+        default=True,
+        db_default=True,
+        help_text="Whether it runs the scheduler of periodic jobs (--burst and --max-jobs "
+        "workers do not).",
+    )
     jobs_running = models.IntegerField(default=0, db_default=0)
     jobs_done = models.BigIntegerField(
         default=0, db_default=0, help_text="Outcomes it recorded since it started."

@@ -22,6 +22,8 @@ class Registration:
     version: str
     #: Seconds after a heartbeat past which the row is shown as gone.
     gone_after: float
+    #: Whether it runs the scheduler (a --burst or --max-jobs worker does not).
+    schedules: bool = True
 
 
 def register(entry: Registration, running: int, done: int, *, starting: bool, alias: str) -> None:
@@ -37,6 +39,7 @@ def register(entry: Registration, running: int, done: int, *, starting: bool, al
             "concurrency": entry.concurrency,
             "version": entry.version,
             "gone_after": entry.gone_after,
+            "schedules": entry.schedules,
             "jobs_running": running,
             "jobs_done": done,
             "starting": starting,

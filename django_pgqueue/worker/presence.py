@@ -43,6 +43,7 @@ class Presence:
             concurrency=config.concurrency,
             version=django_pgqueue.__version__,
             gone_after=gone_after(config),
+            schedules=not config.burst and config.max_jobs is None,
         )
         self.done = 0
         self._registered = False

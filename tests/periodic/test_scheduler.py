@@ -182,6 +182,25 @@ def test_ticks_due_while_another_worker_was_up_are_not_missed(
     assert ran_at("minutely") == [latest - dt.timedelta(minutes=m) for m in (2, 1, 0)]
 
 
+def test_a_bounded_worker_up_meanwhile_does_not_count_as_a_scheduler(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    """A --burst or --max-jobs worker registers but runs no scheduler: ticks that
+    fell while only such a worker was up were missed, and catch_up decides."""
+    every = {**MINUTELY, "catch_up": "none"}
+    scheduler({"minutely": every}).step()
+    outage("minutely", 3)
+    with connection.cursor() as cursor:  # a --burst worker, up for an hour
+        cursor.execute(
+            "INSERT INTO pgqueue_worker (id, hostname, pid, concurrency, version, started_at, "
+            "last_seen, alive_until, schedules, jobs_running, jobs_done) VALUES ('burst', 'h', "
+            "1, 1, 'x', now() - interval '1 hour', now(), now() + interval '1 minute', false, "
+            "1, 0)"
+        )
+    scheduler({"minutely": every}).step()
+    assert ran_at("minutely") == []  # missed while no scheduler ran: catch_up "none"
+
+
 def test_a_disabled_schedule_enqueues_nothing_until_enabled_again(
     scheduler: Callable[..., Scheduler],
 ) -> None:

@@ -46,6 +46,7 @@ def test_a_worker_registers_itself_and_leaves_when_it_exits(start_worker: Start)
     row = registered("w-clean")
     assert row is not None
     assert (row.pid, row.queues, row.concurrency) == (worker.proc.pid, ["default", "mail"], 3)
+    assert row.schedules  # it runs the scheduler
     assert row.alive_at(timezone.now())
     assert row.version
     first_seen = row.last_seen
@@ -90,6 +91,15 @@ def test_a_killed_worker_shows_as_gone_with_its_job_before_the_lease_expires(
     out = io.StringIO()
     call_command("queuestats", "--json", stdout=out)
     assert f'"running_on_gone_workers": [\n    {job.pk}\n  ]' in out.getvalue()
+
+
+def test_a_bounded_worker_registers_that_it_runs_no_scheduler(start_worker: Start) -> None:
+    tracked.enqueue("bounded", sleep=3)
+    worker = start_worker("--worker-id", "w-bounded", "--max-jobs", "1")
+    wait_for(lambda: running_count() == 1, 20, "the bounded worker to run its job")
+    wait_for(lambda: registered("w-bounded") is not None, 10, "its row")
+    assert registered("w-bounded").schedules is False  # type: ignore[union-attr]
+    assert worker.wait(20) == 0  # its one job done, it exits
 
 
 def test_a_gone_workers_running_count_is_what_the_table_still_holds() -> None:

@@ -8,8 +8,10 @@ its traceback) and ignored, and never changes what happens to the job.
 - ``job_started(sender=task, job=ClaimedJob)``: before the function is called.
 - ``job_finished(sender=task, job=ClaimedJob, outcome=RunOutcome, result=...,
   exception=...)``: after it returned or raised. ``outcome`` is ``succeeded``,
-  ``retried`` (it raised, with attempts left) or ``dead`` (it raised on its last
-  attempt, or returned a value that is not JSON); ``result`` is its return value
+  ``retried`` (it raised, with attempts left, or snoozed), ``dead`` (it raised on
+  its last attempt, a failure retrying cannot fix, snoozed past ``MAX_SNOOZES``,
+  or returned a value that is not JSON) or ``cancelled`` (it raised ``Cancel``,
+  or stopped as an operator asked); ``result`` is its return value
   (None when it raised), ``exception`` what it raised (or why its value was
   refused; None on success). Sent inside the ``except`` block when it raised, so
   a receiver that logs with ``exc_info`` sees the exception.

@@ -103,7 +103,8 @@ def _raised(target: TaskFunction[..., Any], job: ClaimedJob, exc: BaseException)
     if isinstance(exc, Cancel) or (running is not None and running.cancel_requested):
         return RunOutcome.CANCELLED
     if isinstance(exc, Snooze):
-        return RunOutcome.RETRIED  # back to queued, the attempt not spent
+        # Back to queued, the attempt not spent; buried past MAX_SNOOZES (executor.snoozed).
+        return RunOutcome.RETRIED if DEFAULT.may_snooze(job.snoozes) else RunOutcome.DEAD
     policy = (
         target.retry_policy if job.retry_policy is None else RetryPolicy.from_json(job.retry_policy)
     )

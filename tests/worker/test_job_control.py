@@ -14,6 +14,8 @@ from django.db import connection
 from django.test import override_settings
 
 from django_pgqueue.models import Job
+from django_pgqueue.records import RunOutcome
+from django_pgqueue.signals import job_finished
 from tests.conftest import run_counts, status_counts
 from tests.testapp.tasks import (
     awaits_to_be_stopped,
@@ -132,8 +134,19 @@ def test_snooze_runs_again_later_without_spending_attempts() -> None:
 @override_settings(PGQUEUE={"BACKOFF_BASE": 0.05, "BACKOFF_MAX": 0.2, "MAX_SNOOZES": 2})
 def test_a_job_that_snoozes_past_max_snoozes_is_buried_with_the_reason() -> None:
     job = snoozes.enqueue("sleepy", times=100)
-    with worker_thread(burst=True) as worker:
-        assert worker.join(30) == 0
+    outcomes: list[object] = []
+
+    def finished(sender: object, outcome: object, **kwargs: object) -> None:
+        outcomes.append(outcome)
+
+    job_finished.connect(finished, weak=False)
+    try:
+        with worker_thread(burst=True) as worker:
+            assert worker.join(30) == 0
+    finally:
+        job_finished.disconnect(finished)
+    # What job_finished says matches the row: two snoozes, then buried.
+    assert outcomes == [RunOutcome.RETRIED, RunOutcome.RETRIED, RunOutcome.DEAD]
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts, row.snoozes) == ("dead", 1, 2)
     assert row.last_error.startswith(

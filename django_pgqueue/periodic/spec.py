@@ -69,7 +69,11 @@ class ScheduleSpec:
     @property
     def expression(self) -> str:
         """What the schedule row and the listings show: the cron line, or ``every 30s``."""
-        return self.cron if self.cron is not None else f"every {self.every:g}s"
+        if self.cron is not None:
+            return self.cron
+        every = float(self.every or 0)  # one of the two is set (parse)
+        # Whole seconds as such (every 2592000s, not 2.592e+06s); fractions as given.
+        return f"every {int(every)}s" if every == int(every) else f"every {every!r}s"
 
     def _zone(self) -> dt.tzinfo:
         return dt.UTC if self.timezone == "UTC" else zoneinfo.ZoneInfo(self.timezone)

@@ -813,13 +813,22 @@ WHERE NOT EXISTS (SELECT FROM declared);
 -- must never stop the others' schedules. The job's run_at is the tick, so every
 -- job says which tick it belongs to. A live job
 -- holding the task's unique_key makes the tick enqueue nothing: the tick is
--- taken, its id comes back NULL, and last_job_id names no job.
-WITH ticked AS (
+-- taken, its id comes back NULL, and last_job_id and ticks stay as they were
+-- (the last job is still the live one). Should such a job be enqueued between
+-- the look and the insert, the insert does nothing and last_job_id names no job.
+WITH held AS (
+    SELECT EXISTS (
+        SELECT FROM pgqueue_job
+        WHERE unique_key = %(unique_key)s::text AND status IN ('queued', 'running')
+    ) AS live
+),
+ticked AS (
     UPDATE pgqueue_schedule
     SET last_tick = %(tick)s::timestamptz,
-        last_job_id = CASE WHEN enabled THEN nextval(pg_get_serial_sequence('pgqueue_job', 'id'))
+        last_job_id = CASE WHEN enabled AND NOT (SELECT live FROM held)
+                           THEN nextval(pg_get_serial_sequence('pgqueue_job', 'id'))
                            ELSE last_job_id END,
-        ticks = ticks + CASE WHEN enabled THEN 1 ELSE 0 END
+        ticks = ticks + CASE WHEN enabled AND NOT (SELECT live FROM held) THEN 1 ELSE 0 END
     WHERE name = %(name)s::text
       AND (last_tick IS NULL OR last_tick < %(tick)s::timestamptz)
     RETURNING enabled, last_job_id
@@ -835,7 +844,7 @@ inserted AS (
            '', '[]', '[]', %(unique_key)s::text, %(concurrency_key)s::text, %(backoff)s::float8,
            %(retry_policy)s::jsonb, %(name)s::text
     FROM ticked AS t
-    WHERE t.enabled
+    WHERE t.enabled AND NOT (SELECT live FROM held)
     ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
     DO NOTHING
     RETURNING id, queue

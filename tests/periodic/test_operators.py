@@ -132,6 +132,19 @@ def test_the_command_lists_switches_and_says_what_it_cannot_find(
         run("--enable", "nope", periodic=periodic)
 
 
+def test_the_listing_shows_each_schedules_ticks_in_its_own_time_zone(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    """A cron expression reads in its schedule's zone, and so do its ticks in the
+    listing, whatever TIME_ZONE says."""
+    paris = {**REPORT, "timezone": "Europe/Paris"}
+    scheduler({"paris": paris}).step()
+    with override_settings(TIME_ZONE="UTC"):
+        listing = run(periodic={"paris": paris})
+    (line,) = [row for row in listing.splitlines() if row.startswith("paris")]
+    assert "03:00:00 CET" in line or "03:00:00 CEST" in line, line
+
+
 def test_a_removed_schedule_is_listed_as_removed_with_its_last_job(
     scheduler: Callable[..., Scheduler],
 ) -> None:

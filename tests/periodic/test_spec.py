@@ -72,6 +72,9 @@ def test_every_ticks_at_multiples_of_its_seconds_since_the_epoch() -> None:
     ]
     assert spec.expression == "every 30s"
     assert parse("p", {"task": "a.b", "every": dt.timedelta(minutes=5)}).every == 300.0
+    monthly = parse("p", {"task": "a.b", "every": dt.timedelta(days=30)})
+    assert monthly.expression == "every 2592000s"  # not 2.592e+06s
+    assert parse("p", {"task": "a.b", "every": 1.0000001}).expression == "every 1.0000001s"
 
 
 def test_between_keeps_the_newest_ticks_up_to_its_limit() -> None:

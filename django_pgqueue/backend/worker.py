@@ -90,12 +90,18 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
         raise_if_transaction_left_open()
     except KeyboardInterrupt:
         raise  # as in Django's ImmediateBackend: an interrupt is not the task failing
-    except Snooze:
-        _finished(backend, result, None, TaskResultStatus.READY)  # it runs again
-        raise
+    except Snooze as snooze:
+        snoozed: Snooze | None = snooze
     except BaseException as exc:
         _finished(backend, result, exc)  # inside except: the log receiver sees exc_info
         raise
+    else:
+        snoozed = None
+    if snoozed is not None:
+        # It runs again: reported READY outside the except block, so that Django's
+        # log line for it (INFO) carries no traceback, as nothing failed.
+        _finished(backend, result, None, TaskResultStatus.READY)
+        raise snoozed
     if control is not None and control.stopped_by_request:
         # It saw the request and returned: the job ends cancelled, not done.
         _finished(backend, result, Cancel(control.cancel_reason))

@@ -118,6 +118,16 @@ def test_snooze_reports_ready_and_the_job_runs_again_on_its_first_attempt(
     assert finished == [(TaskResultStatus.READY, None), (TaskResultStatus.SUCCESSFUL, None)]
 
 
+def test_django_logs_a_snooze_without_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    djtasks.snoozes_once.enqueue(f"snooze-{time.time_ns()}")
+    with caplog.at_level("DEBUG", logger="django.tasks"):
+        first = run_next()
+    assert isinstance(first, Failure)
+    assert first.snooze
+    (line,) = [r for r in caplog.records if r.name == "django.tasks" and "READY" in r.getMessage()]
+    assert (line.levelname, line.exc_info) == ("INFO", None)
+
+
 def test_cancel_raised_by_a_task_ends_it_cancelled_and_failed() -> None:
     enqueued = djtasks.cancels_itself.enqueue()
     run_next()

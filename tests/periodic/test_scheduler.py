@@ -139,6 +139,17 @@ def outage(name: str, minutes: int) -> dt.datetime:
     return now_tick
 
 
+def worker_up_for_an_hour(worker_id: str = "other", *, schedules: bool = True) -> None:
+    """Another worker's row in the registry: alive, started an hour ago."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_worker (id, hostname, pid, concurrency, version, started_at, "
+            "last_seen, alive_until, schedules, jobs_running, jobs_done) VALUES (%s, 'h', 1, 1, "
+            "'x', now() - interval '1 hour', now(), now() + interval '1 minute', %s, 0, 0)",
+            [worker_id, schedules],
+        )
+
+
 @pytest.mark.parametrize(("catch_up", "expected"), [("latest", 1), ("none", 0), ("all", 10)])
 def test_after_every_worker_was_down_catch_up_decides_how_many_missed_ticks_run(
     scheduler: Callable[..., Scheduler], catch_up: str, expected: int
@@ -172,12 +183,7 @@ def test_ticks_due_while_another_worker_was_up_are_not_missed(
     enqueues every tick since the schedule's last one, not only the latest."""
     scheduler({"minutely": MINUTELY}).step()
     latest = outage("minutely", 3)
-    with connection.cursor() as cursor:  # another worker, up for an hour
-        cursor.execute(
-            "INSERT INTO pgqueue_worker (id, hostname, pid, concurrency, version, started_at, "
-            "last_seen, alive_until, jobs_running, jobs_done) VALUES ('other', 'h', 1, 1, 'x', "
-            "now() - interval '1 hour', now(), now() + interval '1 minute', 0, 0)"
-        )
+    worker_up_for_an_hour()
     scheduler({"minutely": MINUTELY}).step()
     assert ran_at("minutely") == [latest - dt.timedelta(minutes=m) for m in (2, 1, 0)]
 
@@ -190,13 +196,7 @@ def test_a_bounded_worker_up_meanwhile_does_not_count_as_a_scheduler(
     every = {**MINUTELY, "catch_up": "none"}
     scheduler({"minutely": every}).step()
     outage("minutely", 3)
-    with connection.cursor() as cursor:  # a --burst worker, up for an hour
-        cursor.execute(
-            "INSERT INTO pgqueue_worker (id, hostname, pid, concurrency, version, started_at, "
-            "last_seen, alive_until, schedules, jobs_running, jobs_done) VALUES ('burst', 'h', "
-            "1, 1, 'x', now() - interval '1 hour', now(), now() + interval '1 minute', false, "
-            "1, 0)"
-        )
+    worker_up_for_an_hour("burst", schedules=False)  # a --burst worker
     scheduler({"minutely": every}).step()
     assert ran_at("minutely") == []  # missed while no scheduler ran: catch_up "none"
 
@@ -216,15 +216,6 @@ def test_a_disabled_schedule_enqueues_nothing_until_enabled_again(
     assert ran_at("minutely") == [tick + dt.timedelta(minutes=1)]  # from the next tick on
 
 
-def another_worker_up_for_an_hour() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO pgqueue_worker (id, hostname, pid, concurrency, version, started_at, "
-            "last_seen, alive_until, jobs_running, jobs_done) VALUES ('other', 'h', 1, 1, 'x', "
-            "now() - interval '1 hour', now(), now() + interval '1 minute', 0, 0)"
-        )
-
-
 def test_ticks_that_fell_while_disabled_are_not_enqueued_after_it_is_enabled(
     scheduler: Callable[..., Scheduler],
 ) -> None:
@@ -234,7 +225,7 @@ def test_ticks_that_fell_while_disabled_are_not_enqueued_after_it_is_enabled(
     s.step()
     Schedule.objects.set_enabled(["minutely"], False)
     latest = outage("minutely", 5)  # the last tick taken five minutes ago
-    another_worker_up_for_an_hour()
+    worker_up_for_an_hour()
     # The running worker, up all along, passes the five ticks while it is disabled.
     s._up_since = s.planned[0].cursor = latest - dt.timedelta(minutes=5)
     s._enqueue_due(s.planned[0], timezone.now())

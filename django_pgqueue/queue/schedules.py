@@ -1,5 +1,6 @@
 """The schedule table's statements: the declared schedules written, one tick
-enqueued (with its job), and since when schedulers have been up."""
+enqueued (with its job) or passed (without one), and since when schedulers have
+been up."""
 
 from __future__ import annotations
 
@@ -91,6 +92,12 @@ def tick(
     the task's unique_key)."""
     row = runner.fetch_one("schedule_tick", tick_params(declared, spec, moment), alias)
     return bool(row["ticked"]), row["id"]
+
+
+def pass_tick(name: str, moment: dt.datetime, alias: str) -> None:
+    """Take the tick ``moment`` of a schedule that is off in this worker's settings,
+    and every earlier one, without a job."""
+    runner.fetch("schedule_pass", {"name": name, "tick": moment}, alias)
 
 
 def up_since(alias: str) -> dt.datetime | None:

@@ -258,6 +258,54 @@ def test_enabled_again_after_no_worker_ran_it_starts_from_its_next_tick(
     assert ran_at("minutely") == []
 
 
+def test_ticks_that_fell_while_off_in_settings_are_not_enqueued_when_enabled(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    """Off in the settings ("enabled": False), then on in a rolling deploy: the workers
+    on the old settings took the ticks without jobs, so the schedule goes on from
+    its next tick instead of enqueueing the ones that fell while it was off."""
+    off = scheduler({"minutely": {**MINUTELY, "enabled": False}})
+    off.step()
+    latest = outage("minutely", 5)
+    worker_up_for_an_hour()
+    off.planned[0].cursor = latest - dt.timedelta(minutes=5)
+    off._enqueue_due(off.planned[0], timezone.now())
+    row = Schedule.objects.get(pk="minutely")
+    assert (row.last_tick, row.ticks, row.last_job_id) == (latest, 0, None)
+    assert ran_at("minutely") == []
+    enabled = scheduler({"minutely": MINUTELY})
+    enabled.step()
+    assert ran_at("minutely") == []
+    enabled._enqueue_due(enabled.planned[0], latest + dt.timedelta(minutes=1, seconds=0.1))
+    assert ran_at("minutely") == [latest + dt.timedelta(minutes=1)]
+
+
+def test_a_schedule_declared_again_after_it_was_removed_starts_from_its_next_tick(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    """Removed from the settings, added back later while workers ran meanwhile: the
+    ticks that fell while nothing declared it are not enqueued, except those of the
+    last two seconds, which a worker still on older settings may be about to take."""
+    every = {"task": "tests.testapp.tasks.mark", "every": 1, "kwargs": {"label": "tick"}}
+    scheduler({"ping": every}).step()
+    scheduler({}).step()  # deployed without it
+    assert not Schedule.objects.get(pk="ping").configured
+    with connection.cursor() as cursor:  # its last tick, a minute ago
+        cursor.execute(
+            "UPDATE pgqueue_schedule SET last_tick = date_trunc('second', now()) "
+            "- interval '1 minute' WHERE name = 'ping'"
+        )
+    worker_up_for_an_hour()
+    again = scheduler({"ping": every})
+    before = timezone.now()
+    again.step()
+    after = timezone.now()
+    ticks = ran_at("ping")
+    assert Schedule.objects.get(pk="ping").configured
+    assert 1 <= len(ticks) <= 3, ticks  # not the sixty that fell while it was removed
+    assert all(before - dt.timedelta(seconds=2.05) < t <= after for t in ticks), ticks
+
+
 def test_a_changed_definition_takes_effect_and_each_instant_stays_once(
     scheduler: Callable[..., Scheduler],
 ) -> None:

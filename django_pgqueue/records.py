@@ -72,6 +72,7 @@ class JobSpec:
         """Validate one job. ``task`` is a dotted path or a registered task, whose own
         options (``@task(queue=..., max_attempts=...)``) and retry policy are the
         defaults."""
+        validation.check_options(options, values=False)  # the values are checked as they are used
         defaults = getattr(task, "options", None)
         return cls._build(task, args, kwargs, **({**defaults, **options} if defaults else options))
 

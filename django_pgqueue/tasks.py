@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from django.dispatch import Signal
 
-from django_pgqueue import registry
+from django_pgqueue import registry, validation
 from django_pgqueue.control import (
     Cancel,
     Snooze,
@@ -58,7 +58,9 @@ class TaskFunction[**P, R]:
 
     def using(self, **options: Any) -> TaskFunction[P, R]:
         """A copy with other enqueue options (queue, priority, delay, run_at,
-        max_attempts, unique_key, concurrency_key, backoff, retry_on, discard_on)."""
+        max_attempts, unique_key, concurrency_key, backoff, retry_on, discard_on);
+        InvalidJob for an unknown option or a bad value."""
+        validation.check_options(options)
         retry_on, discard_on = options.pop("retry_on", None), options.pop("discard_on", None)
         policy = self.retry_policy
         if retry_on is not None or discard_on is not None:
@@ -155,6 +157,7 @@ def task[**P, R](
     these exceptions are retried (any other buries the job at once);
     ``discard_on``: these bury it at once (they win over ``retry_on``).
     """
+    validation.check_options(options)  # a mistake fails here, not at every enqueue
     policy = RetryPolicy.build(retry_on, discard_on)
 
     def wrap(f: Callable[P, R]) -> TaskFunction[P, R]:

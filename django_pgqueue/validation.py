@@ -178,3 +178,36 @@ def _exception_classes(value: Any) -> tuple[type[BaseException], ...] | None:
 EXCEPTIONS: Rule[tuple[type[BaseException], ...]] = Rule(
     "exceptions", "an exception class or a tuple of exception classes", _exception_classes
 )
+
+
+#: The options an enqueue takes beside the task and its arguments, each with the
+#: rule its value must pass.
+OPTION_RULES: dict[str, Rule[Any]] = {
+    "queue": QUEUE,
+    "priority": PRIORITY,
+    "run_at": RUN_AT,
+    "delay": DELAY,
+    "max_attempts": ATTEMPTS,
+    "unique_key": KEY,
+    "concurrency_key": KEY,
+    "backoff": BACKOFF,
+    "retry_on": EXCEPTIONS,
+    "discard_on": EXCEPTIONS,
+}
+_OPTION_NAMES = frozenset(OPTION_RULES)
+
+
+def check_options(options: dict[str, Any], *, values: bool = True) -> None:
+    """Refuse an option the queue does not know (and, with ``values``, a bad value)
+    where it is given: ``@task(...)``, ``.using(...)``, an enqueue."""
+    if not options.keys() <= _OPTION_NAMES:
+        unknown = sorted(options.keys() - _OPTION_NAMES)
+        hint = " (Django's run_after is run_at= or delay= here)" if "run_after" in unknown else ""
+        raise InvalidJob(
+            f"unknown option {', '.join(map(repr, unknown))}{hint}: the options are "
+            f"{', '.join(OPTION_RULES)}"
+        )
+    if values:
+        for name, value in options.items():
+            if value is not None:
+                OPTION_RULES[name](value, name)

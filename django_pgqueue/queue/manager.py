@@ -28,8 +28,9 @@ from django_pgqueue.records import (
     Success,
 )
 
-#: What retry() and cancel() accept: ids, jobs, or a queryset of jobs.
-Jobs = Iterable[int | models.Model] | models.QuerySet[Any] | int | models.Model
+#: What retry() and cancel() accept: ids (ints, or digit strings such as a Tasks
+#: result's id), jobs, or a queryset of jobs.
+Jobs = Iterable[int | str | models.Model] | models.QuerySet[Any] | int | str | models.Model
 
 
 class QueueOperations:
@@ -153,6 +154,8 @@ class QueueOperations:
         ``cancelled``; one that finishes anyway ends as it finished. Returns the
         ids cancelled or asked to stop; finished jobs are left alone.
         """
+        if not isinstance(reason, str):
+            raise InvalidJob(f"reason must be a string, not {type(reason).__name__}")
         return sorted(maintenance.cancel(_ids(jobs), reason, self._alias(using)))
 
     def pause_queue(self, name: str, *, using: str | None = None) -> bool:
@@ -194,12 +197,16 @@ class QueueOperations:
 def _ids(jobs: Jobs) -> list[int]:
     if isinstance(jobs, models.QuerySet):
         return list(jobs.order_by().values_list("pk", flat=True))
-    if isinstance(jobs, int | models.Model):
+    if isinstance(jobs, int | str | models.Model):
         jobs = [jobs]  # one job, given on its own
+    elif not isinstance(jobs, Iterable):
+        raise InvalidJob(f"expected job ids, Job instances or a queryset of jobs, got {jobs!r}")
     ids = []
     for job in jobs:
         if isinstance(job, models.Model):
             job = job.pk
+        elif isinstance(job, str) and job.isascii() and job.isdigit():
+            job = int(job)  # a Tasks-framework result's id is the job's id as text
         if isinstance(job, bool) or not isinstance(job, int):
             raise InvalidJob(f"expected job ids, Job instances or a queryset of jobs, got {job!r}")
         ids.append(job)

@@ -206,6 +206,52 @@ def test_bad_options_raise_a_clear_error(options: dict[str, Any], message: str) 
     assert Job.objects.count() == 0
 
 
+def test_bad_option_values_are_refused_where_they_are_declared() -> None:
+    """``@task(...)`` and ``.using(...)`` check their values at once: a bad one would
+    otherwise make every later enqueue fail, far from the mistake."""
+    from django_pgqueue import task
+
+    def func() -> None: ...
+
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"queue": 1}, "queue 1 is not a valid queue name"),
+        ({"priority": 500}, "priority 500 must be a whole number"),
+        ({"retry_on": "ValueError"}, "retry_on 'ValueError' must be an exception class"),
+        ({"unique_key": ""}, "unique_key ''"),
+    ]
+    for options, message in cases:
+        with pytest.raises(InvalidJob, match=message):
+            task(name="tests.never.registered", **options)(func)
+        with pytest.raises(InvalidJob, match=message):
+            add.using(**options)
+
+
+@pytest.mark.parametrize(
+    "give",
+    [
+        lambda **o: Job.objects.enqueue(add, [1, 2], **o),
+        lambda **o: Job.objects.enqueue("tests.testapp.tasks.add", [1, 2], **o),
+        lambda **o: add.using(**o).enqueue(1, 2),
+        lambda **o: JobSpec.build(add, [1, 2], **o),
+    ],
+)
+def test_an_unknown_option_is_named_with_the_ones_there_are(give: Any) -> None:
+    with pytest.raises(InvalidJob, match=r"unknown option 'bogus': the options are queue, prio"):
+        give(bogus=1)
+    with pytest.raises(InvalidJob, match=r"'run_after' \(Django's run_after is run_at= or del"):
+        give(run_after=timezone.now())
+    assert Job.objects.count() == 0
+
+
+def test_a_decorator_with_an_unknown_option_fails_where_it_is_written() -> None:
+    from django_pgqueue import task
+
+    with pytest.raises(InvalidJob, match="unknown option 'max_retries'"):
+
+        @task(max_retries=3)
+        def never() -> None: ...
+
+
 def test_a_path_is_checked_against_the_tasks_framework_task_it_names() -> None:
     """The direct API enqueuing a Tasks-framework Task by path: the call is checked
     against the Task declared here, as a @django_pgqueue.task's is."""

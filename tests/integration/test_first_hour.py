@@ -241,4 +241,6 @@ def test_retry_and_cancel_take_ids_jobs_a_queryset_or_one_job() -> None:
     assert Job.objects.cancel(Job.objects.queued(), reason="rest") == [jobs[0].pk, jobs[3].pk]
     assert Job.objects.retry(Job.objects.cancelled()) == sorted(j.pk for j in jobs)
     with pytest.raises(InvalidJob, match="expected job ids, Job instances or a queryset of jobs, "):
-        Job.objects.retry(["7"])  # type: ignore[list-item]
+        Job.objects.retry(["seven"])
+    # A Tasks-framework result's id (the job's id as text) is taken as that id.
+    assert Job.objects.cancel([str(jobs[3].pk)], reason="by id") == [jobs[3].pk]

@@ -152,6 +152,24 @@ def test_cancelled_jobs_are_finished_prunable_and_retryable() -> None:
         Job.objects.prune(dt.timedelta(days=1), statuses=["queued"])
 
 
+def test_cancel_and_retry_refuse_what_is_not_a_job_or_a_reason_before_writing() -> None:
+    job = add.enqueue(1, 1)
+    for bad in (None, 4.0, object()):
+        with pytest.raises(InvalidJob, match="expected job ids, Job instances or a queryset"):
+            Job.objects.cancel(bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidJob, match="expected job ids, Job instances or a queryset"):
+            Job.objects.retry(bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidJob, match=r"got 'x1'"):
+        Job.objects.cancel(["x1"])  # named whole, not walked letter by letter
+    with pytest.raises(InvalidJob, match="reason must be a string, not NoneType"):
+        Job.objects.cancel([job.pk], reason=None)  # type: ignore[arg-type]
+    assert Job.objects.get(pk=job.pk).status == "queued"
+    # A Tasks-framework result's id is the job's id as text: taken as that id.
+    assert Job.objects.cancel(str(job.pk), reason="by result id") == [job.pk]
+    assert Job.objects.retry([str(job.pk)]) == [job.pk]
+    assert Job.objects.get(pk=job.pk).status == "queued"
+
+
 def test_the_status_constraint_takes_cancelled_and_refuses_the_unknown() -> None:
     from django.db import IntegrityError
 

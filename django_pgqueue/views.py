@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET
 
 from django_pgqueue import conf
 from django_pgqueue.monitoring.models import QueueGauge
+from django_pgqueue.queue import pauses
 
 try:
     from prometheus_client import CollectorRegistry
@@ -34,7 +35,10 @@ def metrics(request: HttpRequest) -> HttpResponse:
     """The queue gauges in Prometheus' text format (or OpenMetrics, if asked for)."""
     settings = conf.get()
     collector = QueueGauges()
-    collector.update(QueueGauge.objects.refresh(settings.METRICS_REFRESH_INTERVAL / 2))
+    collector.update(
+        QueueGauge.objects.refresh(settings.METRICS_REFRESH_INTERVAL / 2),
+        pauses.paused(conf.database()),
+    )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))

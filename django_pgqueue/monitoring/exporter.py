@@ -25,6 +25,7 @@ from django_pgqueue import conf
 from django_pgqueue.monitoring.gauges import QueueGauges
 from django_pgqueue.monitoring.metrics import WorkerMetrics
 from django_pgqueue.monitoring.models import QueueGauge
+from django_pgqueue.queue import pauses
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
 from django_pgqueue.worker.presence import gone_after
@@ -109,10 +110,9 @@ class Exporter:
     def refresh_gauges(self) -> None:
         # Half the interval: with many workers the gauges are recomputed about
         # once per interval, by whichever gets there first.
-        rows = QueueGauge.objects.refresh(
-            self.refresh_interval / 2, using=self.worker.config.database
-        )
-        self.gauges.update(rows)
+        alias = self.worker.config.database
+        rows = QueueGauge.objects.refresh(self.refresh_interval / 2, using=alias)
+        self.gauges.update(rows, pauses.paused(alias))
 
     def app(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")

@@ -4,7 +4,7 @@ the web tier's view. Imported only where ``prometheus-client`` is installed."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -12,9 +12,11 @@ from prometheus_client.registry import Collector
 from django_pgqueue.queue.gauges import QueueGaugeRow
 
 
-def families(rows: Sequence[QueueGaugeRow], held: float = 0.0) -> Iterable[Metric]:
+def families(
+    rows: Sequence[QueueGaugeRow], held: float = 0.0, paused: Collection[str] = ()
+) -> Iterable[Metric]:
     """The metric families of ``rows``, which were read ``held`` seconds ago (counted
-    in whole seconds in their age)."""
+    in whole seconds in their age), with the queues ``paused`` then."""
     jobs = GaugeMetricFamily(
         "pgqueue_queue_jobs",
         "Jobs in the table by queue and status (finished ones estimated on a big table).",
@@ -23,6 +25,11 @@ def families(rows: Sequence[QueueGaugeRow], held: float = 0.0) -> Iterable[Metri
     oldest = GaugeMetricFamily(
         "pgqueue_queue_oldest_ready_age_seconds",
         "How long the oldest ready job of the queue has waited (0: none is ready).",
+        labels=["queue"],
+    )
+    pauses = GaugeMetricFamily(
+        "pgqueue_queue_paused",
+        "1 while the queue is paused (no worker claims its jobs), 0 otherwise.",
         labels=["queue"],
     )
     age = GaugeMetricFamily(
@@ -37,8 +44,11 @@ def families(rows: Sequence[QueueGaugeRow], held: float = 0.0) -> Iterable[Metri
             queues[row.queue] = max(queues[row.queue], row.oldest_ready_age)
     for queue, seconds in sorted(queues.items()):
         oldest.add_metric([queue], seconds)
+    for queue in sorted(queues.keys() | set(paused)):
+        pauses.add_metric([queue], 1.0 if queue in paused else 0.0)
     yield jobs
     yield oldest
+    yield pauses
     if rows:
         age.add_metric([], max(row.age for row in rows) + int(held))
         yield age
@@ -49,12 +59,16 @@ class QueueGauges(Collector):
     served: a refresh that hangs or fails shows as stale gauges, not as fresh ones."""
 
     def __init__(self) -> None:
-        self._read: tuple[Sequence[QueueGaugeRow], float] = ((), time.monotonic())
+        self._read: tuple[Sequence[QueueGaugeRow], float, frozenset[str]] = (
+            (),
+            time.monotonic(),
+            frozenset(),
+        )
 
-    def update(self, rows: Sequence[QueueGaugeRow]) -> None:
+    def update(self, rows: Sequence[QueueGaugeRow], paused: Collection[str] = ()) -> None:
         # Replaced whole, with when: a scrape never sees half an update.
-        self._read = (tuple(rows), time.monotonic())
+        self._read = (tuple(rows), time.monotonic(), frozenset(paused))
 
     def collect(self) -> Iterator[Metric]:
-        rows, at = self._read
-        yield from families(rows, time.monotonic() - at)
+        rows, at, paused = self._read
+        yield from families(rows, time.monotonic() - at, paused)

@@ -54,8 +54,9 @@ class QueueOperations:
     ) -> list[ClaimedJob]:
         """Lease up to ``limit`` ready jobs to ``worker`` in one statement, committed at once.
 
-        Jobs come highest priority first, then by run_at and id. Jobs sharing a
-        concurrency_key never run at the same time.
+        Jobs come highest priority first, then by run_at and id. While its lease
+        holds, a job's concurrency_key is held: no other job of the key is claimed
+        (a reaped run may still be going; see docs/guarantees.md).
         """
         return claims.claim(
             worker, limit, queues, conf.get().LEASE if lease is None else lease, self._alias(using)

@@ -37,6 +37,22 @@ def test_the_view_serves_every_queue_and_status_with_the_oldest_ready_age() -> N
     assert QueueGauge.objects.count() == 2  # the snapshot others read
 
 
+def test_the_view_says_which_queues_are_paused() -> None:
+    add.using(queue="mail").enqueue(1, 1)
+    add.using(queue="pdf").enqueue(1, 2)
+    Job.objects.pause_queue("mail")
+    Job.objects.pause_queue("empty")  # paused before it has any job
+    found = gauges(Client().get(reverse("django_pgqueue:metrics")).content.decode())
+    assert {
+        labels[0][1]: value
+        for (name, labels), value in found.items()
+        if name == "pgqueue_queue_paused"
+    } == {"mail": 1, "pdf": 0, "empty": 1}
+    Job.objects.resume_queue("mail")
+    found = gauges(Client().get(reverse("django_pgqueue:metrics")).content.decode())
+    assert found[("pgqueue_queue_paused", (("queue", "mail"),))] == 0
+
+
 def test_openmetrics_when_asked_for_and_only_get() -> None:
     add.enqueue(1, 1)
     client = Client()

@@ -64,6 +64,13 @@ def test_the_queue_gauges_follow_the_table() -> None:
         assert 'pgqueue_queue_jobs{queue="other",status="queued"} 2.0' in text
         assert 'pgqueue_queue_oldest_ready_age_seconds{queue="other"}' in text
         assert "pgqueue_queue_gauges_age_seconds" in text
+        assert 'pgqueue_queue_paused{queue="other"} 0.0' in text
+        Job.objects.pause_queue("other")
+        wait_for(
+            lambda: sample(exporter, "pgqueue_queue_paused", queue="other") == 1,
+            10,
+            "the gauge to show the pause",
+        )
         assert fetch(f"{base}/other")[0] == 404
 
 
@@ -82,7 +89,8 @@ def test_the_gauges_age_keeps_growing_while_no_refresh_succeeds() -> None:
     rows = [QueueGaugeRow("mail", "queued", 2, 1.0, False, 3.0)]
     collector.update(rows)
     assert age(collector) == 3.0  # as computed, read just now
-    collector._read = (collector._read[0], time.monotonic() - 42.5)  # 42.5 s without a refresh
+    rows_read, _, paused = collector._read
+    collector._read = (rows_read, time.monotonic() - 42.5, paused)  # 42.5 s without a refresh
     assert age(collector) == 3.0 + 42
 
 

@@ -152,31 +152,32 @@ def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Fai
         control = RunningJob(job)
     asked = control.cancel_reason
     if asked is not None:  # asked to stop while it waited for a thread
-        return _cancelled(job, asked, "")
+        return cancel_outcome(job, asked, "")
     try:
         with running(control):
             result = runnable(job)  # which checks for a transaction left open (see Invoke)
     except Cancel as exc:
         reason = exc.reason or control.cancel_reason or CANCELLED_BY_TASK
-        return _cancelled(job, reason, _trace(exc))
+        return cancel_outcome(job, reason, _trace(exc))
     except BaseException as exc:
         # Whatever a task raises (sys.exit(), KeyboardInterrupt raised by hand:
         # real signals only reach the main thread) fails the job, not the thread;
         # after an operator asked it to stop, it ends the job cancelled.
         asked = control.cancel_reason
         if asked is not None:
-            return _cancelled(job, asked, _trace(exc))
+            return cancel_outcome(job, asked, _trace(exc))
         if isinstance(exc, Snooze):
             return snoozed(job, exc)
         outcome = failure(job, exc, policy=policy_for(job))
         joblog.failed(job, outcome, exc)
         return outcome
     if control.stopped_by_request and control.cancel_reason is not None:
-        return _cancelled(job, control.cancel_reason, "")  # it saw the request and returned
+        return cancel_outcome(job, control.cancel_reason, "")  # it saw the request and returned
     return success(job, result)
 
 
-def _cancelled(job: ClaimedJob, reason: str, trace: str) -> Failure:
+def cancel_outcome(job: ClaimedJob, reason: str, trace: str = "") -> Failure:
+    """``cancelled(...)``, logged: the run ends because it was asked to stop."""
     logger.info("job %s (%s) cancelled on attempt %s: %s", job.id, job.task, job.attempt, reason)
     return cancelled(job, reason, trace)
 

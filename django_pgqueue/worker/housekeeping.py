@@ -17,8 +17,10 @@ from django_pgqueue import wording
 from django_pgqueue.models import Job
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
+from django_pgqueue.worker.executor import cancel_outcome
 from django_pgqueue.worker.latency import Latency
 from django_pgqueue.worker.ledger import Ledger
+from django_pgqueue.worker.pool import JobPool
 from django_pgqueue.worker.services import Timer
 
 logger = logging.getLogger("django_pgqueue")
@@ -28,10 +30,11 @@ NAMED_LONG_RUNS = 5
 
 
 class Housekeeping:
-    def __init__(self, config: WorkerConfig, ledger: Ledger, events: Events) -> None:
+    def __init__(self, config: WorkerConfig, ledger: Ledger, events: Events, pool: JobPool) -> None:
         self.config = config
         self.ledger = ledger
         self.events = events
+        self.pool = pool
         self.latency = Latency(events)
         self._window_start = time.monotonic()
 
@@ -69,10 +72,12 @@ class Housekeeping:
         kept = renewal.kept
         lost = self.ledger.renewed(kept, keys, lease_until=sent + self.config.lease)
         if renewal.cancel_requested:
-            for job in self.ledger.request_cancel(renewal.cancel_requested):
-                reason = renewal.cancel_requested[job.key]
-                logger.info("job %s (%s): asked to stop (%s)", job.id, job.task, reason)
-                self.events.emit("cancel_requested", job=job, reason=reason)
+            asked = renewal.cancel_requested
+            for job in self.ledger.request_cancel(asked):
+                logger.info("job %s (%s): asked to stop (%s)", job.id, job.task, asked[job.key])
+                self.events.emit("cancel_requested", job=job, reason=asked[job.key])
+            # Those still waiting for a thread (prefetched) end now, not when a slot frees.
+            self.pool.settle_waiting(asked.keys(), lambda job: cancel_outcome(job, asked[job.key]))
         if lost:
             logger.warning(
                 "lost the lease on jobs %s: they may run again elsewhere",

@@ -20,7 +20,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Literal
 
 from django.db import connections
@@ -101,6 +101,23 @@ class JobPool:
             waiting = list(self._waiting)
             self._waiting.clear()
             return waiting
+
+    def settle_waiting(
+        self, keys: Collection[tuple[int, int]], outcome_of: Callable[[ClaimedJob], Outcome]
+    ) -> list[ClaimedJob]:
+        """Settle the waiting jobs among ``keys`` on the calling thread, with
+        ``outcome_of(job)`` and without running them (jobs asked to stop before a
+        thread took them); the jobs settled."""
+        with self._lock:
+            taken = [job for job in self._waiting if job.key in keys]
+            for job in taken:
+                self._waiting.remove(job)
+        settled = []
+        for job in taken:
+            if self._on_start(job) is not False:
+                self._on_done(job, outcome_of(job))
+                settled.append(job)
+        return settled
 
     def stop(self, timeout: float = 0.0) -> None:
         """Let idle threads exit; wait up to ``timeout`` for each (busy ones may not)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import time
 from functools import partial
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -97,6 +98,37 @@ def test_without_notify_the_request_arrives_within_one_heartbeat_interval() -> N
         wait_for(lambda: status_counts() == {"cancelled": 2}, 5, "both cancelled")
     assert max(delays) < 0.5 + 0.25, delays  # one interval, plus the run's own unwinding
     assert worker.recorder.count("cancel_requested") == 2
+
+
+def ended(job_id: int, status: str, data: dict[str, Any]) -> bool:
+    """A ``recorded`` event that moved job ``job_id`` to ``status``."""
+    return any(key[0] == job_id and new == status for key, new in data["statuses"].items())
+
+
+def test_a_prefetched_job_asked_to_stop_ends_cancelled_at_once_without_running() -> None:
+    """A job claimed ahead, waiting for the one thread behind a long job, ends
+    cancelled when the request arrives, not when the thread frees."""
+    long = waits_to_be_stopped.enqueue("long")
+    waiting = mark.enqueue("never runs")
+    with worker_thread(concurrency=1, prefetch=1, poll_interval=5) as worker:
+        wait_for(partial(has_started, "long"), 10, "the long job to start")
+        wait_for(
+            lambda: Job.objects.get(pk=waiting.pk).status == "running",
+            10,
+            "the second job to be claimed ahead",
+        )
+        asked = time.monotonic()
+        assert Job.objects.cancel([waiting.pk], reason="not needed") == [waiting.pk]
+        worker.wait("recorded", where=partial(ended, waiting.pk, "cancelled"))
+        delay = time.monotonic() - asked
+        assert Job.objects.get(pk=long.pk).status == "running"  # the thread never freed
+        assert run_counts("never runs") == {}
+        abort(worker, long.pk, "long")
+        worker.wait("recorded", where=partial(ended, long.pk, "cancelled"))
+    assert delay < 1.0, delay  # woken by NOTIFY; the thread would have waited 30 s
+    row = Job.objects.get(pk=waiting.pk)
+    assert (row.status, row.last_error) == ("cancelled", "Cancelled: not needed")
+    assert status_counts() == {"cancelled": 2}
 
 
 def test_a_task_that_does_not_look_finishes_anyway_and_ends_done() -> None:

@@ -97,7 +97,8 @@ class ServiceThread(threading.Thread):
         self.supervision = supervision
         self._halt = threading.Event()
         self._wake = threading.Event()  # ends the pause between steps early
-        #: monotonic time of the last step that returned normally (liveness).
+        #: monotonic time of the last step that returned normally, while nothing
+        #: it does is failing (liveness, for /healthz).
         self.last_ok = time.monotonic()
 
     def stop(self) -> None:
@@ -115,6 +116,10 @@ class ServiceThread(threading.Thread):
     def step(self) -> float:
         raise NotImplementedError
 
+    def failing(self) -> bool:
+        """Whether a step that returned leaves work failing (which keeps ``last_ok``)."""
+        return False
+
     def run(self) -> None:
         backoff = Backoff()
         try:
@@ -128,7 +133,8 @@ class ServiceThread(threading.Thread):
                     backoff.sleep(self._halt)
                     continue
                 backoff.reset()
-                self.last_ok = time.monotonic()
+                if not self.failing():
+                    self.last_ok = time.monotonic()
                 if pause > 0:
                     self._wake.wait(pause)
                 self._wake.clear()
@@ -192,6 +198,12 @@ class Timers(ServiceThread):
         super().__init__(alias, name, supervision)
         self.timers = timers
         self.critical = critical
+        #: Timers whose last run raised: until they succeed again, the steps in
+        #: between (nothing due) do not count as the thread being well.
+        self._failed: set[str] = set()
+
+    def failing(self) -> bool:
+        return bool(self._failed)
 
     def hurry(self, name: str) -> None:
         """Run timer ``name`` now, ahead of its schedule (any thread)."""
@@ -208,7 +220,12 @@ class Timers(ServiceThread):
                 timer.urgent = False
                 # Before the action: a failing one is retried in a second, not at once.
                 timer.due = now + min(timer.interval, 1.0)
-                timer.action()
+                try:
+                    timer.action()
+                except BaseException:
+                    self._failed.add(timer.name)
+                    raise
+                self._failed.discard(timer.name)
                 timer.due = now + timer.interval
         if any(timer.urgent for timer in self.timers):
             return 0.0

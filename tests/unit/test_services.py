@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+import psycopg
+
 from django_pgqueue.worker.services import ConnectionEpoch, Supervision, Timer, Timers
 
 
@@ -63,3 +65,46 @@ def test_the_listener_renews_at_once_only_for_a_stop_request_naming_its_worker()
     for payload in ('{"abort": "other:2:cd"}', "{not json", '["abort"]', '{"abort": "host:1:ab"}'):
         listener._control(payload)
     assert aborts == ["now"]
+
+
+def test_a_timer_that_keeps_failing_stops_the_thread_counting_as_well() -> None:
+    """``last_ok`` (what /healthz reads) stays where it was while a timer fails,
+    although the steps between its retries, with nothing due, return normally; it
+    moves again once the timer succeeds."""
+    failing = threading.Event()
+    failing.set()
+    tries: list[float] = []
+    tried = threading.Condition()
+
+    def renew() -> None:
+        with tried:
+            tries.append(time.monotonic())
+            tried.notify_all()
+        if failing.is_set():
+            raise psycopg.OperationalError("connection refused")  # transient: retried
+
+    def wait_for_tries(count: int) -> None:
+        with tried:
+            assert tried.wait_for(lambda: len(tries) >= count, timeout=10), tries
+
+    timers = Timers(
+        "default",
+        # Every 5 s, so a failed run is retried a second later (not at each step).
+        [Timer("heartbeat", 5.0, renew)],
+        Supervision(fatal=lambda reason: None, epoch=ConnectionEpoch()),
+        name="test-timers",
+    )
+    started = timers.last_ok
+    timers.start()
+    try:
+        wait_for_tries(2)  # retried a second later; the steps in between return
+        assert timers.last_ok == started
+        failing.clear()
+        wait_for_tries(len(tries) + 1)
+        deadline = time.monotonic() + 5
+        while timers.last_ok == started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert timers.last_ok > started
+    finally:
+        timers.stop()
+        timers.join(5)

@@ -10,6 +10,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from django_pgqueue.queue.gauges import QueueGaugeRow
+from django_pgqueue.records import JobStatus
 
 
 def families(
@@ -37,11 +38,17 @@ def families(
         "Seconds since the queue gauges were computed.",
     )
     queues: dict[str, float] = {}
+    counts: dict[tuple[str, str], float] = {}
     for row in rows:
-        jobs.add_metric([row.queue, row.status], row.jobs)
+        counts[row.queue, row.status] = counts.get((row.queue, row.status), 0) + row.jobs
         queues.setdefault(row.queue, 0.0)
         if row.oldest_ready_age is not None:
             queues[row.queue] = max(queues[row.queue], row.oldest_ready_age)
+    # Every status of every known queue, 0 when it has no job: a drained queue's
+    # backlog reads 0 rather than vanishing.
+    for queue in sorted(queues):
+        for status in JobStatus.values:
+            jobs.add_metric([queue, status], counts.get((queue, status), 0))
     for queue, seconds in sorted(queues.items()):
         oldest.add_metric([queue], seconds)
     for queue in sorted(queues.keys() | set(paused)):

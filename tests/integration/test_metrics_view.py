@@ -31,6 +31,9 @@ def test_the_view_serves_every_queue_and_status_with_the_oldest_ready_age() -> N
     found = gauges(response.content.decode())
     assert found[("pgqueue_queue_jobs", (("queue", "mail"), ("status", "queued")))] == 2
     assert found[("pgqueue_queue_jobs", (("queue", "pdf"), ("status", "running")))] == 1
+    # Every status of a known queue, 0 when it has none: a drained backlog reads 0.
+    for status in ("queued", "done", "dead", "cancelled"):
+        assert found[("pgqueue_queue_jobs", (("queue", "pdf"), ("status", status)))] == 0
     assert found[("pgqueue_queue_oldest_ready_age_seconds", (("queue", "mail"),))] >= 0
     assert found[("pgqueue_queue_oldest_ready_age_seconds", (("queue", "pdf"),))] == 0
     assert found[("pgqueue_queue_gauges_age_seconds", ())] == 0

@@ -16,8 +16,10 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 
 from django_pgqueue import validation
+from django_pgqueue.dberrors import first_line, is_transient, schema_problem
 from django_pgqueue.records import FINISHED
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
@@ -143,6 +145,16 @@ class PgQueueCommand(BaseCommand):
                 raise
             self.stderr.write(f"CommandError: {exc}")
             sys.exit(exc.returncode)
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        # A database that cannot be reached, or lacks the tables, is one line too.
+        try:
+            return super().execute(*args, **options)
+        except DatabaseError as exc:
+            problem = schema_problem(exc)
+            if problem is None and not is_transient(exc):
+                raise
+            raise CommandError(problem or f"cannot reach the database: {first_line(exc)}") from exc
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
@@ -66,6 +68,50 @@ def test_every_bad_value_is_a_one_line_error(command: str, args: list[str], mess
     assert lines[0].startswith(f"CommandError: {command}: ")
     assert message in lines[0]
     assert "Traceback" not in result.stderr
+
+
+def run_command(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "django", *args, "--settings=tests.settings"],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": db_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_a_database_out_of_reach_or_without_the_tables_is_a_one_line_error(db_url: str) -> None:
+    unreachable = "postgres://postgres@127.0.0.1:1/nowhere"
+    for args in (
+        ("queuestats", "--check"),
+        ("queuestats",),
+        ("prunejobs", "--older-than", "7d"),
+        ("reapjobs",),
+        ("pausequeue", "emails"),
+        ("schedules",),
+    ):
+        result = run_command(unreachable, *args)
+        assert result.returncode == 1, result
+        assert result.stderr.startswith("CommandError: cannot reach the database: "), result
+        assert "Traceback" not in result.stderr
+    empty = f"pgqueue_empty_{os.getpid()}"
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {empty}")
+    try:
+        result = run_command(db_url.rsplit("/", 1)[0] + f"/{empty}", "queuestats", "--check")
+        assert result.returncode == 1
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(
+            "CommandError: the job table is missing or older than this version of "
+            'django-pgqueue (relation "pgqueue_'
+        )
+        assert line.endswith("does not exist): run `manage.py migrate`")
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {empty}")
 
 
 def test_bad_settings_are_a_one_line_error_too() -> None:

@@ -269,11 +269,25 @@ class Renewal:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Reaped:
+    """A job the reaper buried: its lease expired on its last attempt."""
+
+    id: int
+    task: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    worker: str  # the worker that stopped renewing the lease
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ReapResult:
     returned: int = 0
     buried: int = 0
     #: Expired runs of jobs an operator had asked to stop: they end cancelled.
     cancelled: int = 0
+    #: The jobs buried, for the worker's log.
+    buried_jobs: tuple[Reaped, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from django_pgqueue.backoff import retry_delay
 from django_pgqueue.queue.enqueue import notify_params
-from django_pgqueue.records import FINISHED, JobStatus, QueueStats, ReapResult
+from django_pgqueue.records import FINISHED, JobStatus, QueueStats, Reaped, ReapResult
 from django_pgqueue.retrypolicy import DEFAULT
 from django_pgqueue.sql import runner
 
@@ -29,7 +29,8 @@ def reap(batch_size: int, alias: str) -> ReapResult:
     Each batch is locked, given its delays by the retry policy (a lease that
     expired counts as a failure under the job's backoff), and written, in one
     transaction (a savepoint inside the caller's)."""
-    returned = buried = cancelled = 0
+    returned = cancelled = 0
+    buried: list[Reaped] = []
     while True:
         with transaction.atomic(using=alias):
             expired = runner.fetch("expired_leases", {"limit": batch_size}, alias)
@@ -51,10 +52,21 @@ def reap(batch_size: int, alias: str) -> ReapResult:
                 else []
             )
         returned += sum(1 for row in rows if row["status"] == JobStatus.QUEUED)
-        buried += sum(1 for row in rows if row["status"] == JobStatus.DEAD)
+        buried += [
+            Reaped(
+                r["id"],
+                r["task"],
+                r["queue"],
+                r["attempts"],
+                r["max_attempts"],
+                r["locked_by"] or "",
+            )
+            for r in rows
+            if r["status"] == JobStatus.DEAD
+        ]
         cancelled += sum(1 for row in rows if row["status"] == JobStatus.CANCELLED)
         if len(expired) < batch_size:
-            return ReapResult(returned=returned, buried=buried, cancelled=cancelled)
+            return ReapResult(returned, len(buried), cancelled, tuple(buried))
 
 
 def retry(job_ids: Sequence[int], alias: str) -> list[int]:

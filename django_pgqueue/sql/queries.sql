@@ -417,7 +417,7 @@ SET status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
     error_count = least(j.error_count + 1, 1000000000)
 FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS r (id, delay), relax
 WHERE j.id = r.id AND j.status = 'running' AND j.locked_until < now()
-RETURNING j.status;
+RETURNING j.id, j.status, j.task, j.queue, j.attempts, j.max_attempts, j.locked_by;
 
 -- name: retry
 -- Dead and cancelled jobs, or queued ones waiting for a later run_at, become ready

@@ -21,7 +21,7 @@ from typing import Any
 
 from django_pgqueue import registry
 from django_pgqueue.control import CANCELLED, Cancel, RunningJob, Snooze, running
-from django_pgqueue.exceptions import TooManySnoozes, UnknownTask
+from django_pgqueue.exceptions import JobTimeout, TooManySnoozes, UnknownTask
 from django_pgqueue.jsonargs import Encoded, dumps_result
 from django_pgqueue.records import ClaimedJob, Failure, Success
 from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, policy_of
@@ -100,6 +100,15 @@ def cancelled(job: ClaimedJob, reason: str, trace: str = "") -> Failure:
     )
 
 
+def timed_out(job: ClaimedJob, why: str) -> Failure:
+    """The outcome of a run past the job timeout (``why`` says how far), logged as
+    any failed run is: WARNING with a retry to come, ERROR when it buries the job."""
+    exc = JobTimeout(why)
+    outcome = failure(job, exc, trace="", policy=policy_for(job))
+    joblog.failed(job, outcome, exc)
+    return outcome
+
+
 def snoozed(job: ClaimedJob, snooze: Snooze) -> Failure:
     """Back to the queue after the snooze, or buried if it snoozed too often."""
     if DEFAULT.may_snooze(job.snoozes):
@@ -112,14 +121,12 @@ def snoozed(job: ClaimedJob, snooze: Snooze) -> Failure:
             delay=snooze.seconds,
             snooze=True,
         )
-    return failure(
+    return refused(
         job,
         TooManySnoozes(
             f"the job snoozed {job.snoozes} times, the most PGQUEUE['MAX_SNOOZES'] allows; "
             f"it asked to snooze again ({snooze}) and is buried instead"
         ),
-        final=True,
-        trace="",
     )
 
 

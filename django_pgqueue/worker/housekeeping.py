@@ -95,6 +95,23 @@ class Housekeeping:
                 result.buried,
                 result.cancelled,
             )
+        for job in result.buried_jobs:
+            logger.error(
+                "job %s (%s) buried dead after attempt %s of %s: LeaseExpired: worker %s "
+                "stopped renewing its lease before recording an outcome",
+                job.id,
+                job.task,
+                job.attempt,
+                job.max_attempts,
+                job.worker or "?",
+                extra={
+                    "job_id": job.id,
+                    "task": job.task,
+                    "queue": job.queue,
+                    "attempt": job.attempt,
+                    "worker": job.worker,
+                },
+            )
         self.events.emit("reaped", result=result)
 
     def prune(self) -> None:

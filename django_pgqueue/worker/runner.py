@@ -26,7 +26,7 @@ from django_pgqueue.worker.banner import banner, warn_unknown_queues
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
-from django_pgqueue.worker.executor import failure, policy_for
+from django_pgqueue.worker.executor import timed_out
 from django_pgqueue.worker.housekeeping import Housekeeping
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
@@ -284,14 +284,10 @@ class Worker:
             ran = time.monotonic() - (held.started or 0.0)
             self.prefetch.observe(ran)
             if held.overdue:
-                outcome = failure(
+                outcome = timed_out(
                     job,
-                    JobTimeout(
-                        f"job ran {ran:.1f}s, past the worker's job timeout of "
-                        f"{self.config.job_timeout:g}s; what it returned is discarded"
-                    ),
-                    trace="",
-                    policy=policy_for(job),
+                    f"job ran {ran:.1f}s, past the worker's job timeout of "
+                    f"{self.config.job_timeout:g}s; what it returned is discarded",
                 )
             elif logger.isEnabledFor(logging.DEBUG):
                 logger.debug(

@@ -21,13 +21,12 @@ from typing import Protocol
 
 from django_pgqueue import wording
 from django_pgqueue.dberrors import first_line, is_transient
-from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
 from django_pgqueue.records import ClaimedJob
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
-from django_pgqueue.worker.executor import failure, policy_for
+from django_pgqueue.worker.executor import timed_out
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.pool import JobPool
@@ -202,14 +201,10 @@ class Shutdown:
     def _fail_overdue(self, overdue: list[ClaimedJob]) -> None:
         timeout = self.worker.config.job_timeout
         outcomes = [
-            failure(
+            timed_out(
                 job,
-                JobTimeout(
-                    f"job ran past the worker's job timeout of {timeout:g}s and had not returned "
-                    "when its worker exited"
-                ),
-                trace="",
-                policy=policy_for(job),
+                f"job ran past the worker's job timeout of {timeout:g}s and had not returned "
+                "when its worker exited",
             )
             for job in overdue
         ]

@@ -3,6 +3,7 @@ structured fields), and the direct API's signals, from a real worker in process.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 from collections.abc import Iterator
@@ -10,12 +11,23 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from django.test import override_settings
+from django.utils import timezone
 
+from django_pgqueue.exceptions import JobTimeout, TooManySnoozes
 from django_pgqueue.models import Job
 from django_pgqueue.records import RunOutcome
 from django_pgqueue.signals import job_finished, job_started
 from tests.conftest import run_counts, status_counts
-from tests.testapp.tasks import add, always_fails, gives_up, retries_io_only, returns_a_set, snoozes
+from tests.testapp.tasks import (
+    add,
+    always_fails,
+    gives_up,
+    mark,
+    retries_io_only,
+    returns_a_set,
+    snoozes,
+)
 from tests.worker.conftest import wait_for
 from tests.worker.inprocess import worker_thread
 
@@ -94,6 +106,55 @@ def test_jobs_buried_without_a_retry_are_logged_at_error_too() -> None:
         assert "buried dead: it cannot succeed by retrying: " in record.getMessage()
         assert what in record.getMessage()
         assert record.exc_info is not None
+
+
+def test_a_job_buried_for_its_timeout_or_its_snoozes_errs_with_the_exception_and_fields() -> None:
+    """Runs the worker itself fails (past the job timeout, past MAX_SNOOZES) are
+    logged as any failed run: ERROR when they bury the job, with exc_info and fields."""
+    slow = mark.using(max_attempts=1).enqueue("slow", sleep=1.0)
+    snoozer = snoozes.enqueue("snoozer", 5)
+    with (
+        override_settings(PGQUEUE={"MAX_SNOOZES": 0}),
+        collected() as log,
+        worker_thread(job_timeout=0.3, worker_id="w-late") as running,
+    ):
+        running.recorder.wait_total("recorded", "buried", 2)
+    assert status_counts() == {"dead": 2}
+    for job, exception, message in (
+        (slow, JobTimeout, "past the worker's job timeout of 0.3s"),
+        (snoozer, TooManySnoozes, "the most PGQUEUE['MAX_SNOOZES'] allows"),
+    ):
+        (record,) = [r for r in log.about(job.pk) if r.levelno >= logging.WARNING]
+        assert record.levelno == logging.ERROR
+        assert f"job {job.pk} " in record.getMessage()
+        assert "buried dead" in record.getMessage()
+        assert message in record.getMessage()
+        assert record.exc_info is not None
+        assert isinstance(record.exc_info[1], exception)
+        assert (record.job_id, record.worker) == (job.pk, "w-late")  # type: ignore[attr-defined]
+
+
+def test_a_job_the_reaper_buries_errs_with_its_fields() -> None:
+    job = mark.using(max_attempts=1).enqueue("lost")
+    Job.objects.claim("w-gone", limit=1)
+    Job.objects.filter(pk=job.pk).update(locked_until=timezone.now() - dt.timedelta(seconds=1))
+    with collected() as log, worker_thread() as running:
+        running.wait("reaped", where=lambda d: d["result"].buried == 1)
+    assert status_counts() == {"dead": 1}
+    (record,) = log.about(job.pk)
+    assert record.levelno == logging.ERROR
+    assert record.getMessage() == (
+        f"job {job.pk} ({mark.path}) buried dead after attempt 1 of 1: LeaseExpired: worker "
+        "w-gone stopped renewing its lease before recording an outcome"
+    )
+    fields = {k: getattr(record, k) for k in ("job_id", "task", "queue", "attempt", "worker")}
+    assert fields == {
+        "job_id": job.pk,
+        "task": mark.path,
+        "queue": "default",
+        "attempt": 1,
+        "worker": "w-gone",
+    }
 
 
 def test_direct_tasks_send_started_and_finished_with_the_outcome() -> None:

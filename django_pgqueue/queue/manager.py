@@ -10,12 +10,13 @@ method runs the queue's named statements on ``using`` (default:
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import models
 
-from django_pgqueue import conf
+from django_pgqueue import conf, validation
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.queue import claims, maintenance, pauses
 from django_pgqueue.records import (
@@ -58,6 +59,7 @@ class QueueOperations:
         holds, a job's concurrency_key is held: no other job of the key is claimed
         (a reaped run may still be going; see docs/guarantees.md).
         """
+        _check_claim(worker, limit, queues, lease)
         return claims.claim(
             worker, limit, queues, conf.get().LEASE if lease is None else lease, self._alias(using)
         )
@@ -183,6 +185,12 @@ class QueueOperations:
     ) -> int:
         """Delete finished (done, dead, cancelled) jobs whose done_at is older than
         ``older_than``, in batches."""
+        seconds = older_than.total_seconds() if isinstance(older_than, dt.timedelta) else older_than
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+            raise InvalidJob(
+                f"older_than must be a timedelta or a number of seconds of at least 0, "
+                f"not {older_than!r}"
+            )
         bad = set(statuses) - set(FINISHED)
         if bad or not statuses:
             raise InvalidJob(f"prune only deletes {', '.join(FINISHED)} jobs, not {sorted(bad)}")
@@ -193,6 +201,26 @@ class QueueOperations:
     def stats(self, *, using: str | None = None) -> list[QueueStats]:
         """Counts by queue and status, the oldest ready job's age, recent deaths."""
         return maintenance.stats(self._alias(using))
+
+
+def _check_claim(worker: object, limit: object, queues: object, lease: object) -> None:
+    """Refuse claim arguments that would claim the wrong jobs or spend attempts."""
+    if not isinstance(worker, str) or not worker:
+        raise InvalidJob(f"worker must be a non-empty string (the worker id), not {worker!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidJob(f"limit must be a whole number of at least 1, not {limit!r}")
+    if lease is not None and (
+        isinstance(lease, bool) or not isinstance(lease, int | float) or not 0 < lease < math.inf
+    ):
+        raise InvalidJob(f"lease must be a number of seconds above 0, not {lease!r}")
+    if queues is not None:
+        if isinstance(queues, str | bytes) or not isinstance(queues, Sequence) or not queues:
+            raise InvalidJob(
+                f"queues must be a non-empty list of queue names (None: every queue), "
+                f"not {queues!r}"
+            )
+        for queue in queues:
+            validation.QUEUE(queue)
 
 
 def _ids(jobs: Jobs) -> list[int]:

@@ -11,6 +11,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.models import Job
 from django_pgqueue.records import ClaimedJob, Failure, JobSpec, Success
 from tests.conftest import status_counts
@@ -70,6 +71,38 @@ def test_batch_claim_takes_at_most_limit() -> None:
     third = Job.objects.claim("w", limit=10)
     assert [len(first), len(second), len(third)] == [10, 10, 5]
     assert len({j.id for j in first + second + third}) == 25
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"worker": None}, "worker must be a non-empty string"),
+        ({"worker": ""}, "worker must be a non-empty string"),
+        ({"limit": 0}, "limit must be a whole number of at least 1, not 0"),
+        ({"limit": -1}, "limit must be a whole number of at least 1, not -1"),
+        ({"limit": "2"}, "limit must be a whole number of at least 1, not '2'"),
+        ({"lease": 0}, "lease must be a number of seconds above 0, not 0"),
+        ({"lease": -5}, "lease must be a number of seconds above 0"),
+        ({"queues": []}, "queues must be a non-empty list of queue names"),
+        ({"queues": "default"}, "queues must be a non-empty list of queue names"),
+        ({"queues": ["a b"]}, "queue 'a b' is not a valid queue name"),
+    ],
+)
+def test_claim_refuses_arguments_that_would_take_the_wrong_jobs(
+    args: dict[str, object], message: str
+) -> None:
+    add.enqueue(1, 1)
+    worker = args.pop("worker", "w")
+    with pytest.raises(InvalidJob, match=message):
+        Job.objects.claim(worker, **args)  # type: ignore[arg-type]
+    assert status_counts() == {"queued": 1}  # nothing claimed, no attempt spent
+
+
+def test_prune_refuses_a_negative_age() -> None:
+    with pytest.raises(InvalidJob, match="older_than must be a timedelta or a number of seconds"):
+        Job.objects.prune(-1)
+    with pytest.raises(InvalidJob, match="older_than"):
+        Job.objects.prune(dt.timedelta(seconds=-1))
 
 
 def test_future_run_at_is_not_claimed_until_due() -> None:

@@ -71,8 +71,12 @@ class JobSpec:
     ) -> JobSpec:
         """Validate one job. ``task`` is a dotted path or a registered task, whose own
         options (``@task(queue=..., max_attempts=...)``) and retry policy are the
-        defaults."""
+        defaults; so are those of a task a path names, when it is registered here."""
         validation.check_options(options, values=False)  # the values are checked as they are used
+        if isinstance(task, str):
+            found = getattr(registry.loaded(task), "target", None)
+            if getattr(found, "path", None) == task and hasattr(found, "options"):
+                task = found  # enqueued by path as it would be as itself
         defaults = getattr(task, "options", None)
         return cls._build(task, args, kwargs, **({**defaults, **options} if defaults else options))
 

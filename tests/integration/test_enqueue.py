@@ -252,6 +252,20 @@ def test_a_decorator_with_an_unknown_option_fails_where_it_is_written() -> None:
         def never() -> None: ...
 
 
+def test_a_path_naming_a_registered_task_takes_its_options_and_retry_policy() -> None:
+    """By path as by the task itself: the task's @task(...) options are the defaults."""
+    from tests.testapp.tasks import always_fails, retries_io_only
+
+    by_path = Job.objects.enqueue(always_fails.path, ["x"])
+    as_itself = always_fails.enqueue("x")
+    assert (by_path.max_attempts, by_path.queue) == (as_itself.max_attempts, as_itself.queue)
+    assert by_path.max_attempts == always_fails.options["max_attempts"] != 3
+    assert Job.objects.enqueue(always_fails.path, ["x"], max_attempts=7).max_attempts == 7
+    row = Job.objects.get(pk=Job.objects.enqueue(retries_io_only.path, ["y", "e"]).pk)
+    assert row.retry_policy == Job.objects.get(pk=retries_io_only.enqueue("y", "e").pk).retry_policy
+    assert row.retry_policy is not None
+
+
 def test_a_path_is_checked_against_the_tasks_framework_task_it_names() -> None:
     """The direct API enqueuing a Tasks-framework Task by path: the call is checked
     against the Task declared here, as a @django_pgqueue.task's is."""

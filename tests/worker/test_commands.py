@@ -6,6 +6,7 @@ import datetime as dt
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -199,6 +200,18 @@ def test_reapjobs_loop_prints_each_pass_through_a_pipe_as_it_happens(
     passes = [text for text in reaper.output.splitlines() if text.startswith("returned")]
     assert passes[:2] == [line] * 2
     assert reaper.proc.poll() is None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_reapjobs_loop_stops_cleanly_on_sigterm_and_sigint(
+    start_worker: Callable[..., WorkerProcess], signum: int
+) -> None:
+    reaper = start_worker(command="reapjobs", args=("--loop", "--interval", "30"))
+    reaper.wait_for_output("returned 0 jobs to the queue")
+    reaper.signal(signum)
+    assert reaper.wait(10) == 0
+    assert reaper.output.splitlines()[-1] == "stopped"
+    assert "Traceback" not in reaper.output
 
 
 @pytest.mark.django_db(transaction=True)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import time
+import signal
+import threading
 from typing import Any
 
 from django.core.management.base import CommandParser
@@ -31,7 +32,12 @@ class Command(PgQueueCommand):
         settings = conf.get()
         interval = options["interval"] or settings.REAP_INTERVAL
         alias = conf.database()
-        while True:
+        stop = threading.Event()
+        if options["loop"] and threading.current_thread() is threading.main_thread():
+            # SIGTERM (a supervisor) or SIGINT (Ctrl-C): finish the pass, then exit 0.
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda *_: stop.set())
+        while not stop.is_set():
             try:
                 result = Job.objects.reap(using=alias)
             except Exception as exc:
@@ -53,4 +59,5 @@ class Command(PgQueueCommand):
                 # A pipe (a container's log, a supervisor) gets each pass as it
                 # happens, not when Python's buffer fills.
                 self.stdout.flush()
-            time.sleep(interval)
+            stop.wait(interval)
+        self.stdout.write("stopped")

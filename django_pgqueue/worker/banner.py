@@ -68,28 +68,39 @@ def _waiting(queues: Iterable[str], alias: str) -> set[str]:
     return {q for q in queues if Job.objects.using(alias).queued().filter(queue=q).exists()}
 
 
-def warn_unknown_queues(config: WorkerConfig) -> list[str]:
-    """Warn for each served queue that nothing names; returns those queues."""
-    if not config.queues:
-        return []
+def unknown_queues(queues: Iterable[str], alias: str) -> dict[str, str]:
+    """Of ``queues``, those nothing names (no TASKS["QUEUES"], no registered task, no
+    queued job), each with what to say of it: " (did you mean 'emails'?)" or ""."""
     known = configured_queues()
     known.update(
         q for r in registry.runnables().values() if (q := task_queue(r.target)) is not None
     )
-    unknown = [q for q in config.queues if q not in known]
+    unknown = [q for q in queues if q not in known]
     if unknown:
         try:
-            waiting = _waiting(unknown, config.database)
+            waiting = _waiting(unknown, alias)
         except Exception as exc:  # the database is not there yet: the claim loop waits for it
             logger.debug("could not look for jobs in %s: %s", unknown, first_line(exc))
             waiting = set(unknown)
         unknown = [q for q in unknown if q not in waiting]
+    hints = {}
     for queue in unknown:
         alike = difflib.get_close_matches(queue, sorted(known), n=3)
-        logger.warning(
-            "queue %r is in no TASKS['QUEUES'], is used by no registered task and has no "
-            "queued job: this worker may wait for ever%s",
-            queue,
-            f" (did you mean {' or '.join(map(repr, alike))}?)" if alike else "",
-        )
-    return unknown
+        hints[queue] = f" (did you mean {' or '.join(map(repr, alike))}?)" if alike else ""
+    return hints
+
+
+#: What is said of a queue nothing names (see unknown_queues).
+UNKNOWN_QUEUE = (
+    "queue %r is in no TASKS['QUEUES'], is used by no registered task and has no queued job"
+)
+
+
+def warn_unknown_queues(config: WorkerConfig) -> list[str]:
+    """Warn for each served queue that nothing names; returns those queues."""
+    if not config.queues:
+        return []
+    unknown = unknown_queues(config.queues, config.database)
+    for queue, hint in unknown.items():
+        logger.warning(UNKNOWN_QUEUE + ": this worker may wait for ever%s", queue, hint)
+    return list(unknown)

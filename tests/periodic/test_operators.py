@@ -132,6 +132,18 @@ def test_the_command_lists_switches_and_says_what_it_cannot_find(
         run("--enable", "nope", periodic=periodic)
 
 
+def test_switching_a_schedule_off_in_the_settings_says_the_settings_win() -> None:
+    periodic = {"report": {**REPORT, "enabled": False}}
+    out, err = io.StringIO(), io.StringIO()
+    with override_settings(PGQUEUE={"PERIODIC": periodic}):
+        call_command("schedules", "--enable", "report", stdout=out, stderr=err)
+    assert out.getvalue() == "schedule 'report' was already enabled\n"
+    assert err.getvalue() == (
+        "warning: schedule 'report' is off in PGQUEUE['PERIODIC'] (\"enabled\": False): no "
+        "worker enqueues it, whatever this switch says, until the settings turn it on\n"
+    )
+
+
 def test_the_listing_shows_each_schedules_ticks_in_its_own_time_zone(
     scheduler: Callable[..., Scheduler],
 ) -> None:

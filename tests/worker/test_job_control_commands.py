@@ -32,6 +32,23 @@ def test_pausequeue_and_resumequeue_say_what_they_did() -> None:
     assert Job.objects.paused_queues() == ["pdf"]
 
 
+def test_pausing_a_queue_nothing_names_warns_with_the_likely_one() -> None:
+    """A typo pauses a queue no job uses while the real one keeps running: it is
+    paused all the same (a queue may be paused before its first job), with a warning."""
+    out, err = io.StringIO(), io.StringIO()
+    call_command("pausequeue", "emials", "emails", stdout=out, stderr=err)
+    assert out.getvalue() == "paused queue 'emials'\npaused queue 'emails'\n"
+    assert err.getvalue() == (
+        "warning: queue 'emials' is in no TASKS['QUEUES'], is used by no registered task "
+        "and has no queued job (did you mean 'emails'?)\n"
+    )
+    assert Job.objects.paused_queues() == ["emails", "emials"]
+    add.using(queue="later").enqueue(1, 1)  # a queue with a queued job is known
+    err = io.StringIO()
+    call_command("pausequeue", "later", stdout=io.StringIO(), stderr=err)
+    assert err.getvalue() == ""
+
+
 def test_queuestats_shows_the_pause_and_leaves_paused_queues_out_of_the_alert() -> None:
     add.using(queue="mail").enqueue(1, 1)
     add.using(queue="pdf").enqueue(1, 2)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandParser
 
-from django_pgqueue import conf
+from django_pgqueue import conf, registry
 from django_pgqueue.management.arguments import PgQueueCommand, queue_name
 from django_pgqueue.models import Job
+from django_pgqueue.worker.banner import UNKNOWN_QUEUE, unknown_queues
 
 
 class Command(PgQueueCommand):
@@ -21,8 +24,15 @@ class Command(PgQueueCommand):
         parser.add_argument("names", nargs="+", type=queue_name, metavar="NAME", help="A queue.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        alias = conf.database()
         for name in options["names"]:
-            if Job.objects.pause_queue(name, using=conf.database()):
+            if Job.objects.pause_queue(name, using=alias):
                 self.stdout.write(f"paused queue {name!r}")
             else:
                 self.stdout.write(f"queue {name!r} was paused already")
+        # Paused all the same (a queue may be paused before its first job), but a
+        # typo would leave the real queue running: say so.
+        with contextlib.suppress(ImproperlyConfigured):
+            registry.discover()  # the tasks' queues count as known
+        for name, hint in unknown_queues(options["names"], alias).items():
+            self.stderr.write(f"warning: {UNKNOWN_QUEUE % name}{hint}")

@@ -77,9 +77,16 @@ class Command(PgQueueCommand):
                     changed = Schedule.objects.set_enabled(options[key], enabled, using=alias)
                 except InvalidSchedule as exc:
                     raise CommandError(str(exc)) from None
+                off = {spec.name for spec in conf.get().schedules if not spec.enabled}
                 for name in options[key]:
                     done = "" if name in changed else " already"
                     self.stdout.write(f"schedule {name!r} was{done} {key}d")
+                    if name in off:
+                        self.stderr.write(
+                            f"warning: schedule {name!r} is off in PGQUEUE['PERIODIC'] "
+                            '("enabled": False): no worker enqueues it, whatever this switch '
+                            "says, until the settings turn it on"
+                        )
                 return
         views = overview(alias)
         if options["json"]:

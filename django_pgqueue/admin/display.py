@@ -96,7 +96,7 @@ def error_history(errors: list[dict[str, Any]] | None) -> SafeString:
         (
             (
                 entry.get("attempt", "?"),
-                moment(entry.get("at")),
+                moment(entry.get("time", entry.get("at"))),  # "at" before 0013
                 entry.get("exception", "?"),
                 entry.get("message", ""),
                 format_html(

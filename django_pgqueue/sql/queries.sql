@@ -402,13 +402,13 @@ SET status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
     last_error = CASE WHEN j.cancel_requested_at IS NOT NULL
                       THEN pgqueue_error_line('Cancelled', j.cancel_reason)
                       ELSE pgqueue_error_line('LeaseExpired', format(
-                          'worker %%s stopped renewing its lease on attempt %%s',
+                          'the lease expired: worker %%s stopped renewing it on attempt %%s',
                           COALESCE(j.locked_by, '?'), j.attempts)) END,
     errors = pgqueue_push_error(j.errors, pgqueue_error_entry(
         j.attempts,
         CASE WHEN j.cancel_requested_at IS NULL THEN 'LeaseExpired' ELSE 'Cancelled' END,
         CASE WHEN j.cancel_requested_at IS NULL THEN format(
-            'worker %%s stopped renewing its lease before recording an outcome: it died, hung '
+            'the lease expired: worker %%s stopped renewing it before recording an outcome: it died, hung '
             'or lost the database, and the run may have finished', COALESCE(j.locked_by, '?'))
         ELSE j.cancel_reason END,
         CASE WHEN j.cancel_requested_at IS NULL THEN '' ELSE format(

@@ -97,8 +97,8 @@ class Housekeeping:
             )
         for job in result.buried_jobs:
             logger.error(
-                "job %s (%s) buried dead after attempt %s of %s: LeaseExpired: worker %s "
-                "stopped renewing its lease before recording an outcome",
+                "job %s (%s) buried dead after attempt %s of %s: LeaseExpired: the lease "
+                "expired: worker %s stopped renewing it before recording an outcome",
                 job.id,
                 job.task,
                 job.attempt,

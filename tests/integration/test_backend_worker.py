@@ -269,8 +269,8 @@ def test_a_claimed_job_reads_running_and_an_expired_lease_reads_ready_again() ->
     (error,) = back.errors
     assert error.exception_class_path == "LeaseExpired"
     assert error.traceback == (
-        "LeaseExpired: worker w1 stopped renewing its lease before recording an outcome: it "
-        "died, hung or lost the database, and the run may have finished\n"
+        "LeaseExpired: the lease expired: worker w1 stopped renewing it before recording an "
+        "outcome: it died, hung or lost the database, and the run may have finished\n"
     )
     run_next("w2")
     assert result(task_result).worker_ids == ["w1", "w2"]

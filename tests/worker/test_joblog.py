@@ -144,8 +144,8 @@ def test_a_job_the_reaper_buries_errs_with_its_fields() -> None:
     (record,) = log.about(job.pk)
     assert record.levelno == logging.ERROR
     assert record.getMessage() == (
-        f"job {job.pk} ({mark.path}) buried dead after attempt 1 of 1: LeaseExpired: worker "
-        "w-gone stopped renewing its lease before recording an outcome"
+        f"job {job.pk} ({mark.path}) buried dead after attempt 1 of 1: LeaseExpired: the "
+        "lease expired: worker w-gone stopped renewing it before recording an outcome"
     )
     fields = {k: getattr(record, k) for k in ("job_id", "task", "queue", "attempt", "worker")}
     assert fields == {

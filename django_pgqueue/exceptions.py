@@ -34,6 +34,20 @@ class TooManySnoozes(PgQueueError):
     """A job snoozed more often than ``PGQUEUE["MAX_SNOOZES"]`` allows; it is buried."""
 
 
+class LeaseExpired(PgQueueError):
+    """A run's worker stopped renewing its lease (it died, hung or lost the database):
+    the reaper took the job back. Named in the job's error history."""
+
+
+class WorkerShutdown(PgQueueError):
+    """A stopping worker gave the run back before it finished. Named in the job's
+    error history."""
+
+
+class OutcomeNotStored(PgQueueError):
+    """The database refused a run's outcome (its result or error); the job is buried."""
+
+
 class InvalidSchedule(PgQueueError, ImproperlyConfigured):
     """An entry of ``PGQUEUE["PERIODIC"]`` that cannot run (the message names it), or a
     schedule name that no schedule has."""

@@ -19,7 +19,12 @@ from django_pgqueue.backend.compat import (
 )
 from django_pgqueue.backend.task import PgQueueTask
 from django_pgqueue.control import CANCELLED, Cancel
-from django_pgqueue.exceptions import UnknownTask
+from django_pgqueue.exceptions import (
+    LeaseExpired,
+    OutcomeNotStored,
+    UnknownTask,
+    WorkerShutdown,
+)
 from django_pgqueue.installed import job_model
 from django_pgqueue.records import JobStatus
 
@@ -38,6 +43,11 @@ STATUSES: dict[str, TaskResultStatus] = {
     JobStatus.CANCELLED: TaskResultStatus.FAILED,
 }
 CANCEL_PATH = f"{Cancel.__module__}.{Cancel.__qualname__}"
+#: The exceptions the queue itself names in error histories, by their stored names.
+_OURS = {
+    cls.__name__: f"{cls.__module__}.{cls.__qualname__}"
+    for cls in (LeaseExpired, WorkerShutdown, OutcomeNotStored)
+}
 MAX_JOB_ID = 2**63 - 1  # bigint
 
 
@@ -261,7 +271,9 @@ def task_error(entry: dict[str, Any]) -> TaskError:
     wants an importable path (``builtins.ValueError``). A cancellation
     (``Cancelled``) is reported as ``django_pgqueue.control.Cancel``, its
     traceback ending with ``Cancelled: <reason>``; the other names the queue
-    itself writes (``LeaseExpired``, ``WorkerShutdown``) are kept as they are.
+    itself writes (``LeaseExpired``, ``WorkerShutdown``, ``OutcomeNotStored``)
+    as their classes in ``django_pgqueue.exceptions``, so that ``exception_class``
+    imports.
     """
     name = str(entry.get("exception") or "Exception")
     if name == CANCELLED:
@@ -271,8 +283,11 @@ def task_error(entry: dict[str, Any]) -> TaskError:
             exception_class_path=CANCEL_PATH,
             traceback=f"{before.rstrip()}\n{reason}" if before else reason,
         )
-    if "." not in name and isinstance(getattr(builtins, name, None), type):
-        name = f"builtins.{name}"
+    if "." not in name:
+        if name in _OURS:
+            name = _OURS[name]
+        elif isinstance(getattr(builtins, name, None), type):
+            name = f"builtins.{name}"
     trace = entry.get("traceback") or ""
     if not trace:  # refusals and lease expiries record no traceback: keep the message
         message = entry.get("message") or ""

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from django_pgqueue.dberrors import is_transient
+from django_pgqueue.exceptions import OutcomeNotStored
 from django_pgqueue.models import Job
 from django_pgqueue.records import Failure, JobStatus, Outcome, Success
 from django_pgqueue.worker.executor import clean_text
@@ -34,10 +35,6 @@ BUSY = 8
 OnSettled = Callable[
     [list[tuple[int, int]], int, int, int, dict[tuple[int, int], str | None]], None
 ]
-
-
-class OutcomeNotStored(Exception):
-    """The database refused a run's outcome (its result or error); the job is buried."""
 
 
 class Completer(ServiceThread):

@@ -23,6 +23,7 @@ from django_pgqueue.backend.compat import (
     task_finished,
     task_started,
 )
+from django_pgqueue.exceptions import LeaseExpired
 from django_pgqueue.models import Job
 from django_pgqueue.records import ClaimedJob, Failure, Success
 from django_pgqueue.worker.executor import execute
@@ -267,7 +268,8 @@ def test_a_claimed_job_reads_running_and_an_expired_lease_reads_ready_again() ->
     back = result(task_result)
     assert (back.status, back.worker_ids) == (TaskResultStatus.READY, ["w1"])
     (error,) = back.errors
-    assert error.exception_class_path == "LeaseExpired"
+    assert error.exception_class_path == "django_pgqueue.exceptions.LeaseExpired"
+    assert error.exception_class is LeaseExpired  # importable, as Django's TaskError wants
     assert error.traceback == (
         "LeaseExpired: the lease expired: worker w1 stopped renewing it before recording an "
         "outcome: it died, hung or lost the database, and the run may have finished\n"

@@ -212,8 +212,13 @@ def test_result_ids_are_canonical_job_ids(raw: object, expected: int | None) -> 
                 "message": "worker w stopped renewing its lease",
                 "traceback": "",
             },
-            "LeaseExpired",
+            "django_pgqueue.exceptions.LeaseExpired",
             "LeaseExpired: worker w stopped renewing its lease\n",
+        ),
+        (
+            {"exception": "WorkerShutdown", "message": "given back", "traceback": ""},
+            "django_pgqueue.exceptions.WorkerShutdown",
+            "WorkerShutdown: given back\n",
         ),
     ],
 )

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from django_pgqueue.exceptions import InvalidJob
@@ -109,9 +110,14 @@ def _key(value: Any) -> str | None:
 
 
 def _run_at(value: Any) -> dt.datetime | None:
-    if isinstance(value, dt.datetime) and not timezone.is_naive(value):
-        return value
-    return None
+    if not isinstance(value, dt.datetime):
+        return None
+    if timezone.is_naive(value):
+        if settings.USE_TZ:
+            return None
+        # USE_TZ off: Django reads a naive datetime in TIME_ZONE, and so does this.
+        return timezone.make_aware(value)
+    return value
 
 
 def _channel(value: Any) -> str | None:
@@ -154,7 +160,9 @@ DELAY: Rule[float] = Rule(
     f"a number of seconds from 0 to {MAX_DELAY:,.0f} (ten years)",
     lambda v: _seconds(v, MAX_DELAY),
 )
-RUN_AT: Rule[dt.datetime] = Rule("run_at", "a timezone-aware datetime", _run_at)
+RUN_AT: Rule[dt.datetime] = Rule(
+    "run_at", "a timezone-aware datetime (or a naive one with USE_TZ = False)", _run_at
+)
 KEY: Rule[str] = Rule(
     "key",
     f"a non-empty string of at most {MAX_KEY} chars, without NUL characters or lone surrogates",

@@ -115,7 +115,9 @@ def _plan(
             path=validation.TASK_PATH(task.module_path),
             queue=task.queue_name,
             priority=task.priority,
-            run_at=None if task.run_after is None else validation.RUN_AT(task.run_after),
+            run_at=None
+            if task.run_after is None
+            else validation.RUN_AT(task.run_after, "run_after"),
             max_attempts=validation.ATTEMPTS(
                 _first_set(max_attempts, options.get("MAX_ATTEMPTS"), settings.MAX_ATTEMPTS)
             ),

@@ -10,6 +10,7 @@ import datetime as dt
 import time
 from collections.abc import Iterator
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -38,6 +39,7 @@ from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.models import Job
 from tests.testapp import djtasks
 from tests.testapp.djtasks import pgq
+from tests.testapp.tasks import add
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -105,6 +107,24 @@ def test_priority_queue_and_run_after_become_the_jobs_columns() -> None:
     assert (job.priority, job.queue, job.run_at) == (-7, "queue_1", when)
     assert djtasks.noop_task.get_result(result.id) == result
     assert Job.objects.claim("w") == []  # not before run_after
+
+
+def test_with_use_tz_off_a_naive_run_after_is_read_in_time_zone_as_django_does() -> None:
+    """Django refuses a naive run_after only when USE_TZ is on; with it off, naive
+    datetimes are in TIME_ZONE, on both APIs and for a timedelta too."""
+    local = ZoneInfo("Europe/Paris")
+    with override_settings(USE_TZ=False, TIME_ZONE="Europe/Paris"):
+        when = (dt.datetime.now() + dt.timedelta(hours=1)).replace(microsecond=0)
+        by_task = djtasks.noop_task.using(run_after=when).enqueue()
+        later = options(djtasks.noop_task, run_after=dt.timedelta(hours=2)).enqueue()
+        direct = Job.objects.enqueue(add, [1, 2], run_at=when)
+    aware = when.replace(tzinfo=local)
+    assert Job.objects.get(pk=by_task.id).run_at == aware
+    assert Job.objects.get(pk=direct.pk).run_at == aware
+    two_hours = Job.objects.get(pk=later.id).run_at - timezone.now()
+    assert dt.timedelta(hours=1, minutes=59) < two_hours <= dt.timedelta(hours=2)
+    with pytest.raises(InvalidTask, match="run_after must be an aware datetime"):
+        djtasks.noop_task.using(run_after=when).enqueue()  # USE_TZ on again
 
 
 def test_a_rolled_back_block_leaves_no_job() -> None:

@@ -25,8 +25,15 @@ def _psycopg_error(exc: BaseException) -> BaseException:
     return exc.__cause__ if isinstance(exc.__cause__, psycopg.Error) else exc
 
 
+#: A prepared statement a transaction pooler lost or doubled: the statement runner
+#: stops preparing when it sees one, so the same statement, retried, works.
+_PREPARE_STATES = {"26000", "42P05"}  # invalid_sql_statement_name, duplicate_prepared_statement
+
+
 def is_transient(exc: BaseException) -> bool:
     """True when waiting and retrying can cure ``exc``: the connection, not the statement."""
+    if getattr(_psycopg_error(exc), "sqlstate", None) in _PREPARE_STATES:
+        return True
     if isinstance(exc, ProgrammingError) or schema_problem(exc):
         return False
     return isinstance(

@@ -7,12 +7,16 @@ arrive as ``django.db`` exceptions. Rows come
 back as dicts keyed by column name: a reordered ``RETURNING`` cannot shift a
 field. With ``PGQUEUE["PREPARE"]`` every statement (all are fully typed) is
 bound server-side and prepared once per connection; without it, none is
-prepared, as a transaction pooler needs. Statements still count in Django's
-query log, so ``assertNumQueries`` and debug tools see them.
+prepared, as a transaction pooler needs. Should a pooler lose or mix up a
+prepared statement anyway, the process stops preparing at once, with a warning,
+and the failed statement counts as transient (the worker retries it). Statements
+still count in Django's query log, so ``assertNumQueries`` and debug tools see
+them.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -30,6 +34,11 @@ from django_pgqueue.sql import query
 Row = dict[str, Any]
 _ROWS = pq.ExecStatus.TUPLES_OK
 _thread = threading.local()
+logger = logging.getLogger("django_pgqueue")
+#: Set once a pooler lost or mixed up a prepared statement: from then on this
+#: process prepares nothing, whatever ``PREPARE`` says.
+_unprepared = threading.Event()
+_PREPARE_LOST = (psycopg.errors.DuplicatePreparedStatement, psycopg.errors.InvalidSqlStatementName)
 
 
 def bookkeeping(on: bool = True) -> None:
@@ -109,14 +118,34 @@ def fetch(
     text = query(name) if text is None else text
     started = time.monotonic()
     cursor = _cursor(wrapper)
+    if prepare is None:
+        prepare = conf.get().PREPARE and not _unprepared.is_set()
     with wrapper.wrap_database_errors:
-        cursor.execute(text, params, prepare=conf.get().PREPARE if prepare is None else prepare)
+        try:
+            cursor.execute(text, params, prepare=prepare)
+        except _PREPARE_LOST as exc:
+            _stop_preparing(exc)
+            raise
         # The result's status, not cursor.description: that builds a Column per
         # column (twenty for the claim) only to say whether there are rows.
         result = cursor.pgresult
         rows = cursor.fetchall() if result is not None and result.status == _ROWS else []
     _log(wrapper, name, text, started)
     return rows
+
+
+def _stop_preparing(exc: BaseException) -> None:
+    """A transaction pooler that keeps no prepared statements is in the way: stop
+    preparing (the statement that failed is retried by whoever retries it)."""
+    if not _unprepared.is_set():
+        _unprepared.set()
+        logger.warning(
+            "a prepared statement was lost or doubled (%s): a transaction pooler without "
+            "prepared-statement support (PgBouncer before 1.21, or without "
+            "max_prepared_statements) is in the way; this process prepares no statement from "
+            "now on: set PGQUEUE['PREPARE'] = False",
+            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+        )
 
 
 def fetch_one(name: str, params: dict[str, Any], alias: str) -> Row:

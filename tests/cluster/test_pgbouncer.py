@@ -78,6 +78,35 @@ def test_four_workers_drain_5000_jobs_through_pgbouncer_each_job_once(
         assert "ERROR" not in worker.output, worker.output
 
 
+def test_with_prepare_left_on_the_workers_stop_preparing_and_drain_every_job_once(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start
+) -> None:
+    """PgBouncer 1.18 keeps no prepared statements: with PREPARE on, a statement
+    prepared on one server connection is missing (or already there) on the next.
+    The worker must not crash on it: it stops preparing, says so, and goes on."""
+    bouncer = pgbouncer(pool_size=2)
+    env = pooled_env(bouncer, db_url, PREPARE=True)
+    workers = [
+        start_worker("--concurrency", "4", "--worker-id", f"prepared-{n}", env=env)
+        for n in range(2)
+    ]
+    for worker in workers:
+        worker.wait_for_output("listening for new jobs")
+    Job.objects.enqueue_many(JobSpec.build(tracked, [f"prep-{i}"]) for i in range(400))
+    wait_for(lambda: status_counts() == {"done": 400}, 120, "the 400 jobs to be done")
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    assert [worker.wait(30) for worker in workers] == [0, 0]
+    assert run_counts("prep-") == {f"prep-{i}": 1 for i in range(400)}
+    for worker in workers:
+        assert "Traceback" not in worker.output, worker.output
+        assert "ERROR" not in worker.output, worker.output
+    said = [
+        w.output for w in workers if "this process prepares no statement from now on" in w.output
+    ]
+    assert said, "no worker met a lost prepared statement: the test proves nothing"
+
+
 WEB_ENQUEUE = """
 import json
 from django.db import connection, transaction

@@ -60,6 +60,7 @@ class WorkerSession:
         self.channel = channel
         self.poll_interval = poll_interval
         self.conn: psycopg.Connection[Any] | None = None
+        self._said_pooled = False
 
     @property
     def is_open(self) -> bool:
@@ -71,7 +72,19 @@ class WorkerSession:
         self.close()
         conn = session_connection(self.alias)
         try:
-            if not self.explicit and through_pooler(conn):
+            pooled = through_pooler(conn)
+            if pooled and self.explicit and not self._said_pooled:
+                # A session-mode pool is fine and looks the same from here.
+                self._said_pooled = True
+                logger.warning(
+                    "PGQUEUE['LISTEN_DATABASE'] (%r) reaches PostgreSQL through a connection "
+                    "pooler: unless it is a session-mode pool, no NOTIFY reaches this worker "
+                    "(it polls every %gs at most) and its id's lock does not hold; point it at "
+                    "PostgreSQL directly",
+                    self.alias,
+                    self.poll_interval,
+                )
+            if pooled and not self.explicit:
                 raise SessionUnavailable(
                     f"database {self.alias!r} reaches PostgreSQL through a connection pooler, "
                     "which keeps no session: this worker polls for new jobs (every "

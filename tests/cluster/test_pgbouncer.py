@@ -20,7 +20,7 @@ from devtools.pgbouncer import PgBouncer
 from django_pgqueue.checks import check_pooler
 from django_pgqueue.models import Job
 from django_pgqueue.records import JobSpec
-from tests.cluster.conftest import pooled_env, run_django
+from tests.cluster.conftest import direct_alias, pooled_env, run_django
 from tests.conftest import run_counts, status_counts
 from tests.testapp.tasks import tracked
 from tests.worker.conftest import WorkerProcess, wait_for
@@ -188,6 +188,26 @@ def test_without_listen_database_a_pooled_worker_polls_and_says_why(
     assert worker.wait(20) == 0
     assert "listening for new jobs" not in worker.output
     assert run_counts("poll-") == {**{f"poll-{i}": 1 for i in range(30)}, "poll-late": 1}
+
+
+def test_a_listen_database_through_the_pooler_is_named_in_a_warning(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start
+) -> None:
+    """LISTEN_DATABASE must be a session: one that goes through a transaction pool
+    hears no NOTIFY and cannot hold the id's lock. The worker says so at start."""
+    bouncer = pgbouncer(pool_size=2)
+    env = pooled_env(bouncer, db_url, LISTEN_DATABASE="listen")
+    databases = json.loads(env["PGQUEUE_TEST_DATABASES"])
+    databases["listen"] = direct_alias(bouncer.url(connection.settings_dict["NAME"]))
+    env["PGQUEUE_TEST_DATABASES"] = json.dumps(databases)
+    tracked.enqueue("pooled-listen")
+    worker = start_worker("--burst", env=env)
+    assert worker.wait(30) == 0, worker.output
+    assert (
+        "PGQUEUE['LISTEN_DATABASE'] ('listen') reaches PostgreSQL through a connection pooler"
+        in worker.output
+    )
+    assert run_counts("pooled-listen") == {"pooled-listen": 1}
 
 
 CHECK = "python -m django check --database default --settings=tests.settings"

@@ -199,7 +199,9 @@ class PgBouncer:
             prepare_threshold=None,
         ) as conn:
             cursor = conn.execute(command)
-            names = [column.name for column in cursor.description or []]
+            if cursor.description is None:  # PAUSE, RESUME...: no rows
+                return []
+            names = [column.name for column in cursor.description]
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def server_connections(self, dbname: str) -> int:

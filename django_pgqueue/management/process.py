@@ -118,9 +118,13 @@ class ExitGuard:
             self._bell.wait(3600.0 if exit_by is None else exit_by - time.monotonic())
             self._bell.clear()
             if self._exit_by is not None and time.monotonic() >= self._exit_by:
+                held = self.worker.ledger.held_ids()
                 logger.error(
-                    "shutdown overran its bound: exiting now; the reaper returns what was "
-                    "not given back once its lease expires"
+                    "shutdown overran its bound (a statement hangs): exiting now; %s",
+                    f"jobs {held} were held and may not have been given back: the reaper "
+                    "returns those once their leases expire"
+                    if held
+                    else "no job was held",
                 )
                 logging.shutdown()
                 os._exit(self.status(1))

@@ -139,6 +139,11 @@ class Ledger:
             self.busy -= len(jobs)
             self.claimed -= len(jobs)
 
+    def held_ids(self) -> list[int]:
+        """Ids of every run not settled yet, given back or not (for a last word)."""
+        with self._lock:
+            return sorted({job_id for job_id, _ in self._held})
+
     def give_back(self, keys: list[Key]) -> None:
         """These runs were released: a late outcome is not ours to record."""
         with self._lock:

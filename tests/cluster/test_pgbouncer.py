@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -208,6 +209,30 @@ def test_a_listen_database_through_the_pooler_is_named_in_a_warning(
         in worker.output
     )
     assert run_counts("pooled-listen") == {"pooled-listen": 1}
+
+
+def test_a_shutdown_stuck_on_a_paused_pooler_ends_within_its_bound_naming_the_jobs(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start
+) -> None:
+    """The pooler stops answering (PAUSE) while a job runs, then SIGTERM: the worker
+    cannot give the job back, and its watchdog ends it at --shutdown-timeout + 7 s
+    with the job's id, for the reaper to return it."""
+    bouncer = pgbouncer(pool_size=2)
+    name = connection.settings_dict["NAME"]
+    job = tracked.enqueue("stuck", sleep=30)
+    worker = start_worker("--shutdown-timeout", "1", env=pooled_env(bouncer, db_url))
+    wait_for(lambda: run_counts("stuck") == {"stuck": 1}, 20, "the job to start")
+    bouncer.admin(f"PAUSE {name}")
+    try:
+        worker.signal(signal.SIGTERM)
+        started = time.monotonic()
+        status = worker.wait(20)
+        took = time.monotonic() - started
+    finally:
+        bouncer.admin(f"RESUME {name}")
+    assert status == 1, worker.output
+    assert took <= 1 + 7 + 1.5, took
+    assert f"jobs [{job.pk}] were held and may not have been given back" in worker.output
 
 
 CHECK = "python -m django check --database default --settings=tests.settings"

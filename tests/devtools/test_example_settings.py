@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +51,33 @@ def test_debug_off_needs_a_secret_key_of_its_own() -> None:
     assert settings_of(DEBUG="false", SECRET_KEY="s3cret").stdout.strip() == (
         "False False ['127.0.0.1', 'localhost', 'testserver']"
     )
+
+
+@pytest.mark.slow
+def test_manage_py_without_database_url_runs_on_the_examples_embedded_server() -> None:
+    """The example project falls back to the embedded PostgreSQL (its demo database,
+    here under a TMPDIR of the test's own), kept between commands."""
+    # Not pytest's tmp_path: the server may run as the postgres user, which must
+    # be able to enter every directory above its data.
+    base = Path(tempfile.mkdtemp(prefix="pgqueue-example-"))
+    base.chmod(0o755)
+
+    def manage(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+            env=child_env(TMPDIR=str(base), DJANGO_SETTINGS_MODULE="example_project.settings"),
+        )
+
+    try:
+        migrated = manage("migrate", "-v", "0")
+        assert migrated.returncode == 0, migrated.stderr
+        checked = manage("queuestats", "--check")  # the same database, migrated
+        assert (checked.returncode, checked.stdout.strip()) == (0, "ok"), checked.stderr
+        assert not list(base.glob("*/data/postmaster.pid"))  # stopped after each command
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -122,6 +122,23 @@ class ScheduleAdmin(_ModelAdmin):
             obj._pgqueue_view = view  # type: ignore[attr-defined]
         return view
 
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        # The list shows rows, which workers write when they start: say which of the
+        # settings' schedules no worker has written yet, and how to switch one off.
+        if request.method == "GET":
+            written = set(Schedule.objects.using(conf.database()).values_list("name", flat=True))
+            unwritten = sorted(s.name for s in conf.get().schedules if s.name not in written)
+            if unwritten:
+                self.message_user(
+                    request,
+                    f"In PGQUEUE['PERIODIC'] but not listed yet, as no worker has started "
+                    f"with {'it' if len(unwritten) == 1 else 'them'}: "
+                    f"{', '.join(unwritten)}. `manage.py schedules --disable NAME` switches "
+                    "one off before that.",
+                    messages.INFO,
+                )
+        return super().changelist_view(request, extra_context)
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 

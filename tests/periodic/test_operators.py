@@ -194,6 +194,20 @@ def test_the_admin_lists_schedules_and_links_to_their_jobs(
     assert "report" in page
 
 
+def test_the_admin_names_the_settings_schedules_no_worker_has_written_yet(
+    admin_client: Client, scheduler: Callable[..., Scheduler]
+) -> None:
+    scheduler({"report": REPORT}).step()
+    with override_settings(PGQUEUE={"PERIODIC": {"report": REPORT, "fresh": REPORT}}):
+        html = admin_client.get(SCHEDULES).content.decode()
+    assert (
+        "In PGQUEUE[&#x27;PERIODIC&#x27;] but not listed yet, as no worker has started with "
+        "it: fresh." in html
+    )
+    assert "manage.py schedules --disable NAME" in html
+    assert "not listed yet" not in admin_client.get(SCHEDULES).content.decode()
+
+
 def test_switching_schedules_in_the_admin_needs_its_permission(
     client: Client, scheduler: Callable[..., Scheduler]
 ) -> None:

@@ -75,12 +75,12 @@ class WorkerMetrics:
         )
         self.reaped = Counter(
             "pgqueue_reaped_total",
-            "Jobs with an expired lease this worker's reaper returned or buried.",
+            "Jobs with an expired lease this worker's reaper returned, buried or cancelled.",
             ["result"],
             registry=registry,
         )
-        for result in ("returned", "buried"):
-            self.reaped.labels(result)  # both series from the start, at 0
+        for result in ("returned", "buried", "cancelled"):
+            self.reaped.labels(result)  # every series from the start, at 0
         self._labels: dict[Key, tuple[str, str]] = {}  # claimed runs: (queue, task)
         self._start_times: dict[Key, float] = {}
         self._lock = threading.Lock()
@@ -162,3 +162,5 @@ class WorkerMetrics:
             self.reaped.labels("returned").inc(result.returned)
         if result.buried:
             self.reaped.labels("buried").inc(result.buried)
+        if result.cancelled:  # runs an operator had asked to stop
+            self.reaped.labels("cancelled").inc(result.cancelled)

@@ -104,6 +104,7 @@ def test_counters_are_exact_for_n_jobs_of_which_m_fail_for_good(start_worker: St
     assert value(found, "pgqueue_lease_lost_total") == 0
     assert value(found, "pgqueue_reaped_total", result="returned") == 0
     assert value(found, "pgqueue_reaped_total", result="buried") == 0
+    assert value(found, "pgqueue_reaped_total", result="cancelled") == 0
     claims = value(found, "pgqueue_claims_total")
     assert claims >= 2
     assert value(found, "pgqueue_claim_duration_seconds_count") == claims
@@ -153,3 +154,22 @@ def test_a_port_in_use_is_a_one_line_error(start_worker: Start) -> None:
         worker = start_worker("--metrics-port", str(port))
         assert worker.wait(30) == 1
     assert f"CommandError: cannot serve metrics on 127.0.0.1:{port}:" in worker.output
+
+
+def test_reaped_runs_are_counted_by_what_the_reaper_made_of_them() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from django_pgqueue.monitoring.metrics import WorkerMetrics
+    from django_pgqueue.records import ReapResult
+    from django_pgqueue.worker.events import Events
+
+    registry, events = CollectorRegistry(), Events()
+    metrics = WorkerMetrics(registry, 4)
+    metrics.subscribe(events)
+    events.emit("reaped", result=ReapResult(returned=1, buried=2, cancelled=3))
+    counted = {
+        result: registry.get_sample_value("pgqueue_reaped_total", {"result": result})
+        for result in ("returned", "buried", "cancelled")
+    }
+    assert counted == {"returned": 1, "buried": 2, "cancelled": 3}
+    metrics.close()

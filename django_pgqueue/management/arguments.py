@@ -160,3 +160,12 @@ class PgQueueCommand(BaseCommand):
         parser = super().create_parser(prog_name, subcommand, **kwargs)
         parser.error = types.MethodType(_one_line_error, parser)  # type: ignore[method-assign]
         return parser
+
+
+def metrics_address(value: str) -> str:
+    """An address for the metrics server to listen on: not empty."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError(
+            "expected an address such as 127.0.0.1, 0.0.0.0 or ::, got ''"
+        )
+    return value

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -81,6 +82,10 @@ class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes every few seconds are not worth a log line each."""
@@ -130,7 +135,8 @@ class Exporter:
 
     def serve(self, addr: str, port: int) -> tuple[str, int]:
         """Start serving in a daemon thread; the address and port bound (port 0 picks one)."""
-        server = make_server(addr, port, self.app, _Server, _QuietHandler)
+        server_class = _Server6 if ":" in addr else _Server  # "::", "::1": IPv6
+        server = make_server(addr, port, self.app, server_class, _QuietHandler)
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, name="pgqueue-metrics", daemon=True

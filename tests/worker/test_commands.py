@@ -46,6 +46,7 @@ BAD_ARGUMENTS = [
         "argument --status: expected one or more of done, dead, cancelled, comma-separated",
     ),
     ("prunejobs", ["--older-than", "7d", "--batch-size", "0"], "argument --batch-size"),
+    ("runworker", ["--metrics-addr", ""], "argument --metrics-addr: expected an address"),
     ("pausequeue", [], "the following arguments are required: NAME"),
     ("pausequeue", ["a b"], "argument NAME: expected a queue name (1-64 letters"),
     ("resumequeue", ["emails", "x/y"], "argument NAME: expected a queue name"),

@@ -25,13 +25,19 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 @contextmanager
-def exported(**overrides: object) -> Iterator[tuple[WorkerThread, Exporter, str]]:
+def exported(
+    addr: str = "127.0.0.1", **overrides: object
+) -> Iterator[tuple[WorkerThread, Exporter, str]]:
     running = WorkerThread(**overrides)
     exporter = Exporter(running.worker, CollectorRegistry(), refresh_interval=0.2)
-    host, port = exporter.serve("127.0.0.1", 0)
+    host, port = exporter.serve(addr, 0)
     running.start()
     try:
-        yield running, exporter, f"http://{host}:{port}"
+        yield (
+            running,
+            exporter,
+            f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}",
+        )
     finally:
         if running._thread.is_alive():
             running.stop()
@@ -72,6 +78,14 @@ def test_the_queue_gauges_follow_the_table() -> None:
             "the gauge to show the pause",
         )
         assert fetch(f"{base}/other")[0] == 404
+
+
+def test_the_metrics_server_listens_on_an_ipv6_address_too() -> None:
+    with exported("::1") as (_running, _exporter, base):
+        assert base.startswith("http://[::1]:")
+        status, text = fetch(f"{base}/metrics")
+        assert status == 200
+        assert "pgqueue_worker_slots" in text
 
 
 def test_the_gauges_age_keeps_growing_while_no_refresh_succeeds() -> None:

@@ -17,6 +17,7 @@ from django_pgqueue import conf
 from django_pgqueue.jobdb import worker_in_transaction
 from django_pgqueue.management.arguments import (
     PgQueueCommand,
+    metrics_address,
     non_negative_seconds,
     port,
     positive_int,
@@ -155,7 +156,9 @@ class Command(PgQueueCommand):
         )
         add(
             "--metrics-addr",
-            help=f"Address the metrics server listens on (default: {_setting('METRICS_ADDR')}).",
+            type=metrics_address,
+            help=f"Address the metrics server listens on, IPv4 or IPv6 (default: "
+            f"{_setting('METRICS_ADDR')}).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

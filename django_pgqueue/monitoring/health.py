@@ -13,6 +13,7 @@ import datetime as dt
 
 from django.utils import timezone
 
+from django_pgqueue import conf
 from django_pgqueue.models import Job
 from django_pgqueue.monitoring.models import QueueGauge, RegisteredWorker
 from django_pgqueue.records import JobStatus
@@ -51,6 +52,20 @@ def problems(limits: Limits, *, using: str, now: dt.datetime | None = None) -> l
                 f"queue {queue}: jobs are ready (the oldest waiting {age:.1f}s) "
                 "and no live worker serves it"
             )
+    # Leases that expired a while ago and are still running: nothing reaps (the
+    # reaper runs in every worker, or as reapjobs), so their jobs never come back.
+    grace = 2 * conf.get().REAP_INTERVAL
+    stuck = (
+        Job.objects.using(using)
+        .running()
+        .filter(locked_until__lt=now - dt.timedelta(seconds=grace))
+        .count()
+    )
+    if stuck:
+        found.append(
+            f"{stuck} running job(s) lost their lease more than {grace:g}s ago and no reaper "
+            "returned them: is any worker (or reapjobs) running?"
+        )
     if limits.max_ready_age is not None:
         for queue, age in sorted(ready.items()):
             if age > limits.max_ready_age:

@@ -92,6 +92,23 @@ def test_too_many_dead_jobs_in_the_last_hour_fail() -> None:
     )
 
 
+def test_running_jobs_no_reaper_returned_fail() -> None:
+    """Every worker is gone: nothing reaps, so jobs whose lease lapsed stay running."""
+    job = add.using(queue="mail").enqueue(1, 1)
+    Job.objects.claim("gone", limit=1)
+    assert check() == (0, ["ok"])  # its lease holds: the worker may still be at it
+    Job.objects.filter(pk=job.pk).update(locked_until=timezone.now() - dt.timedelta(seconds=20))
+    assert check() == (0, ["ok"])  # within two reap intervals: a reaper will come
+    Job.objects.filter(pk=job.pk).update(locked_until=timezone.now() - dt.timedelta(minutes=5))
+    assert check() == (
+        1,
+        [
+            "1 running job(s) lost their lease more than 30s ago and no reaper returned "
+            "them: is any worker (or reapjobs) running?"
+        ],
+    )
+
+
 def test_every_failed_condition_is_its_own_line() -> None:
     ready_since("mail", 600)
     Job.objects.filter(pk=add.enqueue(1, 1).pk).update(status="dead", done_at=timezone.now())

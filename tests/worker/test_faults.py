@@ -214,7 +214,7 @@ def test_shutdown_while_the_database_is_away_is_bounded_and_says_what_was_not_re
     )
     assert set(Job.objects.dead().values_list("id", flat=True)) == unrecorded
     for job in Job.objects.dead():
-        assert job.last_error.startswith("LeaseExpired: worker ")
+        assert job.last_error.startswith("LeaseExpired: the lease expired: worker ")
         assert "the run may have finished" in job.errors[-1]["message"]
     rescuer = start_worker("--burst")
     assert rescuer.wait(30) == 0

@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from django_pgqueue.records import ClaimedJob, ReapResult, RunOutcome
+from django_pgqueue.records import ClaimedJob, JobStatus, ReapResult, RunOutcome
 from django_pgqueue.worker.events import Events
 
 Key = tuple[int, int]
@@ -79,7 +79,7 @@ class WorkerMetrics:
             ["result"],
             registry=registry,
         )
-        for result in ("returned", "buried", "cancelled"):
+        for result in ("returned", "buried", JobStatus.CANCELLED.value):
             self.reaped.labels(result)  # every series from the start, at 0
         self._labels: dict[Key, tuple[str, str]] = {}  # claimed runs: (queue, task)
         self._start_times: dict[Key, float] = {}
@@ -163,4 +163,4 @@ class WorkerMetrics:
         if result.buried:
             self.reaped.labels("buried").inc(result.buried)
         if result.cancelled:  # runs an operator had asked to stop
-            self.reaped.labels("cancelled").inc(result.cancelled)
+            self.reaped.labels(JobStatus.CANCELLED.value).inc(result.cancelled)

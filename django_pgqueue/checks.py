@@ -68,7 +68,7 @@ def database_problem() -> tuple[str, str | None] | None:
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E001: PGQUEUE is invalid. E002: the job table's database is missing or not
     PostgreSQL. E003: its LISTEN_DATABASE is. E004: a TASK_MODULES entry cannot be
-    imported."""
+    imported. E005: a task is refused as it is declared."""
     if not apps.is_installed("django_pgqueue"):
         return []  # imported by the Tasks backend without the app: E101 says so
     try:
@@ -86,9 +86,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         )
         if listen is not None:
             found.append(listen)
+    missing_modules = False
     for name in settings.TASK_MODULES:
         missing = registry.missing_task_module(name)
         if missing is not None:
+            missing_modules = True
             found.append(
                 checks.Error(
                     missing,
@@ -97,7 +99,31 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                     id="django_pgqueue.E004",
                 )
             )
+    if not missing_modules:
+        found += _declaration_problems()
     return found
+
+
+def _declaration_problems() -> list[checks.CheckMessage]:
+    """E005: a task the worker would find refused as it is declared (a queue its
+    backend does not list): the worker imports every tasks module at start, so say
+    it here rather than there."""
+    try:
+        registry.discover()
+    except Exception as exc:
+        problem = registry.declaration_problem(exc)
+        if problem is None:
+            # Anything else (a dependency only the workers' image has, say) is the
+            # worker's to report, with its traceback, not every check's.
+            return []
+        return [
+            checks.Error(
+                problem,
+                hint="Correct the task's declaration, or the backend's TASKS settings.",
+                id="django_pgqueue.E005",
+            )
+        ]
+    return []
 
 
 @checks.register(checks.Tags.database)

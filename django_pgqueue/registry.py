@@ -219,6 +219,16 @@ def discover() -> None:
                     register(path, value, kind.invoke)
 
 
+def declaration_problem(exc: BaseException) -> str | None:
+    """One line for a Tasks-framework task that its backend refused as it was declared
+    (``InvalidTask``: a queue the backend does not list, say), found while importing
+    the tasks modules; None for any other error."""
+    # By name: Django's InvalidTask or the backport's, without importing either.
+    if type(exc).__name__ != "InvalidTask":
+        return None
+    return f"a task in the tasks modules cannot be declared: {exc}"
+
+
 def loaded(path: str) -> Any | None:
     """What ``path`` names in this process, importing nothing: its registered
     runnable, or an object of a registered kind (a Tasks-framework Task, say) in

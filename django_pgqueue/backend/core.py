@@ -65,6 +65,16 @@ class PgQueueBackend(BaseTaskBackend):
         """
         if apps.ready and "django_pgqueue" not in apps.app_configs:
             raise InvalidTask(f"{NOT_INSTALLED} (TASKS[{self.alias!r}] uses PgQueueBackend)")
+        if isinstance(task.priority, bool) or not isinstance(task.priority, int | float):
+            raise InvalidTask(  # Django's own check would compare it, and raise TypeError
+                f"priority must be a whole number between -100 and 100, not {task.priority!r}"
+            )
+        if self.queues and task.queue_name not in self.queues:
+            raise InvalidTask(  # Django's words first, then which task and the fix
+                f"Queue {task.queue_name!r} is not valid for backend. Task "
+                f"{task.module_path} uses it, and TASKS[{self.alias!r}]['QUEUES'] is "
+                f"{sorted(self.queues)}: add {task.queue_name!r} there."
+            )
         super().validate_task(task)
         if not validation.QUEUE.is_valid(task.queue_name):
             raise InvalidTask(

@@ -33,6 +33,11 @@ def start_problem(database: str, session: WorkerSession) -> tuple[str | None, bo
         registry.discover()
     except ImproperlyConfigured as exc:  # a TASK_MODULES entry that does not exist
         return str(exc), False
+    except Exception as exc:
+        problem = registry.declaration_problem(exc)
+        if problem is None:
+            raise  # a bug in a tasks module: its traceback says where
+        return problem, False
     problem = schema_problem_at_start(database)
     if problem:
         return problem, False

@@ -47,6 +47,22 @@ def test_every_task_module_must_be_importable() -> None:
     )
 
 
+REFUSED = (
+    "a task in the tasks modules cannot be declared: Queue 'not_listed' is not valid for "
+    "backend. Task tests.outside.refused.refused uses it, and TASKS['default']['QUEUES'] is "
+    "['default', 'emails', 'payments', 'queue_1', 'reports']: add 'not_listed' there."
+)
+
+
+def test_a_task_its_backend_refuses_is_reported_by_check() -> None:
+    """The worker imports every tasks module at start: a Task declared on a queue its
+    backend does not list would stop it there, so check says it first."""
+    with override_settings(PGQUEUE={"TASK_MODULES": ["tests.outside.refused"]}):
+        (message,) = check_settings()
+    assert message.id == "django_pgqueue.E005"
+    assert message.msg == REFUSED
+
+
 def test_the_pooler_check_connects_only_when_asked_for_the_database() -> None:
     assert check_pooler() == []  # no databases: Django runs it without, and it must not connect
     assert check_pooler(databases=["other"]) == []

@@ -162,6 +162,24 @@ def test_a_task_module_that_does_not_exist_stops_the_worker_with_one_line(
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_task_its_backend_refuses_stops_the_worker_with_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from django.test import override_settings
+
+    from tests.unit.test_checks import REFUSED
+
+    with (
+        override_settings(PGQUEUE={"TASK_MODULES": ["tests.outside.refused"]}),
+        pytest.raises(SystemExit) as stopped,
+    ):
+        call_command("runworker", "--burst")
+    assert stopped.value.code == 1
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert [(r.getMessage(), r.exc_info) for r in errors] == [(REFUSED, None)]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_runworker_burst_and_max_jobs() -> None:
     Job.objects.enqueue_many(JobSpec.build(add, [i, 1]) for i in range(10))
     call_command("runworker", "--burst", "--max-jobs", "4", "--concurrency", "2", verbosity=0)

@@ -105,6 +105,11 @@ class Schedule(models.Model):
         db_default=True,
         help_text="Off: the settings of the latest worker to start no longer declare it.",
     )
+    settings_enabled = models.BooleanField(
+        default=True,
+        db_default=True,
+        help_text='The settings\' "enabled", as the latest worker to start read them.',
+    )
     last_tick = models.DateTimeField(
         null=True, blank=True, help_text="The latest tick enqueued (its job's run_at)."
     )

@@ -11,11 +11,6 @@ that came before any worker still alive was up (the registry tells) were
 missed; ``catch_up`` says how many of them to enqueue ("latest", the default:
 the most recent one; "none"; "all": up to ``MAX_TICKS``). Later ticks, due while
 some scheduler was up, are all enqueued.
-
-A schedule the settings declare with ``"enabled": False`` is followed too: its
-due ticks are taken without a job (``schedule_pass``), so that enabled again it
-starts from its next tick instead of enqueueing the ticks that fell while it
-was off.
 """
 
 from __future__ import annotations
@@ -51,8 +46,7 @@ class Planned:
 
     spec: ScheduleSpec
     declared: Declared
-    #: None for a schedule off in these settings: its ticks are passed, not enqueued.
-    job: JobSpec | None
+    job: JobSpec
     #: Every tick up to this instant has been dealt with (enqueued, here or elsewhere).
     cursor: dt.datetime
     due: dt.datetime
@@ -60,13 +54,12 @@ class Planned:
     @classmethod
     def of(cls, spec: ScheduleSpec) -> Planned:
         never = dt.datetime.max.replace(tzinfo=dt.UTC)
-        job = job_spec(spec) if spec.enabled else None
-        return cls(spec, declared(spec), job, cursor=never, due=never)
+        return cls(spec, declared(spec), job_spec(spec), cursor=never, due=never)
 
 
 def declared(spec: ScheduleSpec) -> Declared:
     """What the schedule's row says of it (shown to operators; ticks are matched by name)."""
-    return Declared(spec.name, spec.task, spec.expression, spec.timezone)
+    return Declared(spec.name, spec.task, spec.expression, spec.timezone, spec.enabled)
 
 
 class Scheduler(ServiceThread):
@@ -78,7 +71,7 @@ class Scheduler(ServiceThread):
         self.started = timezone.now()
         specs = conf.get().schedules
         # Checked at start-up by the system check (E010): a failure here is a bug.
-        self.planned = [Planned.of(s) for s in specs]
+        self.planned = [Planned.of(s) for s in specs if s.enabled]
         self._synced = False
         self._up_since = self.started
 
@@ -99,8 +92,8 @@ class Scheduler(ServiceThread):
         return min(LONGEST_PAUSE, max(wait, 1.0 - (time.monotonic() - began), 0.0))
 
     def _sync(self) -> None:
-        # Those off in settings too: their rows say they are still declared.
-        result = schedules.sync([plan.declared for plan in self.planned], self.alias)
+        # Those disabled in settings too: their rows say they are still declared.
+        result = schedules.sync([declared(s) for s in conf.get().schedules], self.alias)
         rows = {row.name: row for row in result.rows}
         since = schedules.up_since(self.alias)
         self._up_since = min(since, self.started) if since is not None else self.started
@@ -138,9 +131,6 @@ class Scheduler(ServiceThread):
         return missed + spec.between(max(start, boundary), now, MAX_TICKS)
 
     def _enqueue_due(self, plan: Planned, now: dt.datetime) -> None:
-        if plan.job is None:
-            self._pass_due(plan, now)
-            return
         for tick in self._ticks(plan, now):
             ticked, job_id = schedules.tick(plan.declared, plan.job, tick, self.alias)
             if ticked and job_id is not None:
@@ -162,14 +152,6 @@ class Scheduler(ServiceThread):
             if ticked:
                 self.events.emit("scheduled", schedule=plan.spec.name, tick=tick, job_id=job_id)
             plan.cursor = tick
-        plan.cursor = max(plan.cursor, now)
-        plan.due = plan.spec.next_after(now)
-
-    def _pass_due(self, plan: Planned, now: dt.datetime) -> None:
-        """Off in these settings: take the latest due tick (and so every earlier
-        one) without a job."""
-        for tick in plan.spec.between(plan.cursor, now, 1):
-            schedules.pass_tick(plan.spec.name, tick, self.alias)
         plan.cursor = max(plan.cursor, now)
         plan.due = plan.spec.next_after(now)
 

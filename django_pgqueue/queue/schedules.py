@@ -1,6 +1,5 @@
 """The schedule table's statements: the declared schedules written, one tick
-enqueued (with its job) or passed (without one), and since when schedulers have
-been up."""
+enqueued (with its job), and since when schedulers have been up."""
 
 from __future__ import annotations
 
@@ -21,6 +20,8 @@ class Declared:
     task: str
     expression: str
     timezone: str
+    #: The settings' "enabled" (False: declared, but no worker of these settings ticks it).
+    enabled: bool = True
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -51,6 +52,7 @@ def sync(declared: Sequence[Declared], alias: str) -> Sync:
             "tasks": [d.task for d in declared],
             "expressions": [d.expression for d in declared],
             "timezones": [d.timezone for d in declared],
+            "enabled": [d.enabled for d in declared],
         },
         alias,
     )
@@ -92,12 +94,6 @@ def tick(
     the task's unique_key)."""
     row = runner.fetch_one("schedule_tick", tick_params(declared, spec, moment), alias)
     return bool(row["ticked"]), row["id"]
-
-
-def pass_tick(name: str, moment: dt.datetime, alias: str) -> None:
-    """Take the tick ``moment`` of a schedule that is off in this worker's settings,
-    and every earlier one, without a job."""
-    runner.fetch("schedule_pass", {"name": name, "tick": moment}, alias)
 
 
 def up_since(alias: str) -> dt.datetime | None:

@@ -767,29 +767,38 @@ ORDER BY queue;
 -- the settings' task, expression and time zone (its enabled switch and its last
 -- tick stay); one the settings no longer name is marked not configured, and its row
 -- and its jobs stay for people to read. In name order, as every worker writes them.
--- One declared again after it was removed goes on from its next tick: the ticks
--- that fell while no settings declared it are not due. Its last tick moves to two
--- seconds ago, not to now, so that a tick a worker still on older settings (which
--- declare it) is about to take is not lost: a scheduler looks once a second.
+-- One declared again after it was removed, or switched on in the settings
+-- ("enabled") after the latest worker to start had it off, goes on from its next
+-- tick: the ticks that fell while no worker ticked it are not due. Its last tick
+-- moves to two seconds ago, not to now, so that a tick a worker still on older
+-- settings (which tick it) is about to take is not lost: a scheduler looks once a
+-- second. The settings' "enabled" is kept in the row for that, and nothing else.
 WITH declared AS (
-    SELECT name, task, expression, timezone
+    SELECT name, task, expression, timezone, on_in_settings
     FROM unnest(%(names)s::text[], %(tasks)s::text[], %(expressions)s::text[],
-                %(timezones)s::text[]) AS d (name, task, expression, timezone)
+                %(timezones)s::text[], %(enabled)s::bool[])
+         AS d (name, task, expression, timezone, on_in_settings)
     ORDER BY name
 ),
 upserted AS (
     INSERT INTO pgqueue_schedule AS s (
-        name, task, expression, timezone, enabled, configured, ticks, created_at, updated_at
+        name, task, expression, timezone, enabled, configured, settings_enabled, ticks,
+        created_at, updated_at
     )
-    SELECT name, task, expression, timezone, true, true, 0, now(), now() FROM declared
+    SELECT name, task, expression, timezone, true, true, on_in_settings, 0, now(), now()
+    FROM declared
     ON CONFLICT (name) DO UPDATE
     SET task = EXCLUDED.task, expression = EXCLUDED.expression, timezone = EXCLUDED.timezone,
         configured = true,
-        last_tick = CASE WHEN s.configured THEN s.last_tick
-                         ELSE GREATEST(s.last_tick, now() - interval '2 seconds') END,
+        settings_enabled = EXCLUDED.settings_enabled,
+        last_tick = CASE WHEN NOT s.configured
+                           OR (EXCLUDED.settings_enabled AND NOT s.settings_enabled)
+                         THEN GREATEST(s.last_tick, now() - interval '2 seconds')
+                         ELSE s.last_tick END,
         updated_at = CASE
-            WHEN (s.task, s.expression, s.timezone, s.configured)
-                 IS DISTINCT FROM (EXCLUDED.task, EXCLUDED.expression, EXCLUDED.timezone, true)
+            WHEN (s.task, s.expression, s.timezone, s.configured, s.settings_enabled)
+                 IS DISTINCT FROM (EXCLUDED.task, EXCLUDED.expression, EXCLUDED.timezone, true,
+                                   EXCLUDED.settings_enabled)
             THEN now() ELSE s.updated_at END
     RETURNING s.name, s.enabled, s.last_tick, s.created_at
 ),
@@ -859,16 +868,6 @@ SELECT (SELECT count(*) FROM ticked WHERE enabled) AS ticked, i.id,
        (SELECT pg_notify(%(channel)s::text, i.queue) WHERE %(notify)s::bool) IS NULL AS notified
 FROM (SELECT 1) AS one
 LEFT JOIN inserted AS i ON true;
-
--- name: schedule_pass
--- A tick of a schedule its worker's settings declare with "enabled": False, taken
--- and enqueueing nothing (not counted in ticks): when the settings enable it
--- again, it goes on from its next tick, not with the ticks that fell while it was
--- off. The tick passed is the latest due one, which takes every earlier one too.
-UPDATE pgqueue_schedule
-SET last_tick = %(tick)s::timestamptz
-WHERE name = %(name)s::text
-  AND (last_tick IS NULL OR last_tick < %(tick)s::timestamptz);
 
 -- name: schedulers_up_since
 -- Since when a scheduler has been up without a break, as far as the registry can

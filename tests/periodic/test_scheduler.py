@@ -258,26 +258,37 @@ def test_enabled_again_after_no_worker_ran_it_starts_from_its_next_tick(
     assert ran_at("minutely") == []
 
 
-def test_ticks_that_fell_while_off_in_settings_are_not_enqueued_when_enabled(
+def test_a_schedule_switched_on_in_the_settings_starts_from_its_next_tick(
     scheduler: Callable[..., Scheduler],
 ) -> None:
-    """Off in the settings ("enabled": False), then on in a rolling deploy: the workers
-    on the old settings took the ticks without jobs, so the schedule goes on from
-    its next tick instead of enqueueing the ones that fell while it was off."""
-    off = scheduler({"minutely": {**MINUTELY, "enabled": False}})
-    off.step()
+    """ "enabled": False in the settings of the workers that ran, then True in a
+    deploy: the ticks that fell while it was off are not enqueued (up to 100 of them
+    were, workers having been up all along)."""
+    scheduler({"minutely": {**MINUTELY, "enabled": False}}).step()
+    assert not Schedule.objects.get(pk="minutely").settings_enabled
     latest = outage("minutely", 5)
     worker_up_for_an_hour()
-    off.planned[0].cursor = latest - dt.timedelta(minutes=5)
-    off._enqueue_due(off.planned[0], timezone.now())
-    row = Schedule.objects.get(pk="minutely")
-    assert (row.last_tick, row.ticks, row.last_job_id) == (latest, 0, None)
-    assert ran_at("minutely") == []
     enabled = scheduler({"minutely": MINUTELY})
     enabled.step()
     assert ran_at("minutely") == []
+    assert Schedule.objects.get(pk="minutely").settings_enabled
     enabled._enqueue_due(enabled.planned[0], latest + dt.timedelta(minutes=1, seconds=0.1))
     assert ran_at("minutely") == [latest + dt.timedelta(minutes=1)]
+
+
+def test_a_worker_with_the_schedule_off_does_not_take_the_ticks_of_one_with_it_on(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    """Two settings side by side (or a rolling deploy): the one with "enabled": False
+    ticks nothing, so it cannot take a tick from the one that has it on."""
+    on = scheduler({"minutely": MINUTELY})
+    on.step()
+    off = scheduler({"minutely": {**MINUTELY, "enabled": False}})
+    off.step()
+    assert off.planned == []
+    tick = on.planned[0].spec.next_after(on.planned[0].cursor)
+    on._enqueue_due(on.planned[0], tick)
+    assert ran_at("minutely") == [tick]
 
 
 def test_a_schedule_declared_again_after_it_was_removed_starts_from_its_next_tick(

@@ -11,7 +11,6 @@ from django_pgqueue.sql import QUERIES, _compact, query, variant
 EXPECTED = {
     "schedules_sync",
     "schedule_tick",
-    "schedule_pass",
     "schedulers_up_since",
     "enqueue",
     "enqueue_many",

@@ -74,7 +74,7 @@ class JobSpec:
         defaults; so are those of a task a path names, when it is registered here."""
         validation.check_options(options, values=False)  # the values are checked as they are used
         if isinstance(task, str):
-            found = getattr(registry.loaded(task), "target", None)
+            found = getattr(registry.loaded(task, importing=True), "target", None)
             if getattr(found, "path", None) == task and hasattr(found, "options"):
                 task = found  # enqueued by path as it would be as itself
         defaults = getattr(task, "options", None)

@@ -15,6 +15,7 @@ accepted and buried later.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -229,14 +230,23 @@ def declaration_problem(exc: BaseException) -> str | None:
     return f"a task in the tasks modules cannot be declared: {exc}"
 
 
-def loaded(path: str) -> Any | None:
-    """What ``path`` names in this process, importing nothing: its registered
-    runnable, or an object of a registered kind (a Tasks-framework Task, say) in
-    a module already imported here; None if neither."""
+def loaded(path: str, *, importing: bool = False) -> Any | None:
+    """What ``path`` names in this process: its registered runnable, or an object of
+    a registered kind (a Tasks-framework Task, say) in a module imported here; None
+    if neither. ``importing``: import the module first if a worker would (it is in
+    an installed app or TASK_MODULES), so that the answer does not depend on what
+    this process happened to import before; a module that is not there is left to
+    the worker to report."""
     found = _registry.get(path)
     if found is not None:
         return found
     module_name, _, attribute = path.rpartition(".")
+    if importing and module_name not in sys.modules and importable(module_name):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module_name)
+        found = _registry.get(path)
+        if found is not None:
+            return found
     module = sys.modules.get(module_name)
     candidate = getattr(module, attribute, None) if module is not None else None
     if candidate is not None and any(kind.recognise(candidate) for kind in _kinds):

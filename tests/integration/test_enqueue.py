@@ -266,6 +266,24 @@ def test_a_path_naming_a_registered_task_takes_its_options_and_retry_policy() ->
     assert row.retry_policy is not None
 
 
+def test_by_path_the_options_do_not_depend_on_what_was_imported_before() -> None:
+    """The path's module is imported first if a worker would import it: the same
+    call gets the task's options in every process, not only where something else
+    imported the module already."""
+    import sys
+
+    from django.test import override_settings
+
+    from django_pgqueue import registry
+
+    path = "tests.outside.late.late_task"
+    sys.modules.pop("tests.outside.late", None)
+    registry._registry.pop(path, None)
+    with override_settings(PGQUEUE={"TASK_MODULES": ["tests.outside.late"]}):
+        job = Job.objects.enqueue(path, [])
+    assert (job.queue, job.max_attempts) == ("emails", 4)
+
+
 def test_a_path_is_checked_against_the_tasks_framework_task_it_names() -> None:
     """The direct API enqueuing a Tasks-framework Task by path: the call is checked
     against the Task declared here, as a @django_pgqueue.task's is."""

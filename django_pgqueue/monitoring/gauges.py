@@ -45,10 +45,15 @@ def families(
         if row.oldest_ready_age is not None:
             queues[row.queue] = max(queues[row.queue], row.oldest_ready_age)
     # Every status of every known queue, 0 when it has no job: a drained queue's
-    # backlog reads 0 rather than vanishing.
+    # backlog reads 0 rather than vanishing. Finished ones only when they were
+    # counted: an estimate leaves out the queues it knows nothing of, and absent
+    # says "unknown" where 0 would be a false count.
+    counted = not any(row.estimated for row in rows)
+    filled = set(JobStatus.values) if counted else {JobStatus.QUEUED, JobStatus.RUNNING}
     for queue in sorted(queues):
         for status in JobStatus.values:
-            jobs.add_metric([queue, status], counts.get((queue, status), 0))
+            if (queue, status) in counts or status in filled:
+                jobs.add_metric([queue, status], counts.get((queue, status), 0))
     for queue, seconds in sorted(queues.items()):
         oldest.add_metric([queue], seconds)
     for queue in sorted(queues.keys() | set(paused)):

@@ -210,3 +210,32 @@ def test_a_worker_without_a_port_imports_no_metrics_code(db_url: str) -> None:
     )
     assert done.stdout.strip().splitlines()[-1] == "[]"
     assert Job.objects.get().status == "done"
+
+
+def test_zero_series_are_given_only_for_counts_that_are_exact() -> None:
+    """queued and running are always counted: 0 when a queue has none. Finished
+    counts may be estimates, which leave out queues they know nothing of: those stay
+    absent (unknown), not 0."""
+    from django_pgqueue.monitoring.gauges import families
+    from django_pgqueue.queue.gauges import QueueGaugeRow
+
+    def series(rows: list[QueueGaugeRow]) -> dict[tuple[str, str], float]:
+        (jobs, *_rest) = families(rows)
+        return {(s.labels["queue"], s.labels["status"]): s.value for s in jobs.samples}
+
+    exact = [QueueGaugeRow("mail", "done", 5, None, False, 0.0)]
+    assert series(exact) == {
+        ("mail", status): 5 if status == "done" else 0
+        for status in ("queued", "running", "done", "dead", "cancelled")
+    }
+    estimated = [
+        QueueGaugeRow("bulk", "done", 900_000, None, True, 0.0),
+        QueueGaugeRow("rare", "queued", 2, 1.0, False, 0.0),
+    ]
+    assert series(estimated) == {
+        ("bulk", "queued"): 0,
+        ("bulk", "running"): 0,
+        ("bulk", "done"): 900_000,
+        ("rare", "queued"): 2,
+        ("rare", "running"): 0,
+    }

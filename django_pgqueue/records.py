@@ -72,7 +72,8 @@ class JobSpec:
         """Validate one job. ``task`` is a dotted path or a registered task, whose own
         options (``@task(queue=..., max_attempts=...)``) and retry policy are the
         defaults; so are those of a task a path names, when it is registered here."""
-        validation.check_options(options, values=False)  # the values are checked as they are used
+        if options:  # their values are checked as they are used
+            validation.check_options(options, values=False)
         if isinstance(task, str):
             found = getattr(registry.loaded(task, importing=True), "target", None)
             if getattr(found, "path", None) == task and hasattr(found, "options"):

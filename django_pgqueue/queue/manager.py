@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from django.db import models
 
-from django_pgqueue import conf, validation
+from django_pgqueue import conf
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.queue import claims, maintenance, pauses
 from django_pgqueue.records import (
@@ -213,14 +213,13 @@ def _check_claim(worker: object, limit: object, queues: object, lease: object) -
         isinstance(lease, bool) or not isinstance(lease, int | float) or not 0 < lease < math.inf
     ):
         raise InvalidJob(f"lease must be a number of seconds above 0, not {lease!r}")
-    if queues is not None:
-        if isinstance(queues, str | bytes) or not isinstance(queues, Sequence) or not queues:
-            raise InvalidJob(
-                f"queues must be a non-empty list of queue names (None: every queue), "
-                f"not {queues!r}"
-            )
-        for queue in queues:
-            validation.QUEUE(queue)
+    if queues is not None and (
+        isinstance(queues, str | bytes) or not isinstance(queues, Collection) or not queues
+    ):
+        # Each name is checked as the claim writes it into its statement.
+        raise InvalidJob(
+            f"queues must be a non-empty list of queue names (None: every queue), not {queues!r}"
+        )
 
 
 def _ids(jobs: Jobs) -> list[int]:

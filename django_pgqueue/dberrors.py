@@ -30,9 +30,14 @@ def _psycopg_error(exc: BaseException) -> BaseException:
 _PREPARE_STATES = {"26000", "42P05"}  # invalid_sql_statement_name, duplicate_prepared_statement
 
 
+def prepare_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is a prepared statement a transaction pooler lost or doubled."""
+    return getattr(_psycopg_error(exc), "sqlstate", None) in _PREPARE_STATES
+
+
 def is_transient(exc: BaseException) -> bool:
     """True when waiting and retrying can cure ``exc``: the connection, not the statement."""
-    if getattr(_psycopg_error(exc), "sqlstate", None) in _PREPARE_STATES:
+    if prepare_lost(exc):
         return True
     if isinstance(exc, ProgrammingError) or schema_problem(exc):
         return False

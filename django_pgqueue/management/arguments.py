@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from django_pgqueue import validation
-from django_pgqueue.dberrors import first_line, is_transient, schema_problem
+from django_pgqueue.dberrors import first_line, is_transient, prepare_lost, schema_problem
 from django_pgqueue.records import FINISHED
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
@@ -152,8 +152,8 @@ class PgQueueCommand(BaseCommand):
             return super().execute(*args, **options)
         except DatabaseError as exc:
             problem = schema_problem(exc)
-            if problem is None and not is_transient(exc):
-                raise
+            if problem is None and (not is_transient(exc) or prepare_lost(exc)):
+                raise  # a lost prepared statement is no unreachable database
             raise CommandError(problem or f"cannot reach the database: {first_line(exc)}") from exc
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:

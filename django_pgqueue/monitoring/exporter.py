@@ -142,9 +142,11 @@ class Exporter:
             target=server.serve_forever, name="pgqueue-metrics", daemon=True
         )
         self._thread.start()
-        host, bound = server.server_address[:2]
-        logger.info("serving metrics on http://%s:%d/metrics (and /healthz)", host, bound)
-        return str(host), int(bound)
+        address, bound = server.server_address[:2]
+        host = str(address)
+        shown = f"[{host}]" if ":" in host else host  # IPv6 in a URL
+        logger.info("serving metrics on http://%s:%d/metrics (and /healthz)", shown, bound)
+        return host, int(bound)
 
     def close(self) -> None:
         if self._server is not None:

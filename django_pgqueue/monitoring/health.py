@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from django_pgqueue import conf
@@ -58,7 +59,7 @@ def problems(limits: Limits, *, using: str, now: dt.datetime | None = None) -> l
     stuck = (
         Job.objects.using(using)
         .running()
-        .filter(locked_until__lt=now - dt.timedelta(seconds=grace))
+        .filter(locked_until__lt=Now() - dt.timedelta(seconds=grace))  # the database's clock
         .count()
     )
     if stuck:

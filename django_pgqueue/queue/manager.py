@@ -233,7 +233,7 @@ def _ids(jobs: Jobs) -> list[int]:
     for job in jobs:
         if isinstance(job, models.Model):
             job = job.pk
-        elif isinstance(job, str) and job.isascii() and job.isdigit():
+        elif isinstance(job, str) and job.isascii() and job.isdigit() and len(job) < 19:
             job = int(job)  # a Tasks-framework result's id is the job's id as text
         if isinstance(job, bool) or not isinstance(job, int):
             raise InvalidJob(f"expected job ids, Job instances or a queryset of jobs, got {job!r}")

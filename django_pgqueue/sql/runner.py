@@ -126,6 +126,12 @@ def fetch(
         except _PREPARE_LOST as exc:
             _stop_preparing(exc)
             raise
+        except psycopg.errors.ProtocolViolation as exc:
+            # Another client's statement of the same name, on the same server
+            # connection, takes other parameters ("bind message supplies ...").
+            if prepare:
+                _stop_preparing(exc)
+            raise
         # The result's status, not cursor.description: that builds a Column per
         # column (twenty for the claim) only to say whether there are rows.
         result = cursor.pgresult

@@ -231,7 +231,7 @@ def test_a_shutdown_stuck_on_a_paused_pooler_ends_within_its_bound_naming_the_jo
     finally:
         bouncer.admin(f"RESUME {name}")
     assert status == 1, worker.output
-    assert took <= 1 + 7 + 1.5, took
+    assert took <= 1 + 7 + 3, took  # the watchdog's bound, and a busy host's slack
     assert f"jobs [{job.pk}] were held and may not have been given back" in worker.output
 
 

@@ -4,6 +4,7 @@ heartbeat stuck behind a lock turning /healthz to 503 until it moves again."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -80,6 +81,16 @@ def test_the_queue_gauges_follow_the_table() -> None:
         assert fetch(f"{base}/other")[0] == 404
 
 
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback on this host")
 def test_the_metrics_server_listens_on_an_ipv6_address_too() -> None:
     with exported("::1") as (_running, _exporter, base):
         assert base.startswith("http://[::1]:")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandParser
 
 from django_pgqueue import conf, registry
@@ -32,7 +31,7 @@ class Command(PgQueueCommand):
                 self.stdout.write(f"queue {name!r} was paused already")
         # Paused all the same (a queue may be paused before its first job), but a
         # typo would leave the real queue running: say so.
-        with contextlib.suppress(ImproperlyConfigured):
+        with contextlib.suppress(Exception):  # a warning is not worth failing for
             registry.discover()  # the tasks' queues count as known
         for name, hint in unknown_queues(options["names"], alias).items():
             self.stderr.write(f"warning: {UNKNOWN_QUEUE % name}{hint}")

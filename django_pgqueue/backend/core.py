@@ -145,16 +145,17 @@ def enqueue_many[**P, R](
     for every job and returns their READY results in order. Build the pairs with
     :func:`call`. Batches of 500 jobs or more without a ``unique_key`` are
     written with COPY. A task with a ``unique_key`` enqueues at most one job
-    (the others are duplicates of it), as repeated ``enqueue()`` calls would.
+    (the others are duplicates of it), as repeated ``enqueue()`` calls would. On
+    another backend (Django's ImmediateBackend in tests, say) it calls
+    ``task.enqueue()`` once per pair.
     """
     backend = task_backends[task.backend]
-    if not isinstance(backend, PgQueueBackend):
-        raise InvalidTask(
-            f"enqueue_many needs a PgQueueBackend; TASKS[{task.backend!r}] is "
-            f"{type(backend).__name__}"
-        )
-    shared = plan(backend, task)
     pairs = [_pair(task, index, item) for index, item in enumerate(calls)]
+    if not isinstance(backend, PgQueueBackend):
+        # Another backend (Django's ImmediateBackend or DummyBackend in tests, say):
+        # one enqueue per call, each as that backend does it.
+        return [task.enqueue(*args, **kwargs) for args, kwargs in pairs]
+    shared = plan(backend, task)
     # Every call is checked before anything is written.
     encoded = [_checked(task, index, *pair) for index, pair in enumerate(pairs)]
     if shared.unique_key is not None:

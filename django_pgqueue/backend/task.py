@@ -101,6 +101,14 @@ class PgQueueTask(_TaskBase):
     task that was enqueued.
     """
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> PgQueueTask:
+        # Django's @task passes its unknown keywords here: name them, with the fix,
+        # where the task is declared (a bare dataclass TypeError would not).
+        if not kwargs.keys() <= _FIELDS:
+            raise TypeError(_unknown_declared(kwargs.keys() - _FIELDS))
+        # object's: slots=True makes a new class, which super() here would not see.
+        return object.__new__(cls)
+
     max_attempts: int | None = dataclasses.field(default=None, compare=False)
     unique_key: str | None = dataclasses.field(default=None, compare=False)
     concurrency_key: str | None = dataclasses.field(default=None, compare=False)
@@ -168,7 +176,33 @@ def run_after_moment(value: datetime | timedelta | None) -> datetime | None:
         if not validation.DELAY.is_valid(value):
             raise InvalidTask(validation.DELAY.message(value, "run_after") + ".")
         return timezone.now() + value
+    if value is not None and not isinstance(value, datetime):
+        hint = (
+            f": for {value:g} seconds from now, pass run_after=timedelta(seconds={value:g})"
+            if isinstance(value, int | float) and not isinstance(value, bool)
+            else ""
+        )
+        raise InvalidTask(f"run_after {value!r} must be an aware datetime or a timedelta{hint}.")
     return value
+
+
+_FIELDS = frozenset(field.name for field in dataclasses.fields(PgQueueTask))
+#: What a user coming from elsewhere writes, and what it is here.
+_SPELLED = {
+    "queue": "queue is queue_name",
+    "delay": "a delay is .using(run_after=timedelta(...)) at enqueue",
+    "run_at": "a start time is .using(run_after=...) at enqueue",
+}
+
+
+def _unknown_declared(unknown: Any) -> str:
+    names = sorted(unknown)
+    hints = [_SPELLED[name] for name in names if name in _SPELLED]
+    return (
+        f"@task() got unexpected keyword argument(s) {', '.join(names)}: a task on "
+        f"PgQueueBackend takes priority, queue_name, backend, takes_context, "
+        f"{', '.join(EXTRAS)}" + (f" ({'; '.join(hints)})" if hints else "")
+    )
 
 
 def _unknown_options(unknown: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_pgqueue.backend import call, enqueue_many, options
-from django_pgqueue.backend.compat import TASKS_APP, InvalidTask, TaskResultStatus, task_enqueued
+from django_pgqueue.backend.compat import TASKS_APP, TaskResultStatus, task_enqueued
 from django_pgqueue.exceptions import InvalidJobArguments
 from django_pgqueue.models import Job
 from django_pgqueue.queue.enqueue import COPY_THRESHOLD
@@ -83,13 +83,18 @@ def test_bad_arguments_are_refused_before_anything_is_written() -> None:
     with pytest.raises(TypeError, match=r"args\[0\] is datetime.datetime .*Unsupported type"):
         enqueue_many(djtasks.noop_task, [call(1), call(timezone.now())])
     assert Job.objects.count() == 0
+
+
+def test_on_another_backend_enqueue_many_enqueues_each_call_there() -> None:
+    """Tests that point TASKS at Django's DummyBackend (or ImmediateBackend) keep
+    working: one enqueue per call, as that backend does it."""
     framework = "django.tasks" if TASKS_APP is None else "django_tasks"
     dummy = {"dummy": {"BACKEND": f"{framework}.backends.dummy.DummyBackend"}}
-    with (
-        override_settings(TASKS={**settings.TASKS, **dummy}),
-        pytest.raises(InvalidTask, match="needs a PgQueueBackend"),
-    ):
-        enqueue_many(djtasks.noop_task.using(backend="dummy"), [call()])
+    with override_settings(TASKS={**settings.TASKS, **dummy}):
+        results = enqueue_many(djtasks.noop_task.using(backend="dummy"), [call(1), call(2)])
+    assert [result.args for result in results] == [[1], [2]]
+    assert [result.backend for result in results] == ["dummy", "dummy"]
+    assert Job.objects.count() == 0
 
 
 def test_a_unique_key_task_checks_every_call_before_writing_any() -> None:

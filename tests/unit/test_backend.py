@@ -110,6 +110,12 @@ def test_options_turns_a_task_of_any_backend_into_ours() -> None:
         ({"queue_name": "elsewhere"}, "Queue 'elsewhere' is not valid for backend"),
         ({"priority": 101}, "priority must be a whole number between -100 and 100"),
         ({"run_after": dt.datetime(2030, 1, 1)}, "run_after must be an aware datetime"),
+        ({"priority": "5"}, "priority must be a whole number between -100 and 100, not '5'"),
+        (
+            {"run_after": 60},
+            r"run_after 60 must be an aware datetime or a timedelta: for 60 seconds from now, "
+            r"pass run_after=timedelta\(seconds=60\)",
+        ),
     ],
 )
 def test_invalid_options_are_refused_when_the_task_is_made(
@@ -117,6 +123,22 @@ def test_invalid_options_are_refused_when_the_task_is_made(
 ) -> None:
     with pytest.raises(InvalidTask, match=message):
         pgq(djtasks.noop_task).using(**changes)
+
+
+def test_a_keyword_the_task_does_not_take_is_named_where_it_is_declared() -> None:
+    from django_pgqueue.backend.compat import task
+
+    with pytest.raises(
+        TypeError,
+        match=r"@task\(\) got unexpected keyword argument\(s\) queue: a "
+        r"task on PgQueueBackend takes priority, queue_name, .*\(queue is queue_name\)",
+    ):
+
+        @task(queue="emails")  # type: ignore[call-overload, untyped-decorator]
+        def misspelled() -> None: ...
+
+    with pytest.raises(TypeError, match=r"max_attemps: .*max_attempts"):
+        task(max_attemps=5)(djtasks.noop_task.func)  # type: ignore[call-overload]
 
 
 def test_queue_names_must_suit_the_queue_even_with_queue_validation_off() -> None:

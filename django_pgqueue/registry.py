@@ -116,6 +116,12 @@ def check_importable(path: str, module: str | None = None) -> None:
     with a ``name=`` of its own); otherwise it is the module part of ``path``.
     """
     module = module or path.rpartition(".")[0]
+    if module == "__main__" or module.startswith("django.core.management."):
+        raise UnknownTask(
+            f"task {path!r} is defined in a script or the shell ({module!r}), which a "
+            f"worker cannot import: define it in a module of an installed app (its "
+            f"tasks.py, say)"
+        )
     if not importable(module):
         raise UnknownTask(
             f"task {path!r} is defined in {module!r}, which is not in an installed app, so "

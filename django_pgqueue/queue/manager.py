@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import models
 
@@ -29,9 +29,18 @@ from django_pgqueue.records import (
     Success,
 )
 
+
+class _Result(Protocol):
+    """A Tasks-framework TaskResult, as far as retry() and cancel() read it."""
+
+    @property
+    def id(self) -> str: ...
+
+
 #: What retry() and cancel() accept: ids (ints, or digit strings such as a Tasks
-#: result's id), jobs, or a queryset of jobs.
-Jobs = Iterable[int | str | models.Model] | models.QuerySet[Any] | int | str | models.Model
+#: result's id), jobs, Tasks-framework results, or a queryset of jobs.
+_OneJob = int | str | models.Model | _Result
+Jobs = Iterable[_OneJob] | models.QuerySet[Any] | _OneJob
 
 
 class QueueOperations:
@@ -225,15 +234,20 @@ def _check_claim(worker: object, limit: object, queues: object, lease: object) -
 def _ids(jobs: Jobs) -> list[int]:
     if isinstance(jobs, models.QuerySet):
         return list(jobs.order_by().values_list("pk", flat=True))
-    if isinstance(jobs, int | str | models.Model):
-        jobs = [jobs]  # one job, given on its own
-    elif not isinstance(jobs, Iterable):
+    given: Iterable[Any]
+    if isinstance(jobs, int | str | models.Model) or isinstance(getattr(jobs, "id", None), str):
+        given = [jobs]  # one job, given on its own (a TaskResult too)
+    elif isinstance(jobs, Iterable):
+        given = jobs
+    else:
         raise InvalidJob(f"expected job ids, Job instances or a queryset of jobs, got {jobs!r}")
     ids = []
-    for job in jobs:
+    for job in given:
         if isinstance(job, models.Model):
             job = job.pk
-        elif isinstance(job, str) and job.isascii() and job.isdigit() and len(job) < 19:
+        elif not isinstance(job, int | str) and isinstance(getattr(job, "id", None), str):
+            job = job.id  # a Tasks-framework TaskResult: its id is the job's
+        if isinstance(job, str) and job.isascii() and job.isdigit() and len(job) < 19:
             job = int(job)  # a Tasks-framework result's id is the job's id as text
         if isinstance(job, bool) or not isinstance(job, int):
             raise InvalidJob(f"expected job ids, Job instances or a queryset of jobs, got {job!r}")

@@ -23,12 +23,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg import pq
 from psycopg.rows import dict_row
 
 from django_pgqueue import conf
+from django_pgqueue.dberrors import schema_problem
 from django_pgqueue.sql import query
 
 Row = dict[str, Any]
@@ -120,6 +121,24 @@ def fetch(
     cursor = _cursor(wrapper)
     if prepare is None:
         prepare = conf.get().PREPARE and not _unprepared.is_set()
+    try:
+        rows = _execute(wrapper, cursor, text, params, prepare)
+    except DatabaseError as exc:
+        problem = schema_problem(exc)
+        if problem is not None:  # a missing table: say "migrate" under the traceback
+            exc.add_note(problem)
+        raise
+    _log(wrapper, name, text, started)
+    return rows
+
+
+def _execute(
+    wrapper: BaseDatabaseWrapper,
+    cursor: psycopg.Cursor[Row],
+    text: str,
+    params: dict[str, Any],
+    prepare: bool,
+) -> list[Row]:
     with wrapper.wrap_database_errors:
         try:
             cursor.execute(text, params, prepare=prepare)
@@ -135,9 +154,7 @@ def fetch(
         # The result's status, not cursor.description: that builds a Column per
         # column (twenty for the claim) only to say whether there are rows.
         result = cursor.pgresult
-        rows = cursor.fetchall() if result is not None and result.status == _ROWS else []
-    _log(wrapper, name, text, started)
-    return rows
+        return cursor.fetchall() if result is not None and result.status == _ROWS else []
 
 
 def _stop_preparing(exc: BaseException) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -282,6 +282,28 @@ def test_by_path_the_options_do_not_depend_on_what_was_imported_before() -> None
     with override_settings(PGQUEUE={"TASK_MODULES": ["tests.outside.late"]}):
         job = Job.objects.enqueue(path, [])
     assert (job.queue, job.max_attempts) == ("emails", 4)
+
+
+def test_a_task_defined_in_a_script_or_the_shell_is_refused_with_where_to_put_it() -> None:
+    from django_pgqueue import task
+
+    def in_shell() -> None: ...
+
+    in_shell.__module__ = "django.core.management.commands.shell"
+    with pytest.raises(InvalidJob, match=r"defined in a script or the shell .*installed app"):
+        Job.objects.enqueue(task(in_shell), [])
+
+
+def test_before_migrate_the_enqueue_error_says_to_migrate() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE pgqueue_job RENAME TO pgqueue_job_away")
+    try:
+        with pytest.raises(DatabaseError, match="pgqueue_job") as raised:
+            add.enqueue(1, 2)
+        assert any("run `manage.py migrate`" in note for note in raised.value.__notes__)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE pgqueue_job_away RENAME TO pgqueue_job")
 
 
 def test_a_path_is_checked_against_the_tasks_framework_task_it_names() -> None:

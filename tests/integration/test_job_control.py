@@ -166,6 +166,11 @@ def test_cancel_and_retry_refuse_what_is_not_a_job_or_a_reason_before_writing() 
     assert Job.objects.get(pk=job.pk).status == "queued"
     # A Tasks-framework result's id is the job's id as text: taken as that id.
     assert Job.objects.cancel(str(job.pk), reason="by result id") == [job.pk]
+    from tests.testapp import djtasks
+
+    result = djtasks.noop_task.enqueue()
+    assert Job.objects.cancel(result, reason="by result") == [int(result.id)]  # a TaskResult
+    assert Job.objects.cancel([result]) == []  # cancelled already
     assert Job.objects.retry([str(job.pk)]) == [job.pk]
     assert Job.objects.get(pk=job.pk).status == "queued"
 

@@ -115,6 +115,23 @@ def start_worker(db_url: str) -> Iterator[Callable[..., WorkerProcess]]:
             worker.kill()
 
 
+def django_command(
+    db_url: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m django ARGS`` on the server ``db_url``, to its end (tests.settings
+    unless ``env`` names other settings)."""
+    settings = [] if env and "DJANGO_SETTINGS_MODULE" in env else ["--settings=tests.settings"]
+    return subprocess.run(
+        [sys.executable, "-m", "django", *args, *settings],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": db_url, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
     """Poll ``condition`` until true; returns the seconds it took."""
     start = time.monotonic()

@@ -21,7 +21,7 @@ from django_pgqueue.models import Job
 from django_pgqueue.records import JobSpec
 from tests.conftest import status_counts
 from tests.testapp.tasks import add
-from tests.worker.conftest import ROOT, WorkerProcess, wait_for
+from tests.worker.conftest import ROOT, WorkerProcess, django_command, wait_for
 
 BAD_ARGUMENTS = [
     ("runworker", ["--concurrency", "0"], "argument --concurrency: expected a whole number"),
@@ -72,18 +72,6 @@ def test_every_bad_value_is_a_one_line_error(command: str, args: list[str], mess
     assert "Traceback" not in result.stderr
 
 
-def run_command(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "django", *args, "--settings=tests.settings"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": db_url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 @pytest.mark.slow
 def test_a_database_out_of_reach_or_without_the_tables_is_a_one_line_error(db_url: str) -> None:
     unreachable = "postgres://postgres@127.0.0.1:1/nowhere"
@@ -95,7 +83,7 @@ def test_a_database_out_of_reach_or_without_the_tables_is_a_one_line_error(db_ur
         ("pausequeue", "emails"),
         ("schedules",),
     ):
-        result = run_command(unreachable, *args)
+        result = django_command(unreachable, *args)
         assert result.returncode == 1, result
         assert result.stderr.startswith("CommandError: cannot reach the database: "), result
         assert "Traceback" not in result.stderr
@@ -103,7 +91,7 @@ def test_a_database_out_of_reach_or_without_the_tables_is_a_one_line_error(db_ur
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {empty}")
     try:
-        result = run_command(db_url.rsplit("/", 1)[0] + f"/{empty}", "queuestats", "--check")
+        result = django_command(db_url.rsplit("/", 1)[0] + f"/{empty}", "queuestats", "--check")
         assert result.returncode == 1
         (line,) = result.stderr.strip().splitlines()
         assert line.startswith(

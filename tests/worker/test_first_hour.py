@@ -13,8 +13,6 @@ import datetime as dt
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +29,7 @@ from django_pgqueue.models import Job
 from tests.conftest import status_counts
 from tests.testapp import djtasks
 from tests.testapp.tasks import add, always_fails, flaky, tracked
-from tests.worker.conftest import ROOT, WorkerProcess, wait_for
+from tests.worker.conftest import ROOT, WorkerProcess, django_command, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 Start = Callable[..., WorkerProcess]
@@ -52,16 +50,7 @@ def settings_module(tmp_path: Path, name: str, body: str) -> dict[str, str]:
 
 def manage(db_url: str, *args: str, env: dict[str, str] | None = None) -> str:
     """``python -m django ARGS`` to its end; stdout and stderr together."""
-    settings = [] if env and "DJANGO_SETTINGS_MODULE" in env else ["--settings=tests.settings"]
-    done = subprocess.run(
-        [sys.executable, "-m", "django", *args, *settings],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": db_url, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = django_command(db_url, *args, env=env)
     return done.stdout + done.stderr
 
 

@@ -15,6 +15,7 @@ import time
 
 from django_pgqueue import wording
 from django_pgqueue.models import Job
+from django_pgqueue.worker import joblog
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
 from django_pgqueue.worker.executor import cancel_outcome
@@ -96,22 +97,7 @@ class Housekeeping:
                 result.cancelled,
             )
         for job in result.buried_jobs:
-            logger.error(
-                "job %s (%s) buried dead after attempt %s of %s: LeaseExpired: the lease "
-                "expired: worker %s stopped renewing it before recording an outcome",
-                job.id,
-                job.task,
-                job.attempt,
-                job.max_attempts,
-                job.worker or "?",
-                extra={
-                    "job_id": job.id,
-                    "task": job.task,
-                    "queue": job.queue,
-                    "attempt": job.attempt,
-                    "worker": job.worker,
-                },
-            )
+            joblog.reaped(job)
         self.events.emit("reaped", result=result)
 
     def prune(self) -> None:

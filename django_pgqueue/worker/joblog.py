@@ -1,7 +1,8 @@
 """The log lines of a failed run, for people and for error trackers.
 
 A failed attempt that will be retried is logged at WARNING, a job buried
-``dead`` (its last attempt, or a failure that retrying cannot fix) at ERROR;
+``dead`` (its last attempt, or a failure that retrying cannot fix, or a lease
+the reaper found expired on its last attempt) at ERROR;
 both with ``exc_info`` (so Sentry, Rollbar and the like capture the exception
 and its traceback) and with ``extra`` fields for structured logging:
 ``job_id``, ``task``, ``queue``, ``attempt`` and ``worker``.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 
-from django_pgqueue.records import ClaimedJob, Failure
+from django_pgqueue.records import ClaimedJob, Failure, Reaped
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -27,13 +28,11 @@ def worker_of(job: ClaimedJob) -> str:
 
 
 def fields(job: ClaimedJob) -> dict[str, object]:
-    return {
-        "job_id": job.id,
-        "task": job.task,
-        "queue": job.queue,
-        "attempt": job.attempt,
-        "worker": worker_of(job),
-    }
+    return _fields(job.id, job.task, job.queue, job.attempt, worker_of(job))
+
+
+def _fields(job_id: int, task: str, queue: str, attempt: int, worker: str) -> dict[str, object]:
+    return {"job_id": job_id, "task": task, "queue": queue, "attempt": attempt, "worker": worker}
 
 
 def buries(job: ClaimedJob, outcome: Failure) -> bool:
@@ -76,3 +75,19 @@ def failed(job: ClaimedJob, outcome: Failure, exc: BaseException) -> None:
             exc_info=exc,
             extra=fields(job),
         )
+
+
+def reaped(job: Reaped) -> None:
+    """Log a job the reaper buried (its lease expired on its last attempt) at ERROR,
+    with the fields of any buried job; ``worker`` is the one that lost the lease.
+    No exc_info: nothing was raised in this process."""
+    logger.error(
+        "job %s (%s) buried dead after attempt %s of %s: LeaseExpired: the lease "
+        "expired: worker %s stopped renewing it before recording an outcome",
+        job.id,
+        job.task,
+        job.attempt,
+        job.max_attempts,
+        job.worker or "?",
+        extra=_fields(job.id, job.task, job.queue, job.attempt, job.worker),
+    )

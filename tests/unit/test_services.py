@@ -11,37 +11,50 @@ import psycopg
 from django_pgqueue.worker.services import ConnectionEpoch, Supervision, Timer, Timers
 
 
-def test_hurry_runs_the_timer_now_and_a_hurry_during_its_run_runs_it_again() -> None:
-    runs: list[float] = []
-    ran = threading.Condition()
-    timers: Timers
+class Calls:
+    """When an action was called, to wait on from the test's thread."""
 
-    def action() -> None:
-        with ran:
-            runs.append(time.monotonic())
-            ran.notify_all()
-        if len(runs) == 2:
-            timers.hurry("beat")  # while it runs: it must run once more
+    def __init__(self) -> None:
+        self.at: list[float] = []
+        self._changed = threading.Condition()
 
-    def wait_for(count: int) -> None:
-        with ran:
-            assert ran.wait_for(lambda: len(runs) >= count, timeout=5), runs
+    def record(self) -> None:
+        with self._changed:
+            self.at.append(time.monotonic())
+            self._changed.notify_all()
 
-    timers = Timers(
+    def wait_for(self, count: int, timeout: float = 10.0) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: len(self.at) >= count, timeout), self.at
+
+
+def timers_of(timer: Timer) -> Timers:
+    return Timers(
         "default",
-        [Timer("beat", 3600.0, action)],
+        [timer],
         Supervision(fatal=lambda reason: None, epoch=ConnectionEpoch()),
         name="test-timers",
     )
+
+
+def test_hurry_runs_the_timer_now_and_a_hurry_during_its_run_runs_it_again() -> None:
+    runs = Calls()
+
+    def action() -> None:
+        runs.record()
+        if len(runs.at) == 2:
+            timers.hurry("beat")  # while it runs: it must run once more
+
+    timers = timers_of(Timer("beat", 3600.0, action))
     timers.start()
     try:
-        wait_for(1)  # at start
+        runs.wait_for(1)  # at start
         hurried = time.monotonic()
         timers.hurry("beat")
-        wait_for(3)
-        assert runs[2] - hurried < 1.0  # not an hour later
+        runs.wait_for(3)
+        assert runs.at[2] - hurried < 1.0  # not an hour later
         time.sleep(0.1)
-        assert len(runs) == 3  # and then back on its hourly schedule
+        assert len(runs.at) == 3  # and then back on its hourly schedule
     finally:
         timers.stop()
         timers.join(5)
@@ -73,34 +86,22 @@ def test_a_timer_that_keeps_failing_stops_the_thread_counting_as_well() -> None:
     moves again once the timer succeeds."""
     failing = threading.Event()
     failing.set()
-    tries: list[float] = []
-    tried = threading.Condition()
+    tries = Calls()
 
     def renew() -> None:
-        with tried:
-            tries.append(time.monotonic())
-            tried.notify_all()
+        tries.record()
         if failing.is_set():
             raise psycopg.OperationalError("connection refused")  # transient: retried
 
-    def wait_for_tries(count: int) -> None:
-        with tried:
-            assert tried.wait_for(lambda: len(tries) >= count, timeout=10), tries
-
-    timers = Timers(
-        "default",
-        # Every 5 s, so a failed run is retried a second later (not at each step).
-        [Timer("heartbeat", 5.0, renew)],
-        Supervision(fatal=lambda reason: None, epoch=ConnectionEpoch()),
-        name="test-timers",
-    )
+    # Every 5 s, so a failed run is retried a second later (not at each step).
+    timers = timers_of(Timer("heartbeat", 5.0, renew))
     started = timers.last_ok
     timers.start()
     try:
-        wait_for_tries(2)  # retried a second later; the steps in between return
+        tries.wait_for(2)  # retried a second later; the steps in between return
         assert timers.last_ok == started
         failing.clear()
-        wait_for_tries(len(tries) + 1)
+        tries.wait_for(len(tries.at) + 1)
         deadline = time.monotonic() + 5
         while timers.last_ok == started and time.monotonic() < deadline:
             time.sleep(0.01)

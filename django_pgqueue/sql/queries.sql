@@ -692,6 +692,9 @@ running AS (
     WHERE status = 'running' AND EXISTS (SELECT 1 FROM due)
     GROUP BY queue
 ),
+-- With nothing due, few_finished reads no row and says "few": every use of it
+-- below also asks for due, or a caller that is not refreshing would count every
+-- finished job and return it beside the stored numbers.
 few_finished AS MATERIALIZED (
     SELECT count(*) < %(exact_limit)s::int AS few FROM (
         SELECT 1 FROM pgqueue_job
@@ -710,11 +713,13 @@ finished_exact AS (
     SELECT queue, status, count(*) AS jobs
     FROM pgqueue_job
     WHERE status IN ('done', 'dead', 'cancelled') AND (SELECT few FROM few_finished)
+      AND EXISTS (SELECT 1 FROM due)
     GROUP BY queue, status
     UNION ALL
     SELECT queue, status, count(*) AS jobs
     FROM pgqueue_job
     WHERE status = 'dead' AND NOT (SELECT few FROM few_finished) AND (SELECT few FROM few_dead)
+      AND EXISTS (SELECT 1 FROM due)
     GROUP BY queue, status
 ),
 table_rows AS (
@@ -732,6 +737,7 @@ frequencies AS (
         AS m (value, freq)
     WHERE s.schemaname = current_schema() AND s.tablename = 'pgqueue_job'
       AND s.attname IN ('queue', 'status') AND NOT (SELECT few FROM few_finished)
+      AND EXISTS (SELECT 1 FROM due)
 ),
 finished_estimated AS (
     SELECT q.value AS queue, st.value AS status,

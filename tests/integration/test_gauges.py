@@ -32,6 +32,8 @@ def fresh_statistics(transactional_db: None) -> Iterator[None]:
 
 
 def by_key(rows: list[gauges.QueueGaugeRow]) -> dict[tuple[str, str], int]:
+    keys = [(r.queue, r.status) for r in rows]
+    assert len(keys) == len(set(keys)), rows  # one row a series: they are not added up
     return {(r.queue, r.status): r.jobs for r in rows}
 
 
@@ -129,18 +131,25 @@ def test_the_statement_reads_the_backlog_and_no_more_than_the_limit_of_finished_
 
 def test_refresh_recomputes_once_per_interval_and_one_caller_at_a_time(db_url: str) -> None:
     add.using(queue="mail").enqueue(1, 1)
+    insert_finished(2, "done", queue="mail")
     first = QueueGauge.objects.refresh(max_age=60)
-    assert by_key(first) == {("mail", "queued"): 1}
-    assert first[0].age == 0
+    assert by_key(first) == {("mail", "queued"): 1, ("mail", "done"): 2}
+    assert [r.age for r in first] == [0, 0]
     add.using(queue="mail").enqueue(1, 2)
-    # Fresh enough: the stored numbers, not a new count.
+    insert_finished(3, "done", queue="mail")
+    # Fresh enough: the stored numbers, and nothing counted (the finished jobs
+    # neither counted again nor added to the stored rows).
     second = QueueGauge.objects.refresh(max_age=60)
-    assert by_key(second) == {("mail", "queued"): 1}
-    assert second[0].age > 0
+    assert by_key(second) == {("mail", "queued"): 1, ("mail", "done"): 2}
+    assert all(r.age > 0 for r in second), second
+    Job.objects.filter(status="done").delete()
     # Another session holds the refresh lock: the stored numbers, even when stale.
     with psycopg.connect(db_url, autocommit=False) as other:
         other.execute("SELECT pg_advisory_xact_lock(%s)", [gauges.REFRESH_LOCK])
-        assert by_key(QueueGauge.objects.refresh(max_age=0)) == {("mail", "queued"): 1}
+        assert by_key(QueueGauge.objects.refresh(max_age=0)) == {
+            ("mail", "queued"): 1,
+            ("mail", "done"): 2,
+        }
     third = QueueGauge.objects.refresh(max_age=0)
     assert by_key(third) == {("mail", "queued"): 2}
     # A queue that emptied leaves the table; a status that appeared joins it.

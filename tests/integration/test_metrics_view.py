@@ -40,6 +40,18 @@ def test_the_view_serves_every_queue_and_status_with_the_oldest_ready_age() -> N
     assert QueueGauge.objects.count() == 2  # the snapshot others read
 
 
+def test_a_second_scrape_serves_the_same_numbers() -> None:
+    add.using(queue="mail").enqueue(1, 1)
+    Job.objects.filter(pk=add.using(queue="mail").enqueue(1, 2).pk).update(status="done")
+    scrapes = [
+        gauges(Client().get(reverse("django_pgqueue:metrics")).content.decode())
+        for _ in range(2)
+    ]
+    for found in scrapes:  # the second reads the snapshot, and adds nothing to it
+        assert found[("pgqueue_queue_jobs", (("queue", "mail"), ("status", "done")))] == 1
+        assert found[("pgqueue_queue_jobs", (("queue", "mail"), ("status", "queued")))] == 1
+
+
 def test_the_view_says_which_queues_are_paused() -> None:
     add.using(queue="mail").enqueue(1, 1)
     add.using(queue="pdf").enqueue(1, 2)

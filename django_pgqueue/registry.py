@@ -230,8 +230,9 @@ def declaration_problem(exc: BaseException) -> str | None:
     """One line for a Tasks-framework task that its backend refused as it was declared
     (``InvalidTask``: a queue the backend does not list, say), found while importing
     the tasks modules; None for any other error."""
-    # By name: Django's InvalidTask or the backport's, without importing either.
-    if type(exc).__name__ != "InvalidTask":
+    # By name, without importing either: Django's InvalidTask, or the backport's
+    # InvalidTaskError (django-tasks 0.12, on Django 5.2).
+    if type(exc).__name__ not in {"InvalidTask", "InvalidTaskError"}:
         return None
     return f"a task in the tasks modules cannot be declared: {exc}"
 

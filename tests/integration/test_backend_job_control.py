@@ -18,6 +18,7 @@ pytest.importorskip(
 from django_pgqueue import Cancel, task
 from django_pgqueue.backend import options
 from django_pgqueue.backend.compat import (
+    TASKS_LOGGER,
     InvalidTask,
     TaskResult,
     TaskResultStatus,
@@ -120,11 +121,11 @@ def test_snooze_reports_ready_and_the_job_runs_again_on_its_first_attempt(
 
 def test_django_logs_a_snooze_without_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
     djtasks.snoozes_once.enqueue(f"snooze-{time.time_ns()}")
-    with caplog.at_level("DEBUG", logger="django.tasks"):
+    with caplog.at_level("DEBUG", logger=TASKS_LOGGER):  # the backport's logger on 5.2
         first = run_next()
     assert isinstance(first, Failure)
     assert first.snooze
-    (line,) = [r for r in caplog.records if r.name == "django.tasks" and "READY" in r.getMessage()]
+    (line,) = [r for r in caplog.records if r.name == TASKS_LOGGER and "READY" in r.getMessage()]
     assert (line.levelname, line.exc_info) == ("INFO", None)
 
 

@@ -6,11 +6,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv browser pgbouncer test test-fast lint demo lab admin bench docs check-wheel clean
+.PHONY: help venv browser pgbouncer test test-fast test-django lint demo lab admin bench docs check-wheel clean
 
 help:
 	@echo "make demo   run the example project's queue end to end"
 	@echo "make test   run the whole test suite (ruff, mypy, pytest)"
+	@echo "make test-django DJANGO=5.2   the fast tests on another Django (5.2 or 6.0)"
 	@echo "make lint   ruff and mypy only"
 	@echo "make admin  serve the example project's admin (admin/admin)"
 	@echo "make lab    the design article's lab through the Python API"
@@ -69,6 +70,22 @@ test: $(STAMP) lint browser pgbouncer
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# Another Django of the support matrix, on the fast tests (tox runs every test on
+# every pair): make test-django DJANGO=5.2 (with the django-tasks backport) or 6.0.
+# Its own venv, .venv-django5.2 and so on, from the same Python as .venv.
+DJANGO ?= 5.2
+DJANGO_VENV := $(VENV)-django$(DJANGO)
+test-django: $(PY)
+	@if [ ! -f $(DJANGO_VENV)/.installed ]; then \
+	  echo "creating $(DJANGO_VENV) with Django $(DJANGO)"; \
+	  "$$($(PY) -c 'import sys; print(sys._base_executable)')" -m venv $(DJANGO_VENV) && \
+	  $(DJANGO_VENV)/bin/python -m pip install -q --upgrade pip && \
+	  $(DJANGO_VENV)/bin/python -m pip install -q -e "$(if $(filter 5.2,$(DJANGO)),.[backport],.)" \
+	    --group test "Django~=$(DJANGO).0" && touch $(DJANGO_VENV)/.installed; \
+	fi
+	$(DJANGO_VENV)/bin/python -c 'import django; print("Django", django.get_version())'
+	$(DJANGO_VENV)/bin/python -W error::DeprecationWarning -m pytest -m "not slow" $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(PY) -m devtools.demo

@@ -3,8 +3,9 @@ it may run (as Celery's ``[tasks]`` does), and a warning for a queue nobody uses
 
 A worker serving ``--queues emials`` while jobs wait in ``emails`` would otherwise
 idle without a word. A served queue is *known* when a ``TASKS`` backend of ours
-lists it, a registered task uses it, it is the default queue, or a job waits in
-it; for any other the worker warns, with the known names that look alike.
+lists it, a registered task uses it, it is the default queue, or a row of the job
+table names it; for any other the worker warns, with the known names that look
+alike.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.db import DatabaseError, connections, transaction
 
 from django_pgqueue import conf, registry, wording
 from django_pgqueue.dberrors import first_line
@@ -63,14 +65,36 @@ def configured_queues() -> set[str]:
     return names
 
 
+#: How long (ms) start-up looks for a finished job of a queue nothing else names.
+#: Finished rows have no index by queue: on a big table a name no row holds would
+#: read all of them, so the look stops there and counts as "no job", a typo's answer.
+LOOK_FOR_ROWS_MS = 200
+
+
 def _waiting(queues: Iterable[str], alias: str) -> set[str]:
-    """Which of ``queues`` have a queued job (one index probe each)."""
-    return {q for q in queues if Job.objects.using(alias).queued().filter(queue=q).exists()}
+    """Which of ``queues`` a job names: a queued one (one index probe each), else
+    any row, looked for for at most LOOK_FOR_ROWS_MS."""
+    found = set()
+    for queue in queues:
+        rows = Job.objects.using(alias).filter(queue=queue)
+        if rows.queued().exists():
+            found.add(queue)
+            continue
+        try:
+            with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+                cursor.execute(
+                    "SELECT set_config('statement_timeout', %s, true)", [str(LOOK_FOR_ROWS_MS)]
+                )
+                if rows.exists():
+                    found.add(queue)
+        except DatabaseError as exc:  # the look timed out
+            logger.debug("stopped looking for jobs of queue %r: %s", queue, first_line(exc))
+    return found
 
 
 def unknown_queues(queues: Iterable[str], alias: str) -> dict[str, str]:
     """Of ``queues``, those nothing names (no TASKS["QUEUES"], no registered task, no
-    queued job), each with what to say of it: " (did you mean 'emails'?)" or ""."""
+    job), each with what to say of it: " (did you mean 'emails'?)" or ""."""
     known = configured_queues()
     known.update(
         q for r in registry.runnables().values() if (q := task_queue(r.target)) is not None
@@ -92,7 +116,7 @@ def unknown_queues(queues: Iterable[str], alias: str) -> dict[str, str]:
 
 #: What is said of a queue nothing names (see unknown_queues).
 UNKNOWN_QUEUE = (
-    "queue %r is in no TASKS['QUEUES'], is used by no registered task and has no queued job"
+    "queue %r is in no TASKS['QUEUES'], is used by no registered task and no job names it"
 )
 
 

@@ -96,8 +96,8 @@ def test_the_banner_lists_queues_and_tasks_and_a_queue_nobody_uses_is_named(db_u
     assert "\n  . tests.testapp.tasks.add  (queue default)\n" in output
     assert "\n  . example_project.shop.tasks.send_confirmation  (queue emails)\n" in output
     assert (
-        "queue 'emials' is in no TASKS['QUEUES'], is used by no registered task and has no "
-        "queued job: this worker may wait for ever (did you mean 'emails'?)"
+        "queue 'emials' is in no TASKS['QUEUES'], is used by no registered task and no job "
+        "names it: this worker may wait for ever (did you mean 'emails'?)"
     ) in output
     assert Job.objects.get(pk=waiting.pk).status == "queued"
     # A queue only rows name is known too: no warning, and its job runs.
@@ -106,6 +106,9 @@ def test_the_banner_lists_queues_and_tasks_and_a_queue_nobody_uses_is_named(db_u
     assert "  . brand-new\n" in output
     assert "may wait for ever" not in output
     assert Job.objects.get(pk=fresh.pk).status == "done"
+    # A queue whose jobs have all finished is known too.
+    output = manage(db_url, "runworker", "--burst", "--no-listen", "--queues", "brand-new")
+    assert "may wait for ever" not in output
 
 
 def test_help_shows_every_default_and_what_each_verbosity_prints(db_url: str) -> None:

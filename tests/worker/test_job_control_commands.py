@@ -40,7 +40,7 @@ def test_pausing_a_queue_nothing_names_warns_with_the_likely_one() -> None:
     assert out.getvalue() == "paused queue 'emials'\npaused queue 'emails'\n"
     assert err.getvalue() == (
         "warning: queue 'emials' is in no TASKS['QUEUES'], is used by no registered task "
-        "and has no queued job (did you mean 'emails'?)\n"
+        "and no job names it (did you mean 'emails'?)\n"
     )
     assert Job.objects.paused_queues() == ["emails", "emials"]
     add.using(queue="later").enqueue(1, 1)  # a queue with a queued job is known

@@ -19,7 +19,7 @@ import logging
 import traceback
 from typing import Any
 
-from django_pgqueue import registry
+from django_pgqueue import registry, wording
 from django_pgqueue.control import CANCELLED, Cancel, RunningJob, Snooze, running
 from django_pgqueue.exceptions import JobTimeout, TooManySnoozes, UnknownTask
 from django_pgqueue.jsonargs import Encoded, dumps_result
@@ -124,7 +124,8 @@ def snoozed(job: ClaimedJob, snooze: Snooze) -> Failure:
     return refused(
         job,
         TooManySnoozes(
-            f"the job snoozed {job.snoozes} times, the most PGQUEUE['MAX_SNOOZES'] allows; "
+            f"the job snoozed {wording.count(job.snoozes, 'time')}, the most "
+            "PGQUEUE['MAX_SNOOZES'] allows; "
             f"it asked to snooze again ({snooze}) and is buried instead"
         ),
     )

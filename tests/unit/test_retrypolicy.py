@@ -6,8 +6,11 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
+from django_pgqueue.control import Snooze
 from django_pgqueue.exceptions import InvalidJob, JobTimeout
+from django_pgqueue.records import ClaimedJob
 from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, policy_of
+from django_pgqueue.worker.executor import snoozed
 
 NO_JITTER = {"BACKOFF_BASE": 2.0, "BACKOFF_MAX": 100.0, "BACKOFF_JITTER": 0}
 
@@ -72,3 +75,17 @@ def test_a_policy_travels_as_class_paths_and_matches_subclasses() -> None:
     assert not copy.retries(KeyError())
     assert RetryPolicy().to_json() is None
     assert RetryPolicy.from_json('{"retry_on": 3}') is DEFAULT  # written by hand: ignored
+
+
+def test_the_snooze_bound_says_how_many_snoozes_in_words() -> None:
+    claimed = ClaimedJob(
+        id=1, run=1, task="t.t", args=[], kwargs={}, queue="default", priority=0, attempt=1,
+        max_attempts=3, concurrency_key=None, unique_key=None, snoozes=1,
+    )  # fmt: skip
+    with override_settings(PGQUEUE={"MAX_SNOOZES": 1}):
+        outcome = snoozed(claimed, Snooze(5))
+    assert outcome.final
+    assert outcome.message == (
+        "the job snoozed 1 time, the most PGQUEUE['MAX_SNOOZES'] allows; it asked to snooze "
+        "again (snoozed for 5s) and is buried instead"
+    )

@@ -198,11 +198,13 @@ def heartbeat(worker: str, runs: Sequence[tuple[int, int]], lease: float, alias:
 
 def release(
     worker: str, runs: Sequence[tuple[int, int]], reason: str | None, alias: str
-) -> set[int]:
+) -> dict[int, str]:
     """Put running jobs (id, run) back in the queue without spending the attempt;
-    ``reason`` None (runs that never started) adds nothing to their error history."""
+    ``reason`` None (runs that never started) adds nothing to their error history.
+    The jobs this worker still held, each with its status now: ``queued``, or
+    ``cancelled`` for one an operator had asked to stop."""
     if not runs:
-        return set()
+        return {}
     runs = sorted(runs)
     rows = runner.fetch(
         "release",
@@ -215,7 +217,7 @@ def release(
         },
         alias,
     )
-    return {row["id"] for row in rows}
+    return {row["id"]: row["status"] for row in rows}
 
 
 __all__ = [

@@ -135,8 +135,9 @@ class QueueOperations:
     ) -> set[int]:
         """Put running jobs (id, run) back to queued without spending the attempt.
         The reason goes into each job's error history; None, for runs that never
-        started (prefetched ones), adds nothing there."""
-        return claims.release(worker, runs, reason, self._alias(using))
+        started (prefetched ones), adds nothing there. Returns the ids of the jobs
+        released: given back, or, for one an operator had asked to stop, cancelled."""
+        return set(claims.release(worker, runs, reason, self._alias(using)))
 
     # -- maintenance and operators -----------------------------------------------------
 

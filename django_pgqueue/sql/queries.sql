@@ -355,7 +355,7 @@ SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancell
                        THEN j.error_count ELSE least(j.error_count + 1, 1000000000) END
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), relax
 -- include: _still_held
-RETURNING j.id;
+RETURNING j.id, j.status;
 
 -- name: _still_held
 -- The fence of complete, fail, heartbeat and release: row j is still running

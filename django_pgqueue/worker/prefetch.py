@@ -26,10 +26,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from django_pgqueue import wording
 from django_pgqueue.dberrors import first_line
-from django_pgqueue.models import Job
+from django_pgqueue.queue import claims
+from django_pgqueue.records import JobStatus
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
 from django_pgqueue.worker.ledger import Ledger
@@ -129,9 +131,7 @@ class GiveBack:
         self.prefetch.stalled(now - since)
         keys = [job.key for job in waiting]
         try:
-            released = Job.objects.release(
-                self.config.worker_id, keys, reason=None, using=self.config.database
-            )
+            statuses = claims.release(self.config.worker_id, keys, None, self.config.database)
         except Exception as exc:
             reset_connection(self.config.database)
             logger.warning(
@@ -141,12 +141,38 @@ class GiveBack:
                 first_line(exc),
             )
             return sleep
+        released = emit_released(self.events, keys, statuses)
         logger.info(
-            "gave back %d prefetched job(s) that waited %.1fs for a thread behind long "
-            "ones, for any worker to run: %s",
-            len(released),
+            "gave back %s that waited %.1fs for a thread behind long ones, for any "
+            "worker to run: %s",
+            wording.count(len(released), "prefetched job"),
             now - since,
-            sorted(released),
+            released,
         )
-        self.events.emit("released", keys=[k for k in keys if k[0] in released])
         return sleep
+
+
+def emit_released(
+    events: Events, keys: Sequence[tuple[int, int]], statuses: dict[int, str]
+) -> list[int]:
+    """Tell what giving ``keys`` back came to (``statuses``, from ``claims.release``):
+    ``released`` for the jobs back in the queue, ``recorded`` for those that ended
+    cancelled because an operator had asked them to stop; the ids given back."""
+    back = [k for k in keys if statuses.get(k[0]) == JobStatus.QUEUED]
+    stopped = [k for k in keys if statuses.get(k[0]) == JobStatus.CANCELLED]
+    if stopped:
+        logger.info(
+            "%s asked to stop ended cancelled instead of going back: %s",
+            wording.count(len(stopped), "job"),
+            sorted(k[0] for k in stopped),
+        )
+        events.emit(
+            "recorded",
+            settled=stopped,
+            succeeded=0,
+            buried=0,
+            retried=0,
+            statuses=dict.fromkeys(stopped, JobStatus.CANCELLED.value),
+        )
+    events.emit("released", keys=back)
+    return sorted(k[0] for k in back)

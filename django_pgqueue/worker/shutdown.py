@@ -22,6 +22,7 @@ from typing import Protocol
 from django_pgqueue import wording
 from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.models import Job
+from django_pgqueue.queue import claims
 from django_pgqueue.records import ClaimedJob
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
@@ -30,6 +31,7 @@ from django_pgqueue.worker.executor import timed_out
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.pool import JobPool
+from django_pgqueue.worker.prefetch import emit_released
 from django_pgqueue.worker.services import ServiceThread, Timers, reset_connection
 from django_pgqueue.worker.waker import Waker
 
@@ -176,9 +178,7 @@ class Shutdown:
         delay = 0.1
         while True:
             try:
-                released = Job.objects.release(
-                    self.worker_id, keys, reason=reason, using=self.alias
-                )
+                statuses = claims.release(self.worker_id, keys, reason, self.alias)
             except Exception as exc:
                 reset_connection(self.alias)
                 if not is_transient(exc) or time.monotonic() + delay >= until:
@@ -192,10 +192,11 @@ class Shutdown:
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)
                 continue
-            logger.warning(
-                "shutdown: put %s back in the queue: %s", jobs(len(released)), sorted(released)
-            )
-            self.worker.events.emit("released", keys=[k for k in keys if k[0] in released])
+            released = emit_released(self.worker.events, keys, statuses)
+            if released:
+                logger.warning(
+                    "shutdown: put %s back in the queue: %s", jobs(len(released)), released
+                )
             return
 
     def _fail_overdue(self, overdue: list[ClaimedJob]) -> None:

@@ -79,6 +79,24 @@ def test_sigterm_puts_jobs_past_the_shutdown_timeout_back_in_the_queue(start_wor
         assert job.errors[-1]["exception"] == "WorkerShutdown"
 
 
+def test_sigterm_ends_a_job_asked_to_stop_cancelled_and_says_so(start_worker: Start) -> None:
+    Job.objects.enqueue_many(JobSpec.build(tracked, [f"stop-{i}"], {"sleep": 30}) for i in range(2))
+    worker = start_worker("--concurrency", "2", "--shutdown-timeout", "0.5")
+    wait_for(lambda: len(run_counts("stop-")) == 2, 20, "two running jobs")
+    stopped, kept = Job.objects.order_by("pk")
+    Job.objects.cancel([stopped.pk], reason="not needed")  # the task never looks
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    assert dict(Job.objects.values_list("pk", "status")) == {
+        stopped.pk: "cancelled",
+        kept.pk: "queued",
+    }
+    assert f"put 1 job back in the queue: [{kept.pk}]" in worker.output
+    assert f"1 job asked to stop ended cancelled instead of going back: [{stopped.pk}]" in (
+        worker.output
+    )
+
+
 def test_second_signal_gives_the_running_job_back_and_exits_at_once(start_worker: Start) -> None:
     tracked.enqueue("twice", sleep=30)
     worker = start_worker("--shutdown-timeout", "60")

@@ -44,8 +44,7 @@ def test_a_second_scrape_serves_the_same_numbers() -> None:
     add.using(queue="mail").enqueue(1, 1)
     Job.objects.filter(pk=add.using(queue="mail").enqueue(1, 2).pk).update(status="done")
     scrapes = [
-        gauges(Client().get(reverse("django_pgqueue:metrics")).content.decode())
-        for _ in range(2)
+        gauges(Client().get(reverse("django_pgqueue:metrics")).content.decode()) for _ in range(2)
     ]
     for found in scrapes:  # the second reads the snapshot, and adds nothing to it
         assert found[("pgqueue_queue_jobs", (("queue", "mail"), ("status", "done")))] == 1

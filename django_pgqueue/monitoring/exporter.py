@@ -63,7 +63,10 @@ def health(worker: Observed) -> tuple[bool, dict[str, Any]]:
     beat_age = now - worker.heartbeat.last_ok
     beat_limit = gone_after(worker.config)
     loop_ok = worker.stopping or loop_age <= loop_limit
-    beat_ok = worker.heartbeat.is_alive() and beat_age <= beat_limit
+    # The server starts before the worker's threads: a heartbeat thread not started
+    # yet is not stuck (its age still counts), one that has ended is.
+    started = worker.heartbeat.ident is not None
+    beat_ok = (worker.heartbeat.is_alive() or not started) and beat_age <= beat_limit
     detail = {
         "status": "ok" if loop_ok and beat_ok else "stuck",
         "stopping": worker.stopping,

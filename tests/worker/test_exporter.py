@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from django_pgqueue.models import Job
-from django_pgqueue.monitoring.exporter import Exporter, claim_loop_limit
+from django_pgqueue.monitoring.exporter import Exporter, claim_loop_limit, health
 from tests.conftest import run_counts
 from tests.testapp.tasks import add, mark
 from tests.worker.conftest import wait_for
@@ -148,6 +148,19 @@ def test_given_back_and_lost_runs_are_counted_once() -> None:
     # Both runs go on in their threads and record themselves when they wake: let
     # them do so in this test, not in whichever test runs next.
     wait_for(lambda: run_counts() == {"held": 1, "given back": 1}, 15, "the two runs to end")
+
+
+def test_healthz_is_ok_before_the_worker_threads_start() -> None:
+    """The metrics server answers from before the worker's threads are started."""
+    waiting = WorkerThread()  # built, not started
+    ok, detail = health(waiting.worker)
+    assert ok, detail
+    assert detail["heartbeat"] == {
+        "ok": True,
+        "alive": False,
+        "age": detail["heartbeat"]["age"],
+        "limit": detail["heartbeat"]["limit"],
+    }
 
 
 def test_a_heartbeat_stuck_behind_a_lock_makes_healthz_fail_until_it_moves(db_url: str) -> None:

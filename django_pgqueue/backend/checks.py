@@ -22,8 +22,22 @@ OPTION_RULES: dict[str, tuple[validation.Rule[Any], str]] = {
 }
 
 
+def shape_problem(alias: str, options: object, queues: object) -> str | None:
+    """What is wrong with the shape of ``TASKS[alias]``: ``OPTIONS`` that is not a
+    dict, or ``QUEUES`` (as written) one string, whose letters Django would take
+    for the queues; None if nothing."""
+    if isinstance(queues, str):
+        return (
+            f"TASKS[{alias!r}]['QUEUES'] is the string {queues!r}: give a list of queue "
+            f"names, such as [{queues!r}]"
+        )
+    if not isinstance(options, Mapping):
+        return f"TASKS[{alias!r}]['OPTIONS'] must be a dict, not {options!r}"
+    return None
+
+
 def check_backend(
-    alias: str, options: Mapping[str, Any], queues: Collection[Any]
+    alias: str, options: Mapping[str, Any], queues: Collection[Any], queues_setting: object
 ) -> list[checks.CheckMessage]:
     """Everything that would make backend ``alias`` fail at its first enqueue."""
     name = f"TASKS[{alias!r}]"
@@ -37,6 +51,10 @@ def check_backend(
             )
         )
     errors += _check_database(name)
+    problem = shape_problem(alias, options, queues_setting)
+    if problem is not None:
+        errors.append(checks.Error(f"{problem}.", id="django_pgqueue.E108"))
+        return errors
     unknown = sorted(set(options) - set(OPTION_RULES))
     if unknown:
         errors.append(

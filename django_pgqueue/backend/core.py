@@ -10,7 +10,7 @@ from django.apps import apps
 from django.db import transaction
 
 from django_pgqueue import conf, validation
-from django_pgqueue.backend.checks import OPTION_RULES, check_backend
+from django_pgqueue.backend.checks import OPTION_RULES, check_backend, shape_problem
 from django_pgqueue.backend.compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -45,9 +45,14 @@ class PgQueueBackend(BaseTaskBackend):
     #: The OPTIONS keys this backend reads; check() reports any other (E103).
     known_options = frozenset(OPTION_RULES)
 
-    # No __init__ of our own: Django builds a backend at import time of every module
-    # that declares a task (and once per thread), possibly before the app registry is
-    # ready, so OPTIONS are read when used and check() reports what is wrong with them.
+    # Django builds a backend at import time of every module that declares a task
+    # (and once per thread), possibly before the app registry is ready, so OPTIONS
+    # are read when used and check() reports what is wrong with them.
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        #: QUEUES as written: Django's set() turns one string into its letters.
+        self.queues_setting = params.get("QUEUES")
 
     @property
     def database(self) -> str:
@@ -65,6 +70,8 @@ class PgQueueBackend(BaseTaskBackend):
         """
         if apps.ready and "django_pgqueue" not in apps.app_configs:
             raise InvalidTask(f"{NOT_INSTALLED} (TASKS[{self.alias!r}] uses PgQueueBackend)")
+        if (problem := shape_problem(self.alias, self.options, self.queues_setting)) is not None:
+            raise InvalidTask(problem)
         if isinstance(task.priority, bool) or not isinstance(task.priority, int | float):
             raise InvalidTask(  # Django's own check would compare it, and raise TypeError
                 f"priority must be a whole number between -100 and 100, not {task.priority!r}"
@@ -131,8 +138,11 @@ class PgQueueBackend(BaseTaskBackend):
         return job_result(load_job(result_id, self.database), self.alias)
 
     def check(self, **kwargs: Any) -> list[Any]:
-        """Django's checks, then ours (E101-E107, see ``django_pgqueue.backend.checks``)."""
-        return [*super().check(**kwargs), *check_backend(self.alias, self.options, self.queues)]
+        """Django's checks, then ours (E101-E108, see ``django_pgqueue.backend.checks``)."""
+        return [
+            *super().check(**kwargs),
+            *check_backend(self.alias, self.options, self.queues, self.queues_setting),
+        ]
 
 
 def enqueue_many[**P, R](

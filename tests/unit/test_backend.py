@@ -288,6 +288,29 @@ def test_check_and_enqueue_agree_on_an_option_the_queue_refuses() -> None:
         backend.enqueue(djtasks.noop_task, [], {})
 
 
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"OPTIONS": None}, "TASKS['pgq']['OPTIONS'] must be a dict, not None"),
+        ({"OPTIONS": []}, "TASKS['pgq']['OPTIONS'] must be a dict, not []"),
+        (
+            {"QUEUES": "default"},
+            "TASKS['pgq']['QUEUES'] is the string 'default': give a list of queue names, "
+            "such as ['default']",
+        ),
+    ],
+)
+def test_check_and_enqueue_name_options_or_queues_of_the_wrong_shape(
+    params: dict[str, Any], message: str
+) -> None:
+    backend = backend_with(**params)
+    (error,) = backend.check()
+    assert (error.id, error.msg) == ("django_pgqueue.E108", f"{message}.")
+    with pytest.raises(InvalidTask) as refused:
+        backend.enqueue(djtasks.noop_task, [], {})
+    assert str(refused.value) == message
+
+
 def test_check_reports_queue_names_the_queue_cannot_store() -> None:
     assert error_ids(backend_with(QUEUES=["default", "a b", "x" * 65])) == ["django_pgqueue.E105"]
 

@@ -252,5 +252,7 @@ def _ids(jobs: Jobs) -> list[int]:
             job = int(job)  # a Tasks-framework result's id is the job's id as text
         if isinstance(job, bool) or not isinstance(job, int):
             raise InvalidJob(f"expected job ids, Job instances or a queryset of jobs, got {job!r}")
+        if not -(2**63) <= job < 2**63:  # the column is a bigint: no such job
+            raise InvalidJob(f"no job has the id {job}: job ids are below 2**63")
         ids.append(job)
     return ids

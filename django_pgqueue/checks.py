@@ -7,17 +7,30 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+import psycopg
 from django.apps import apps
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
+from psycopg.conninfo import conninfo_to_dict
 
 from django_pgqueue import conf, registry
-from django_pgqueue.dberrors import is_transient
-from django_pgqueue.pooler import alias_through_pooler
+from django_pgqueue.dberrors import first_line, is_transient
+from django_pgqueue.pooler import alias_through_pooler, is_dsn
 
 
 def _database_problem(key: str, alias: str, check_id: str) -> checks.CheckMessage | None:
+    if key == "LISTEN_DATABASE" and is_dsn(alias):
+        try:
+            conninfo_to_dict(alias)
+        except psycopg.ProgrammingError as exc:
+            return checks.Error(
+                f"PGQUEUE[{key!r}] is not a valid DSN: {first_line(exc)}",
+                hint="Give a DATABASES alias, or a DSN such as "
+                "'postgres://user@db.internal:5432/app' or 'host=db.internal dbname=app'.",
+                id=check_id,
+            )
+        return None
     if alias not in connections:
         return checks.Error(f"PGQUEUE[{key!r}] = {alias!r} is not in DATABASES", id=check_id)
     vendor = connections[alias].vendor

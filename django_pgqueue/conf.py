@@ -193,7 +193,7 @@ def _check(key: str, value: Any) -> None:
     elif (
         key == "LISTEN_DATABASE" and value is not None and (not isinstance(value, str) or not value)
     ):
-        raise _fail(key, value, "None or a database alias (a non-empty string)")
+        raise _fail(key, value, "None, a database alias or a DSN (a non-empty string)")
     elif key == "METRICS_PORT" and value is not None and not valid_port(value):
         raise _fail(key, value, "None or a port number, 0 to 65535 (0 picks a free port)")
     elif key == "DATABASE" and value is not None and (not isinstance(value, str) or not value):

@@ -11,7 +11,8 @@ What it cannot tell: a pooler's mode. A session-mode pool looks pooled too,
 though LISTEN and advisory locks work there; a plain TCP proxy (HAProxy) looks
 direct, and is. So the worker treats "pooled" as "no session can be counted on"
 for its own ``DATABASE`` only, and takes ``PGQUEUE["LISTEN_DATABASE"]`` at its
-word when it is set (docs/operations.md).
+word when it is set (docs/operations.md). That setting is an alias of
+``DATABASES`` or a DSN, a connection string for the listener alone.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import psycopg
 from django.db import connections
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from django_pgqueue.sql import query
 
@@ -31,9 +33,29 @@ def through_pooler(conn: psycopg.Connection[Any]) -> bool:
     return bool(row[0] != conn.info.backend_pid)
 
 
+def is_dsn(database: str) -> bool:
+    """Whether ``database`` is a DSN (``postgres://...`` or ``host=... dbname=...``)
+    rather than an alias of ``DATABASES``."""
+    return "://" in database or "=" in database
+
+
+def shown(database: str) -> str:
+    """``database`` as messages may show it: a DSN without its password."""
+    if not is_dsn(database):
+        return database
+    try:
+        params = conninfo_to_dict(database)
+    except psycopg.ProgrammingError:
+        return "(a DSN that cannot be parsed)"
+    params.pop("password", None)
+    return make_conninfo("", **params)
+
+
 def session_connection(alias: str) -> psycopg.Connection[Any]:
-    """A new autocommit psycopg connection of Django database ``alias``, outside
-    Django's per-thread connections (its caller closes it)."""
+    """A new autocommit psycopg connection of Django database ``alias`` (or of a
+    DSN), outside Django's per-thread connections (its caller closes it)."""
+    if is_dsn(alias):
+        return psycopg.connect(alias, autocommit=True)
     wrapper = connections[alias]
     conn: psycopg.Connection[Any] = wrapper.get_new_connection(wrapper.get_connection_params())
     conn.autocommit = True

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from django_pgqueue import conf
+from django_pgqueue.pooler import shown
 
 
 def default_worker_id() -> str:
@@ -92,5 +93,5 @@ class WorkerConfig:
             f"shutdown_timeout={self.shutdown_timeout:g}s reap={self.reap_interval:g}s "
             f"prune_after={self.prune_after or 'off'} burst={self.burst} "
             f"max_jobs={self.max_jobs or 'unlimited'} database={self.database}"
-            + (f" listen_database={self.listen_database}" if self.listen_database else "")
+            + (f" listen_database={shown(self.listen_database)}" if self.listen_database else "")
         )

@@ -26,7 +26,7 @@ from psycopg import sql
 from django_pgqueue import conf
 from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.exceptions import WorkerIdInUse
-from django_pgqueue.pooler import alias_through_pooler, session_connection, through_pooler
+from django_pgqueue.pooler import alias_through_pooler, session_connection, shown, through_pooler
 from django_pgqueue.sql import query
 
 logger = logging.getLogger("django_pgqueue")
@@ -81,7 +81,7 @@ class WorkerSession:
                     "pooler: unless it is a session-mode pool, no NOTIFY reaches this worker "
                     "(it polls every %gs at most) and its id's lock does not hold; point it at "
                     "PostgreSQL directly",
-                    self.alias,
+                    shown(self.alias),
                     self.poll_interval,
                 )
             if pooled and not self.explicit:
@@ -98,8 +98,8 @@ class WorkerSession:
             if not (row and row[0]):
                 raise WorkerIdInUse(
                     f"worker id {self.worker_id!r} is in use: another live worker holds its lock "
-                    f"on database {self.alias!r}; give each worker its own --worker-id, or leave "
-                    "it unset (host:pid:random is unique)"
+                    f"on database {shown(self.alias)!r}; give each worker its own --worker-id, "
+                    "or leave it unset (host:pid:random is unique)"
                 )
             if self.channel is not None:
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))

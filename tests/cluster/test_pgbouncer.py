@@ -12,6 +12,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -209,6 +210,24 @@ def test_a_listen_database_through_the_pooler_is_named_in_a_warning(
         in worker.output
     )
     assert run_counts("pooled-listen") == {"pooled-listen": 1}
+
+
+def test_listen_database_may_be_a_dsn_for_the_listener_alone(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start
+) -> None:
+    bouncer = pgbouncer(pool_size=2)
+    parts = urlsplit(db_url)
+    dsn = urlunsplit(parts._replace(path=f"/{connection.settings_dict['NAME']}"))
+    env = pooled_env(bouncer, db_url, LISTEN_DATABASE=dsn)
+    # Polls 30 s apart: a job started within 10 s was woken by a NOTIFY.
+    worker = start_worker("--concurrency", "2", "--poll-interval", "30", env=env)
+    worker.wait_for_output("listening for new jobs")
+    tracked.enqueue("dsn-listen")
+    wait_for(lambda: run_counts("dsn-listen") == {"dsn-listen": 1}, 10, "a NOTIFY to wake it")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0, worker.output
+    assert "connection pooler" not in worker.output  # neither the pooled warning nor polling
+    assert "Traceback" not in worker.output
 
 
 def test_a_shutdown_stuck_on_a_paused_pooler_ends_within_its_bound_naming_the_jobs(

@@ -24,6 +24,16 @@ def test_listen_database_must_be_an_alias_of_databases() -> None:
     assert message.msg == "PGQUEUE['LISTEN_DATABASE'] = 'direct' is not in DATABASES"
 
 
+def test_listen_database_may_be_a_dsn_that_parses() -> None:
+    for dsn in ("postgres://postgres@127.0.0.1:5432/app", "host=127.0.0.1 dbname=app"):
+        with override_settings(PGQUEUE={"LISTEN_DATABASE": dsn}):
+            assert ids() == []
+    with override_settings(PGQUEUE={"LISTEN_DATABASE": "host=127.0.0.1 dbname='app"}):
+        (message,) = check_settings()
+    assert message.id == "django_pgqueue.E003"
+    assert message.msg.startswith("PGQUEUE['LISTEN_DATABASE'] is not a valid DSN: ")
+
+
 def test_database_must_be_an_alias_of_databases() -> None:
     with override_settings(PGQUEUE={"DATABASE": "queue"}):
         assert ids() == ["django_pgqueue.E002"]

@@ -36,7 +36,7 @@ def test_override_is_read_again() -> None:
         ({"LEASE_SECONDS": 5}, r"unknown key\(s\) 'LEASE_SECONDS'"),
         (
             {"LISTEN_DATABASE": ""},
-            r"PGQUEUE\['LISTEN_DATABASE'\] = '': expected None or a database",
+            r"PGQUEUE\['LISTEN_DATABASE'\] = '': expected None, a database alias or a DSN",
         ),
         ({"LISTEN_DATABASE": ["direct"]}, r"PGQUEUE\['LISTEN_DATABASE'\] = \['direct'\]"),
         (

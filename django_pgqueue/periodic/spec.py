@@ -88,7 +88,7 @@ class ScheduleSpec:
                 yield _EPOCH + dt.timedelta(microseconds=first + n * step)
         assert self.cron is not None
         local = moment.astimezone(self._zone())
-        for tick in CronSim(self.cron, local):
+        for tick in CronSim(expanded(self.cron), local):
             if tick > moment:  # cronsim starts at whole seconds
                 yield tick.astimezone(dt.UTC)
 
@@ -104,7 +104,7 @@ class ScheduleSpec:
         local = moment.astimezone(self._zone())
         # cronsim's reverse iteration starts after the whole second it is given.
         start = local + dt.timedelta(seconds=1) if local.microsecond == 0 else local
-        for tick in CronSim(self.cron, start, reverse=True):
+        for tick in CronSim(expanded(self.cron), start, reverse=True):
             if tick <= moment:
                 yield tick.astimezone(dt.UTC)
 
@@ -138,11 +138,30 @@ def _every(name: str, value: Any) -> float:
     return float(seconds)
 
 
+#: cron's nicknames, which cronsim does not read, as the expressions they stand for.
+NICKNAMES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+def expanded(cron: str) -> str:
+    """``cron`` with a nickname (``@daily``) replaced by its expression."""
+    return NICKNAMES.get(cron.strip().lower(), cron)
+
+
 def _cron(name: str, value: Any, zone: str) -> str:
     if not isinstance(value, str):
         raise invalid(name, f"'cron' = {value!r}: expected a cron expression such as '0 3 * * *'")
     try:
-        CronSim(value, dt.datetime.now(zoneinfo.ZoneInfo(zone) if zone != "UTC" else dt.UTC))
+        CronSim(
+            expanded(value), dt.datetime.now(zoneinfo.ZoneInfo(zone) if zone != "UTC" else dt.UTC)
+        )
     except (CronSimError, ValueError) as exc:
         raise invalid(name, f"'cron' = {value!r} is not a valid cron expression: {exc}") from None
     return value

@@ -62,6 +62,26 @@ def test_cron_ticks_forward_and_backward_agree() -> None:
     assert next(spec.after(at)) == dt.datetime(2026, 12, 1, 10, 30, tzinfo=UTC)
 
 
+@pytest.mark.parametrize(
+    ("nickname", "after"),
+    [
+        ("@hourly", dt.datetime(2026, 12, 1, 11, tzinfo=UTC)),
+        ("@daily", dt.datetime(2026, 12, 2, tzinfo=UTC)),
+        ("@midnight", dt.datetime(2026, 12, 2, tzinfo=UTC)),
+        ("@weekly", dt.datetime(2026, 12, 6, tzinfo=UTC)),  # a Sunday
+        ("@monthly", dt.datetime(2027, 1, 1, tzinfo=UTC)),
+        ("@yearly", dt.datetime(2027, 1, 1, tzinfo=UTC)),
+        ("@annually", dt.datetime(2027, 1, 1, tzinfo=UTC)),
+    ],
+)
+def test_cron_nicknames_tick_as_cron_reads_them(nickname: str, after: dt.datetime) -> None:
+    spec = parse("n", {"task": "a.b", "cron": nickname, "timezone": "UTC"})
+    assert spec.expression == nickname  # listed as written
+    moment = dt.datetime(2026, 12, 1, 10, 7, 30, tzinfo=UTC)
+    assert spec.next_after(moment) == after
+    assert next(spec.at_or_before(after)) == after
+
+
 def test_every_ticks_at_multiples_of_its_seconds_since_the_epoch() -> None:
     spec = parse("ping", {"task": "a.b", "every": 30})
     moment = dt.datetime(2026, 12, 1, 10, 0, 10, 500, tzinfo=UTC)

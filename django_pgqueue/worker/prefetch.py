@@ -142,13 +142,14 @@ class GiveBack:
             )
             return sleep
         released = emit_released(self.events, keys, statuses)
-        logger.info(
-            "gave back %s that waited %.1fs for a thread behind long ones, for any "
-            "worker to run: %s",
-            wording.count(len(released), "prefetched job"),
-            now - since,
-            released,
-        )
+        if released:
+            logger.info(
+                "gave back %s that waited %.1fs for a thread behind long ones, for any "
+                "worker to run: %s",
+                wording.count(len(released), "prefetched job"),
+                now - since,
+                released,
+            )
         return sleep
 
 

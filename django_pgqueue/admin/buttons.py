@@ -63,8 +63,9 @@ BUTTONS = (
 
 
 def permitted(model_admin: _ModelAdmin, request: HttpRequest, button: Button) -> bool:
+    """The button's own permission, on top of seeing jobs (as the docs' table says)."""
     check = getattr(model_admin, f"has_{button.name}_permission")
-    return bool(check(request))
+    return bool(model_admin.has_view_permission(request) and check(request))
 
 
 def offered(model_admin: _ModelAdmin, request: HttpRequest, job: Job) -> list[dict[str, Any]]:
@@ -105,15 +106,20 @@ def _view(model_admin: _ModelAdmin, button: Button) -> Callable[..., HttpRespons
             raise PermissionDenied
         job = model_admin.get_object(request, unquote(object_id))
         opts = model_admin.opts
+        site = model_admin.admin_site.name  # the admin site the page is on
         if job is None:
             model_admin.message_user(request, f"No job with id {object_id}.", messages.WARNING)
             return HttpResponseRedirect(
-                reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+                reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist", current_app=site)
             )
         # The list's action on this one job: same rules, messages and log entries.
         button.action(model_admin, request, Job.objects.filter(pk=job.pk))
         return HttpResponseRedirect(
-            reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[job.pk])
+            reverse(
+                f"admin:{opts.app_label}_{opts.model_name}_change",
+                args=[job.pk],
+                current_app=site,
+            )
         )
 
     return view

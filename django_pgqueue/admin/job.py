@@ -253,7 +253,7 @@ class JobAdmin(_ModelAdmin):
 
     @admin.display(description="lease")
     def lease_left(self, obj: Job) -> SafeString:
-        return workers.lease_note(obj)
+        return workers.lease_note(obj, self.admin_site.name)
 
     @admin.display(description="cancel request")
     def cancel_request(self, obj: Job) -> str:

@@ -29,10 +29,10 @@ else:  # ModelAdmin is generic only in django-stubs, not at runtime.
     _ModelAdmin = admin.ModelAdmin
 
 
-def jobs_url(name: str) -> str:
-    """The job list filtered to one schedule's jobs."""
+def jobs_url(name: str, site: str) -> str:
+    """The job list of admin site ``site`` filtered to one schedule's jobs."""
     query = urlencode({ScheduleFilter.parameter_name: name})
-    return f"{reverse('admin:django_pgqueue_job_changelist')}?{query}"
+    return f"{reverse('admin:django_pgqueue_job_changelist', current_app=site)}?{query}"
 
 
 class ScheduleFilter(admin.SimpleListFilter):
@@ -162,7 +162,11 @@ class ScheduleAdmin(_ModelAdmin):
             return format_html("{}", "-")
         if view.last_job_status is None:
             return format_html("#{} (pruned)", view.last_job_id)
-        url = reverse("admin:django_pgqueue_job_change", args=[view.last_job_id])
+        url = reverse(
+            "admin:django_pgqueue_job_change",
+            args=[view.last_job_id],
+            current_app=self.admin_site.name,
+        )
         return format_html('<a href="{}">#{}</a> {}', url, view.last_job_id, view.last_job_status)
 
     @admin.display(description="next tick")
@@ -173,5 +177,7 @@ class ScheduleAdmin(_ModelAdmin):
     @admin.display(description="jobs")
     def jobs(self, obj: Schedule) -> SafeString:
         return format_html(
-            '<a href="{}">{}</a>', jobs_url(obj.name), wording.count(obj.ticks, "tick")
+            '<a href="{}">{}</a>',
+            jobs_url(obj.name, self.admin_site.name),
+            wording.count(obj.ticks, "tick"),
         )

@@ -28,22 +28,25 @@ else:  # ModelAdmin is generic only in django-stubs, not at runtime.
     _ModelAdmin = admin.ModelAdmin
 
 
-def running_jobs_url(worker_id: str) -> str:
+def running_jobs_url(worker_id: str, site: str) -> str:
+    """The job list of admin site ``site`` filtered to the worker's running jobs."""
     query = urlencode(
         {"status__exact": JobStatus.RUNNING.value, WorkerFilter.parameter_name: worker_id}
     )
-    return f"{reverse('admin:django_pgqueue_job_changelist')}?{query}"
+    return f"{reverse('admin:django_pgqueue_job_changelist', current_app=site)}?{query}"
 
 
-def worker_link(worker_id: str) -> SafeString:
+def worker_link(worker_id: str, site: str) -> SafeString:
     try:
-        url = reverse("admin:django_pgqueue_registeredworker_change", args=[worker_id])
+        url = reverse(
+            "admin:django_pgqueue_registeredworker_change", args=[worker_id], current_app=site
+        )
     except NoReverseMatch:  # the workers admin is not on this site
         return format_html("{}", worker_id)
     return format_html('<a href="{}">{}</a>', url, worker_id)
 
 
-def lease_note(job: Job) -> SafeString:
+def lease_note(job: Job, site: str) -> SafeString:
     """The job page's lease line: who holds it, for how long, and whether that
     worker is alive."""
     # complete, fail, release and reap clear locked_until; locked_by stays as history.
@@ -55,7 +58,7 @@ def lease_note(job: Job) -> SafeString:
     seconds = (job.locked_until - now).total_seconds()
     holder = RegisteredWorker.objects.filter(pk=job.locked_by).first()
     # A link to the worker's row when it has one (an older worker may not).
-    name = worker_link(holder.id) if holder is not None else format_html("{}", job.locked_by)
+    name = worker_link(holder.id, site) if holder is not None else format_html("{}", job.locked_by)
     if seconds < 0:
         return format_html(
             "held by {}, expired {} ago: the reaper will put the job back",
@@ -135,4 +138,6 @@ class WorkerAdmin(_ModelAdmin):
 
     @admin.display(description="jobs running")
     def running_jobs(self, obj: RegisteredWorker) -> SafeString:
-        return format_html('<a href="{}">{}</a>', running_jobs_url(obj.id), obj.jobs_running)
+        return format_html(
+            '<a href="{}">{}</a>', running_jobs_url(obj.id, self.admin_site.name), obj.jobs_running
+        )

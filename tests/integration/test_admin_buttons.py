@@ -105,7 +105,24 @@ def test_the_buttons_need_the_actions_permissions_and_a_post(
     assert retrier.post(f"{URL}{ready.pk}/cancel/").status_code == 403
     assert Job.objects.get(pk=dead.pk).status == "dead"
     assert Job.objects.get(pk=ready.pk).status == "queued"
+    # The actions' permissions come on top of seeing jobs, as the list's do.
+    blind = staff_client("blind", "retry_job", "cancel_job")
+    assert blind.post(f"{URL}{dead.pk}/retry/").status_code == 403
+    assert blind.post(f"{URL}{ready.pk}/cancel/", {"reason": "x"}).status_code == 403
+    assert Job.objects.get(pk=dead.pk).status == "dead"
+    assert Job.objects.get(pk=ready.pk).status == "queued"
     assert not LogEntry.objects.exists()
+
+
+def test_a_button_on_a_projects_own_admin_site_returns_to_that_site(
+    admin_client: Client,
+    jobs: dict[str, Job],  # noqa: F811
+) -> None:
+    dead = jobs["dead"]
+    response = admin_client.post(f"/ops/django_pgqueue/job/{dead.pk}/retry/")
+    assert response.status_code == 302
+    assert response["Location"] == f"/ops/django_pgqueue/job/{dead.pk}/change/"
+    assert Job.objects.get(pk=dead.pk).status == "queued"
 
 
 def test_every_moment_on_the_page_has_seconds_in_one_format(

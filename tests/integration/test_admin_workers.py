@@ -78,3 +78,14 @@ def test_a_running_job_on_a_gone_worker_says_so_before_its_lease_expires(
     page = admin_client.get(f"{JOBS}{fine.pk}/change/").content.decode()
     assert f'held by <a href="{WORKERS}w-alive/change/">w-alive</a> for ' in page
     assert "that worker is gone" not in page
+
+
+def test_a_projects_own_admin_site_links_to_its_own_pages(admin_client: Client) -> None:
+    """tests/urls.py mounts a second site, "ops", at /ops/ (docs/admin.md)."""
+    register("w-alive", alive=True)
+    job = add.enqueue(1, 1)
+    Job.objects.claim("w-alive", limit=1, lease=60)
+    html = admin_client.get("/ops/django_pgqueue/registeredworker/").content.decode()
+    assert 'href="/ops/django_pgqueue/job/?status__exact=running&amp;worker=w-alive"' in html
+    page = admin_client.get(f"/ops/django_pgqueue/job/{job.pk}/change/").content.decode()
+    assert 'held by <a href="/ops/django_pgqueue/registeredworker/w-alive/change/">' in page

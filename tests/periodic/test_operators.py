@@ -192,6 +192,10 @@ def test_the_admin_lists_schedules_and_links_to_their_jobs(
     assert f'href="{JOBS}{other.pk}/change/' not in jobs
     page = admin_client.get(f"{JOBS}{job.id}/change/").content.decode()
     assert "report" in page
+    # A project's own admin site (tests/urls.py mounts "ops") links to its own pages.
+    html = admin_client.get("/ops/django_pgqueue/schedule/").content.decode()
+    assert f'href="/ops/django_pgqueue/job/{job.id}/change/">#{job.id}</a>' in html
+    assert 'href="/ops/django_pgqueue/job/?schedule=report">1 tick</a>' in html
 
 
 def test_the_admin_names_the_settings_schedules_no_worker_has_written_yet(

@@ -259,8 +259,7 @@ class JobAdmin(_ModelAdmin):
     def cancel_request(self, obj: Job) -> str:
         if obj.cancel_requested_at is None:
             return "none"
-        when = timezone.localtime(obj.cancel_requested_at).strftime("%Y-%m-%d %H:%M:%S")
-        return f"asked to stop at {when}: {obj.cancel_reason}"
+        return f"asked to stop at {display.moment(obj.cancel_requested_at)}: {obj.cancel_reason}"
 
     @admin.display(description="workers that claimed it")
     def worker_list(self, obj: Job) -> str:

@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 from django_pgqueue import conf, wording
 from django_pgqueue.models import Schedule
 from django_pgqueue.periodic.models import ScheduleQuerySet
-from django_pgqueue.periodic.overview import ScheduleView, describe
+from django_pgqueue.periodic.overview import ScheduleView, describe, local_moment
 
 if TYPE_CHECKING:
     from django.db.models import Model
@@ -90,7 +90,7 @@ class ScheduleAdmin(_ModelAdmin):
         "expression",
         "timezone",
         "state",
-        "last_tick",
+        "last_tick_display",
         "last_job",
         "next_tick",
         "jobs",
@@ -169,10 +169,14 @@ class ScheduleAdmin(_ModelAdmin):
         )
         return format_html('<a href="{}">#{}</a> {}', url, view.last_job_id, view.last_job_status)
 
+    @admin.display(description="last tick")
+    def last_tick_display(self, obj: Schedule) -> str:
+        return local_moment(self._view(obj).last_tick, obj.timezone)
+
     @admin.display(description="next tick")
     def next_tick(self, obj: Schedule) -> str:
-        moment = self._view(obj).next_tick
-        return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S") if moment else "-"
+        """In the schedule's own time zone, as ``manage.py schedules`` shows it."""
+        return local_moment(self._view(obj).next_tick, obj.timezone)
 
     @admin.display(description="jobs")
     def jobs(self, obj: Schedule) -> SafeString:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import zoneinfo
 
 from django.utils import timezone
 
@@ -19,6 +20,18 @@ DISABLED = "disabled"  # by an operator (admin or command), kept in the database
 OFF_IN_SETTINGS = "off in settings"  # "enabled": False in PGQUEUE["PERIODIC"]
 REMOVED = "removed"  # no longer in the settings of the latest worker to start
 NOT_IN_SETTINGS = "not in these settings"  # configured, but these settings lack it
+
+
+def local_moment(value: dt.datetime | None, zone: str) -> str:
+    """``value`` in a schedule's own time zone, as its cron expression reads, with the
+    zone's name: ``2026-12-05 03:00:00 CET``; ``-`` for none."""
+    if not value:
+        return "-"
+    try:
+        local = value.astimezone(zoneinfo.ZoneInfo(zone))
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):  # a row of other settings
+        local = timezone.localtime(value)
+    return local.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 @dataclasses.dataclass(frozen=True)

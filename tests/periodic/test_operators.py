@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import re
 from collections.abc import Callable
 
 import pytest
@@ -192,6 +193,11 @@ def test_the_admin_lists_schedules_and_links_to_their_jobs(
     assert f'href="{JOBS}{other.pk}/change/' not in jobs
     page = admin_client.get(f"{JOBS}{job.id}/change/").content.decode()
     assert "report" in page
+    # Ticks in the schedule's own time zone with its name, as the command shows them.
+    scheduler({"report": {**REPORT, "timezone": "Asia/Tokyo"}}).step()
+    with override_settings(TIME_ZONE="UTC"):
+        tokyo = admin_client.get(SCHEDULES).content.decode()
+    assert re.search(r"\d{4}-\d\d-\d\d 03:00:00 JST", tokyo), tokyo
     # A project's own admin site (tests/urls.py mounts "ops") links to its own pages.
     html = admin_client.get("/ops/django_pgqueue/schedule/").content.decode()
     assert f'href="/ops/django_pgqueue/job/{job.id}/change/">#{job.id}</a>' in html

@@ -3,32 +3,18 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import zoneinfo
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
-from django.utils import timezone
 
 from django_pgqueue import conf
 from django_pgqueue.exceptions import InvalidSchedule
 from django_pgqueue.management.arguments import PgQueueCommand
 from django_pgqueue.models import Schedule
-from django_pgqueue.periodic.overview import ScheduleView, overview
+from django_pgqueue.periodic.overview import ScheduleView, local_moment, overview
 
 HEADER = ("schedule", "expression", "timezone", "state", "last tick", "last job", "next tick")
-
-
-def _moment(value: dt.datetime | None, zone: str) -> str:
-    """``value`` in the schedule's own time zone, as its cron expression reads."""
-    if not value:
-        return "-"
-    try:
-        local = value.astimezone(zoneinfo.ZoneInfo(zone))
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):  # a row of other settings
-        local = timezone.localtime(value)
-    return local.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def _row(view: ScheduleView) -> tuple[str, ...]:
@@ -40,9 +26,9 @@ def _row(view: ScheduleView) -> tuple[str, ...]:
         view.expression,
         view.timezone,
         view.state if view.seen else f"{view.state} (no worker has started with it yet)",
-        _moment(view.last_tick, view.timezone),
+        local_moment(view.last_tick, view.timezone),
         job,
-        _moment(view.next_tick, view.timezone),
+        local_moment(view.next_tick, view.timezone),
     )
 
 

@@ -4,6 +4,7 @@ modules stay small."""
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,30 @@ def test_no_status_is_spelled_outside_the_states_home(name: str) -> None:
 def test_modules_stay_small(name: str) -> None:
     lines = len(modules()[name].read_text().splitlines())
     assert lines <= MAX_LINES, f"{name} has {lines} lines"
+
+
+def test_the_sdist_ships_every_local_package_the_tests_import() -> None:
+    """The sdist can run its own tests: what they import from the source tree is in it."""
+    tests = Path(__file__).resolve().parent.parent
+    root = tests.parent
+    pyproject = root / "pyproject.toml"
+    if not pyproject.exists():
+        pytest.skip("run from a tree without pyproject.toml (tox's)")
+    shipped = set(
+        tomllib.loads(pyproject.read_text())["tool"]["hatch"]["build"]["targets"]["sdist"][
+            "include"
+        ]
+    )
+    local = {p.name for p in root.iterdir() if (p / "__init__.py").exists()}
+    used = set()
+    for path in tests.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                used |= {alias.name.partition(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                used.add(node.module.partition(".")[0])
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                head = node.value.partition(".")[0]  # "benchmarks.settings", a module by name
+                if head in local and "." in node.value:
+                    used.add(head)
+    assert (used & local) - shipped == set()

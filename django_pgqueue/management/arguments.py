@@ -75,7 +75,7 @@ def duration(value: str) -> float:
     match = _DURATION.fullmatch(value.strip().lower())
     if not match or float(match[1]) <= 0:
         raise argparse.ArgumentTypeError(
-            f"expected a duration such as 30s, 15m, 12h, 7d or 2w, got {value!r}"
+            f"expected a duration above 0 such as 30s, 15m, 12h, 7d or 2w, got {value!r}"
         )
     return float(match[1]) * _UNIT_SECONDS[match[2]]
 

@@ -40,6 +40,7 @@ BAD_ARGUMENTS = [
     ("reapjobs", ["--interval", "x"], "argument --interval: expected a number of seconds"),
     ("prunejobs", [], "the following arguments are required: --older-than"),
     ("prunejobs", ["--older-than", "0"], "argument --older-than: expected a duration above 0"),
+    ("prunejobs", ["--older-than", "7 days"], "argument --older-than: expected a duration"),
     (
         "prunejobs",
         ["--older-than", "7d", "--status", "queued"],

@@ -77,7 +77,7 @@ test-fast: $(STAMP)
 DJANGO ?= 5.2
 DJANGO_VENV := $(VENV)-django$(DJANGO)
 test-django: $(PY)
-	@if [ ! -f $(DJANGO_VENV)/.installed ]; then \
+	@if [ ! -f $(DJANGO_VENV)/.installed ] || [ pyproject.toml -nt $(DJANGO_VENV)/.installed ]; then \
 	  echo "creating $(DJANGO_VENV) with Django $(DJANGO)"; \
 	  "$$($(PY) -c 'import sys; print(sys._base_executable)')" -m venv $(DJANGO_VENV) && \
 	  $(DJANGO_VENV)/bin/python -m pip install -q --upgrade pip && \

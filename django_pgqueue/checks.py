@@ -15,7 +15,7 @@ from django.db import connections
 from psycopg.conninfo import conninfo_to_dict
 
 from django_pgqueue import conf, registry
-from django_pgqueue.dberrors import first_line, is_transient
+from django_pgqueue.dberrors import is_transient
 from django_pgqueue.pooler import alias_through_pooler, is_dsn
 
 
@@ -23,9 +23,9 @@ def _database_problem(key: str, alias: str, check_id: str) -> checks.CheckMessag
     if key == "LISTEN_DATABASE" and is_dsn(alias):
         try:
             conninfo_to_dict(alias)
-        except psycopg.ProgrammingError as exc:
+        except psycopg.ProgrammingError:  # its words quote the token: a password, maybe
             return checks.Error(
-                f"PGQUEUE[{key!r}] is not a valid DSN: {first_line(exc)}",
+                f"PGQUEUE[{key!r}] looks like a DSN but cannot be parsed",
                 hint="Give a DATABASES alias, or a DSN such as "
                 "'postgres://user@db.internal:5432/app' or 'host=db.internal dbname=app'.",
                 id=check_id,
@@ -185,8 +185,8 @@ def check_pooler(
                 f"database {alias!r} reaches PostgreSQL through a connection pooler and "
                 "PGQUEUE['LISTEN_DATABASE'] is not set: workers cannot LISTEN (or lock their "
                 "worker id) there, so they poll for new jobs",
-                hint="Add a DATABASES alias that connects to PostgreSQL directly and name it "
-                "in PGQUEUE['LISTEN_DATABASE'].",
+                hint="Name a DATABASES alias, or give a DSN, that connects to PostgreSQL "
+                "directly in PGQUEUE['LISTEN_DATABASE'].",
                 id="django_pgqueue.W002",
             )
         )

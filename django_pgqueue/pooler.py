@@ -47,7 +47,8 @@ def shown(database: str) -> str:
         params = conninfo_to_dict(database)
     except psycopg.ProgrammingError:
         return "(a DSN that cannot be parsed)"
-    params.pop("password", None)
+    for secret in ("password", "sslpassword"):
+        params.pop(secret, None)
     return make_conninfo("", **params)
 
 

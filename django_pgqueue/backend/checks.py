@@ -22,15 +22,21 @@ OPTION_RULES: dict[str, tuple[validation.Rule[Any], str]] = {
 }
 
 
+#: QUEUES as written when the settings give none (Django's default, ["default"]).
+QUEUES_UNSET = object()
+
+
 def shape_problem(alias: str, options: object, queues: object) -> str | None:
     """What is wrong with the shape of ``TASKS[alias]``: ``OPTIONS`` that is not a
-    dict, or ``QUEUES`` (as written) one string, whose letters Django would take
-    for the queues; None if nothing."""
+    dict, or ``QUEUES`` (as written) that is not a list of names (one string, whose
+    letters Django would take for the queues, or None); None if nothing."""
     if isinstance(queues, str):
         return (
             f"TASKS[{alias!r}]['QUEUES'] is the string {queues!r}: give a list of queue "
             f"names, such as [{queues!r}]"
         )
+    if queues is not QUEUES_UNSET and not isinstance(queues, list | tuple | set | frozenset):
+        return f"TASKS[{alias!r}]['QUEUES'] must be a list of queue names, not {queues!r}"
     if not isinstance(options, Mapping):
         return f"TASKS[{alias!r}]['OPTIONS'] must be a dict, not {options!r}"
     return None
@@ -52,9 +58,25 @@ def check_backend(
         )
     errors += _check_database(name)
     problem = shape_problem(alias, options, queues_setting)
-    if problem is not None:
+    if problem is not None:  # the checks of OPTIONS and QUEUES cannot read them
         errors.append(checks.Error(f"{problem}.", id="django_pgqueue.E108"))
-        return errors
+    else:
+        errors += _check_options_and_queues(name, options, queues)
+    if TASKS_APP is not None and not apps.is_installed(TASKS_APP):
+        errors.append(
+            checks.Error(
+                f"{name} uses the django-tasks backport, but {TASKS_APP!r} is not installed.",
+                hint=f"Add {TASKS_APP!r} to INSTALLED_APPS.",
+                id="django_pgqueue.E106",
+            )
+        )
+    return errors
+
+
+def _check_options_and_queues(
+    name: str, options: Mapping[str, Any], queues: Collection[Any]
+) -> list[checks.CheckMessage]:
+    errors: list[checks.CheckMessage] = []
     unknown = sorted(set(options) - set(OPTION_RULES))
     if unknown:
         errors.append(
@@ -80,14 +102,6 @@ def check_backend(
                 f"{name}['QUEUES'] has invalid queue name(s) {', '.join(bad_queues)}.",
                 hint="A queue name is 1-64 letters, digits, _ . : -.",
                 id="django_pgqueue.E105",
-            )
-        )
-    if TASKS_APP is not None and not apps.is_installed(TASKS_APP):
-        errors.append(
-            checks.Error(
-                f"{name} uses the django-tasks backport, but {TASKS_APP!r} is not installed.",
-                hint=f"Add {TASKS_APP!r} to INSTALLED_APPS.",
-                id="django_pgqueue.E106",
             )
         )
     return errors

@@ -10,7 +10,12 @@ from django.apps import apps
 from django.db import transaction
 
 from django_pgqueue import conf, validation
-from django_pgqueue.backend.checks import OPTION_RULES, check_backend, shape_problem
+from django_pgqueue.backend.checks import (
+    OPTION_RULES,
+    QUEUES_UNSET,
+    check_backend,
+    shape_problem,
+)
 from django_pgqueue.backend.compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -50,9 +55,13 @@ class PgQueueBackend(BaseTaskBackend):
     # are read when used and check() reports what is wrong with them.
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        #: QUEUES as written: Django's set() turns one string into its letters, and
+        #: fails on None. Of the wrong shape, no queue is checked here: check() and
+        #: validate_task() say what is wrong instead.
+        self.queues_setting = params.get("QUEUES", QUEUES_UNSET)
+        if shape_problem(alias, {}, self.queues_setting) is not None:
+            params = {**params, "QUEUES": []}
         super().__init__(alias, params)
-        #: QUEUES as written: Django's set() turns one string into its letters.
-        self.queues_setting = params.get("QUEUES")
 
     @property
     def database(self) -> str:

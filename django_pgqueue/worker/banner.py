@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.db import DatabaseError, connections, transaction
+from psycopg.errors import QueryCanceled
 
 from django_pgqueue import conf, registry, wording
 from django_pgqueue.dberrors import first_line
@@ -61,7 +62,11 @@ def configured_queues() -> set[str]:
     names = {conf.get().DEFAULT_QUEUE}
     for params in getattr(django_settings, "TASKS", {}).values():
         if isinstance(params, dict) and params.get("BACKEND") in BACKEND_PATHS:
-            names.update(q for q in params.get("QUEUES", ["default"]) if isinstance(q, str))
+            queues = params.get("QUEUES", ["default"])
+            if isinstance(queues, str):  # check E108 says to make it a list
+                queues = [queues]
+            if isinstance(queues, list | tuple | set | frozenset):
+                names.update(q for q in queues if isinstance(q, str))
     return names
 
 
@@ -73,21 +78,27 @@ LOOK_FOR_ROWS_MS = 200
 
 def _waiting(queues: Iterable[str], alias: str) -> set[str]:
     """Which of ``queues`` a job names: a queued one (one index probe each), else
-    any row, looked for for at most LOOK_FOR_ROWS_MS."""
+    any row; each queue looked for for at most LOOK_FOR_ROWS_MS."""
     found = set()
     for queue in queues:
         rows = Job.objects.using(alias).filter(queue=queue)
-        if rows.queued().exists():
-            found.add(queue)
-            continue
         try:
+            # A transaction, or a savepoint inside the caller's: the timeout is set
+            # for it alone, and put back before a savepoint is released into the
+            # caller's transaction (a savepoint rolled back puts it back itself).
             with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
                 cursor.execute(
-                    "SELECT set_config('statement_timeout', %s, true)", [str(LOOK_FOR_ROWS_MS)]
+                    "SELECT current_setting('statement_timeout'), "
+                    "set_config('statement_timeout', %s, true)",
+                    [str(LOOK_FOR_ROWS_MS)],
                 )
-                if rows.exists():
+                (before, _) = cursor.fetchone()
+                if rows.queued().exists() or rows.exists():
                     found.add(queue)
-        except DatabaseError as exc:  # the look timed out
+                cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
+        except DatabaseError as exc:
+            if not isinstance(exc.__cause__, QueryCanceled):
+                raise
             logger.debug("stopped looking for jobs of queue %r: %s", queue, first_line(exc))
     return found
 

@@ -2,13 +2,15 @@
 
 ``claimed(jobs)``, ``started(job)``, ``finished(job, outcome)``,
 ``recorded(settled, succeeded, buried, retried, statuses)`` (``statuses``: each
-settled run's new job status, None for one the fence refused), ``heartbeat(kept,
+settled run's new job status, None for one the fence refused; also for jobs asked to
+stop that a give-back or the shutdown ended cancelled), ``heartbeat(kept,
 lost)``, ``cancel_requested(job, reason)`` (the worker told a running job to stop),
 ``listening()``, ``idle()``, ``reaped(result)``, ``polled(seconds, jobs)`` (every
 claim statement: how long it took and how many jobs it took), ``released(keys)``
-(runs a stopping worker gave back), ``scheduled(schedule, tick, job_id)`` (this
-worker's scheduler took a tick; ``job_id`` is None when a live job held the task's
-unique key), ``stopping(reason)`` and ``stopped(status)``.
+(runs a stopping worker, or a give-back of prefetched jobs, put back in the
+queue), ``scheduled(schedule, tick, job_id)`` (this worker's scheduler took a
+tick; ``job_id`` is None when a live job held the task's unique key),
+``stopping(reason)`` and ``stopped(status)``.
 A subscriber is called in the thread that emits, so it must be quick; one that
 raises is logged and does not disturb the worker. With no subscriber an event
 costs one dictionary lookup.

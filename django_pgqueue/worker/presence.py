@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 
 import django_pgqueue
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
@@ -48,10 +49,14 @@ class Presence:
         self.done = 0
         self._registered = False
         self._left = False
+        self._lock = threading.Lock()
         events.subscribe("recorded", self._recorded)
 
     def _recorded(self, settled: list[tuple[int, int]], **data: object) -> None:
-        self.done += len(settled)  # once per batch of outcomes, on the completer's thread
+        # Once per batch of outcomes, on the completer's thread; jobs asked to stop
+        # that a give-back or the shutdown ended cancelled come from other threads.
+        with self._lock:
+            self.done += len(settled)
 
     def heartbeat_timers(self) -> list[Timer]:
         return [Timer("registry", self.config.heartbeat_interval, self.beat)]

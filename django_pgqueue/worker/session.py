@@ -90,7 +90,7 @@ class WorkerSession:
                     "which keeps no session: this worker polls for new jobs (every "
                     f"{self.poll_interval:g}s at most) instead of listening, and cannot detect "
                     "another worker using its id; set PGQUEUE['LISTEN_DATABASE'] to a database "
-                    "alias that connects to PostgreSQL directly"
+                    "alias, or a DSN, that connects to PostgreSQL directly"
                 )
             row = conn.execute(
                 query("lock_worker_id"), {"key": lock_key(self.worker_id)}, prepare=False

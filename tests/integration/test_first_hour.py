@@ -13,10 +13,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+import psycopg
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
@@ -28,6 +30,7 @@ from django_pgqueue.installed import NOT_INSTALLED
 from django_pgqueue.models import Job
 from django_pgqueue.records import JobSpec
 from django_pgqueue.testing import run_jobs
+from django_pgqueue.worker.banner import unknown_queues
 from tests.conftest import status_counts
 from tests.testapp import djtasks
 from tests.testapp.djtasks import pgq
@@ -244,3 +247,28 @@ def test_retry_and_cancel_take_ids_jobs_a_queryset_or_one_job() -> None:
         Job.objects.retry(["seven"])
     # A Tasks-framework result's id (the job's id as text) is taken as that id.
     assert Job.objects.cancel([str(jobs[3].pk)], reason="by id") == [jobs[3].pk]
+
+
+# -- 3: a queue nothing names, looked for in the job table -------------------------------
+
+
+def test_looking_for_a_queues_jobs_is_bounded_and_leaves_the_callers_timeout(
+    db_url: str,
+) -> None:
+    """The look runs in the caller's transaction here (a TestCase's, or pausequeue
+    called inside one): its statement timeout must not outlive it, and a table it
+    cannot read at once (locked; on a big table, read to the end) answers "no job"."""
+
+    def timeout() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW statement_timeout")
+            return str(cursor.fetchone()[0])
+
+    before = timeout()
+    with psycopg.connect(db_url) as other:
+        other.execute("LOCK TABLE pgqueue_job IN ACCESS EXCLUSIVE MODE")
+        assert unknown_queues(["emials"], "default") == {"emials": " (did you mean 'emails'?)"}
+    assert timeout() == before
+    Job.objects.filter(pk=add.using(queue="emials").enqueue(1, 1).pk).update(status="done")
+    assert unknown_queues(["emials"], "default") == {}  # a finished job names it
+    assert timeout() == before

@@ -298,6 +298,7 @@ def test_check_and_enqueue_agree_on_an_option_the_queue_refuses() -> None:
             "TASKS['pgq']['QUEUES'] is the string 'default': give a list of queue names, "
             "such as ['default']",
         ),
+        ({"QUEUES": None}, "TASKS['pgq']['QUEUES'] must be a list of queue names, not None"),
     ],
 )
 def test_check_and_enqueue_name_options_or_queues_of_the_wrong_shape(

@@ -150,6 +150,28 @@ def test_given_back_and_lost_runs_are_counted_once() -> None:
     wait_for(lambda: run_counts() == {"held": 1, "given back": 1}, 15, "the two runs to end")
 
 
+def test_a_job_asked_to_stop_that_a_stopping_worker_ends_is_counted_cancelled() -> None:
+    stopped = mark.enqueue("asked to stop", sleep=3)
+    with exported(shutdown_timeout=0.2) as (running, exporter, _base):
+        running.wait("started")
+        Job.objects.cancel([stopped.pk], reason="not needed")  # the task never looks
+        assert running.stop() == 0
+        assert Job.objects.get(pk=stopped.pk).status == "cancelled"
+        counted = {
+            outcome: sample(
+                exporter,
+                "pgqueue_jobs_completed_total",
+                queue="default",
+                task=mark.path,
+                outcome=outcome,
+            )
+            for outcome in ("cancelled", "released")
+        }
+        assert counted == {"cancelled": 1, "released": 0}
+    # The run goes on in its thread until it wakes: let it end in this test.
+    wait_for(lambda: run_counts() == {"asked to stop": 1}, 15, "the run to end")
+
+
 def test_healthz_is_ok_before_the_worker_threads_start() -> None:
     """The metrics server answers from before the worker's threads are started."""
     waiting = WorkerThread()  # built, not started

@@ -171,8 +171,12 @@ def _check(key: str, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1_000_000:
             raise _fail(key, value, "a whole number from 0 to 1,000,000")
     elif key == "CONCURRENCY":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise _fail(key, value, "a whole number of at least 1")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not 1 <= value <= validation.MAX_CONCURRENCY
+        ):
+            raise _fail(key, value, f"a whole number from 1 to {validation.MAX_CONCURRENCY:,}")
     elif key == "BACKOFF_JITTER":
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
             raise _fail(key, value, "a fraction between 0 and 1")

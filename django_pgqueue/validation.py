@@ -27,6 +27,10 @@ MIN_PRIORITY, MAX_PRIORITY = -100, 100
 MAX_KEY = 255
 MAX_ATTEMPTS = 1_000_000
 MAX_DELAY = 10 * 365 * 86400.0
+#: The most job threads one worker process may run (CONCURRENCY, --concurrency).
+MAX_CONCURRENCY = 1000
+#: The largest count a statement takes (a batch size: PostgreSQL's int4).
+MAX_COUNT = 2**31 - 1
 MAX_BACKOFF = 365 * 86400.0
 #: PostgreSQL truncates identifiers (a NOTIFY channel is one) to 63 bytes.
 MAX_CHANNEL_BYTES = 63

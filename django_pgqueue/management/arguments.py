@@ -28,9 +28,11 @@ FINISHED_STATUSES = FINISHED
 
 
 def _number[N: (int, float)](
-    parse: Callable[[str], N], low: N, *, inclusive: bool, expected: str
+    parse: Callable[[str], N], low: N, high: N, *, inclusive: bool, expected: str
 ) -> Callable[[str], N]:
-    """An argparse type: ``parse`` the value and require it above (or at) ``low``."""
+    """An argparse type: ``parse`` the value and require it above (or at) ``low`` and
+    at most ``high`` (the settings' bounds: past them, time and thread arithmetic
+    fails later, in the middle of a run)."""
 
     def convert(value: str) -> N:
         try:
@@ -42,6 +44,7 @@ def _number[N: (int, float)](
             number is None
             or not math.isfinite(number)
             or not (number >= low if inclusive else number > low)
+            or number > high
         ):
             raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}")
         return number
@@ -50,11 +53,40 @@ def _number[N: (int, float)](
     return convert
 
 
-positive_int = _number(int, 1, inclusive=True, expected="a whole number of at least 1")
-non_negative_int = _number(int, 0, inclusive=True, expected="a whole number, 0 or more")
-positive_seconds = _number(float, 0.0, inclusive=False, expected="a number of seconds above 0")
+positive_int = _number(
+    int,
+    1,
+    validation.MAX_COUNT,
+    inclusive=True,
+    expected=f"a whole number from 1 to {validation.MAX_COUNT:,}",
+)
+non_negative_int = _number(
+    int,
+    0,
+    validation.MAX_COUNT,
+    inclusive=True,
+    expected=f"a whole number from 0 to {validation.MAX_COUNT:,}",
+)
+concurrency = _number(
+    int,
+    1,
+    validation.MAX_CONCURRENCY,
+    inclusive=True,
+    expected=f"a whole number from 1 to {validation.MAX_CONCURRENCY:,}",
+)
+positive_seconds = _number(
+    float,
+    0.0,
+    validation.MAX_DELAY,
+    inclusive=False,
+    expected="a number of seconds above 0 (at most ten years)",
+)
 non_negative_seconds = _number(
-    float, 0.0, inclusive=True, expected="a number of seconds, 0 or more"
+    float,
+    0.0,
+    validation.MAX_DELAY,
+    inclusive=True,
+    expected="a number of seconds, 0 or more (at most ten years)",
 )
 
 
@@ -73,9 +105,14 @@ def prefetch(value: str) -> int | str:
 def duration(value: str) -> float:
     """``90``, ``30s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds."""
     match = _DURATION.fullmatch(value.strip().lower())
-    if not match or float(match[1]) <= 0:
+    if (
+        not match
+        or float(match[1]) <= 0
+        or float(match[1]) * _UNIT_SECONDS[match[2]] > validation.MAX_DELAY
+    ):
         raise argparse.ArgumentTypeError(
-            f"expected a duration above 0 such as 30s, 15m, 12h, 7d or 2w, got {value!r}"
+            f"expected a duration above 0 and at most ten years, such as 30s, 15m, 12h, 7d "
+            f"or 2w, got {value!r}"
         )
     return float(match[1]) * _UNIT_SECONDS[match[2]]
 
@@ -119,8 +156,10 @@ def port(value: str) -> int:
 
 
 def worker_id(value: str) -> str:
-    if not value.strip() or len(value) > 200:
-        raise argparse.ArgumentTypeError("expected a non-empty worker id of at most 200 chars")
+    if not value.strip() or len(value) > 200 or not validation.storable(value):
+        raise argparse.ArgumentTypeError(
+            "expected a non-empty worker id of at most 200 chars, in UTF-8 and without NUL"
+        )
     return value.strip()
 
 

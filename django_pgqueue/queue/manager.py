@@ -10,13 +10,12 @@ method runs the queue's named statements on ``using`` (default:
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol
 
 from django.db import models
 
-from django_pgqueue import conf
+from django_pgqueue import conf, validation
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.queue import claims, maintenance, pauses
 from django_pgqueue.records import (
@@ -121,6 +120,7 @@ class QueueOperations:
     ) -> Renewal:
         """:meth:`heartbeat`, also saying which of the runs held an operator asked to
         stop, with the reason (what the worker's heartbeat uses)."""
+        _check_lease(lease)
         return claims.heartbeat(
             worker, runs, conf.get().LEASE if lease is None else lease, self._alias(using)
         )
@@ -167,8 +167,10 @@ class QueueOperations:
         ``cancelled``; one that finishes anyway ends as it finished. Returns the
         ids cancelled or asked to stop; finished jobs are left alone.
         """
-        if not isinstance(reason, str):
-            raise InvalidJob(f"reason must be a string, not {type(reason).__name__}")
+        if not isinstance(reason, str) or not validation.storable(reason):
+            raise InvalidJob(
+                f"reason must be a string PostgreSQL can store (UTF-8, no NUL), not {reason!r}"
+            )
         return sorted(maintenance.cancel(_ids(jobs), reason, self._alias(using)))
 
     def pause_queue(self, name: str, *, using: str | None = None) -> bool:
@@ -196,10 +198,23 @@ class QueueOperations:
         """Delete finished (done, dead, cancelled) jobs whose done_at is older than
         ``older_than``, in batches."""
         seconds = older_than.total_seconds() if isinstance(older_than, dt.timedelta) else older_than
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not 0 <= seconds <= validation.MAX_DELAY
+        ):
             raise InvalidJob(
-                f"older_than must be a timedelta or a number of seconds of at least 0, "
+                f"older_than must be a timedelta or a number of seconds from 0 to ten years, "
                 f"not {older_than!r}"
+            )
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, int)
+            or not 1 <= batch_size <= validation.MAX_COUNT
+        ):
+            raise InvalidJob(
+                f"batch_size must be a whole number from 1 to {validation.MAX_COUNT:,}, "
+                f"not {batch_size!r}"
             )
         bad = set(statuses) - set(FINISHED)
         if bad or not statuses:
@@ -219,16 +234,24 @@ def _check_claim(worker: object, limit: object, queues: object, lease: object) -
         raise InvalidJob(f"worker must be a non-empty string (the worker id), not {worker!r}")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidJob(f"limit must be a whole number of at least 1, not {limit!r}")
-    if lease is not None and (
-        isinstance(lease, bool) or not isinstance(lease, int | float) or not 0 < lease < math.inf
-    ):
-        raise InvalidJob(f"lease must be a number of seconds above 0, not {lease!r}")
+    _check_lease(lease)
     if queues is not None and (
         isinstance(queues, str | bytes) or not isinstance(queues, Collection) or not queues
     ):
         # Each name is checked as the claim writes it into its statement.
         raise InvalidJob(
             f"queues must be a non-empty list of queue names (None: every queue), not {queues!r}"
+        )
+
+
+def _check_lease(lease: object) -> None:
+    if lease is not None and (
+        isinstance(lease, bool)
+        or not isinstance(lease, int | float)
+        or not 0 < lease <= validation.MAX_DELAY
+    ):
+        raise InvalidJob(
+            f"lease must be a number of seconds above 0 (at most ten years), not {lease!r}"
         )
 
 

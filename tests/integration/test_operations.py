@@ -95,3 +95,17 @@ def test_stats_counts_by_queue_and_status_with_oldest_ready_age() -> None:
     age = stats["a", "queued"].oldest_ready_age
     assert age is not None
     assert 59 < age < 70
+
+
+def test_prune_heartbeat_and_cancel_refuse_values_the_database_cannot_take() -> None:
+    job = add.enqueue(1, 1)
+    (claimed,) = Job.objects.claim("w", limit=1)
+    with pytest.raises(InvalidJob, match=r"older_than must be .* from 0 to ten years"):
+        Job.objects.prune(dt.timedelta(days=999_999_999))
+    with pytest.raises(InvalidJob, match=r"batch_size must be a whole number from 1 to"):
+        Job.objects.prune(60, batch_size=99_999_999_999)
+    with pytest.raises(InvalidJob, match=r"lease must be .* \(at most ten years\)"):
+        Job.objects.heartbeat("w", [claimed.key], lease=1e308)
+    with pytest.raises(InvalidJob, match=r"reason must be a string PostgreSQL can store"):
+        Job.objects.cancel([job.pk], reason="a\x00b")
+    assert Job.objects.get(pk=job.pk).status == "running"  # nothing written

@@ -17,6 +17,7 @@ from django_pgqueue import conf
 from django_pgqueue.jobdb import worker_in_transaction
 from django_pgqueue.management.arguments import (
     PgQueueCommand,
+    concurrency,
     metrics_address,
     non_negative_seconds,
     port,
@@ -80,7 +81,7 @@ class Command(PgQueueCommand):
         )
         add(
             "--concurrency",
-            type=positive_int,
+            type=concurrency,
             help=f"Jobs run at once, one thread each (default: {_setting('CONCURRENCY')}).",
         )
         add(

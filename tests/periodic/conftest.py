@@ -17,10 +17,14 @@ def clear_of_a_minute_boundary() -> None:
     """The tests' schedules tick on whole minutes. A scheduler's first look enqueues
     the ticks since its schedule's row was created, so a minute falling between the
     two (a few milliseconds) would add a job the test does not expect: start clear
-    of it."""
-    left = 60 - time.time() % 60
-    if left < 1.0:
-        time.sleep(left + 0.05)
+    of it. So too of the two seconds after one: a schedule declared again, or
+    switched on, restarts from two seconds ago (schedules_sync), and takes a whole
+    minute that fell in them."""
+    into = time.time() % 60
+    if into > 59.0:
+        time.sleep(60 - into + 2.6)
+    elif into < 2.5:
+        time.sleep(2.6 - into)
 
 
 @pytest.fixture

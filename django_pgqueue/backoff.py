@@ -14,6 +14,8 @@ def retry_delay(
     ``jitter`` of itself either way so that jobs which failed together do not
     all come back together. Never more than ``cap``, never negative.
     """
-    delay = min(cap, base * 2.0 ** max(attempt - 1, 0))
+    # 2.0 ** 1024 overflows a float, and MAX_ATTEMPTS is a million: past 2 ** 64
+    # every base a job may have is past every cap anyway.
+    delay = min(cap, base * 2.0 ** min(max(attempt - 1, 0), 64))
     spread = (rand or random).uniform(-jitter, jitter)
     return max(0.0, min(cap, delay * (1.0 + spread)))

@@ -18,6 +18,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from django_pgqueue import schema
+from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.monitoring.models import QueueGauge, RegisteredWorker
 from django_pgqueue.periodic.models import Schedule
 from django_pgqueue.periodic.spec import MAX_NAME as MAX_SCHEDULE_NAME
@@ -161,7 +162,14 @@ class JobManager(QueueOperations, _JobManagerBase["Job"]):
         ``COPY_THRESHOLD`` jobs or more with no ``unique_key`` is written with
         COPY; any other batch is one ``INSERT ... ON CONFLICT`` statement.
         """
-        return enqueue.insert_many(list(jobs), self._alias(using))[0]
+        specs = list(jobs)
+        for i, spec in enumerate(specs):
+            if not isinstance(spec, JobSpec):
+                raise InvalidJob(
+                    f"enqueue_many takes JobSpec.build(task, args, kwargs, **options) "
+                    f"values; jobs[{i}] is {spec!r}"
+                )
+        return enqueue.insert_many(specs, self._alias(using))[0]
 
     def insert(self, spec: JobSpec, *, using: str | None = None) -> Inserted:
         """:meth:`enqueue` for callers with a result type of their own (the Tasks

@@ -143,6 +143,7 @@ class QueueOperations:
 
     def reap(self, *, batch_size: int = 1000, using: str | None = None) -> ReapResult:
         """Return jobs whose lease expired to the queue (or bury them); idempotent."""
+        _check_batch_size(batch_size)
         return maintenance.reap(batch_size, self._alias(using))
 
     def retry(self, jobs: Jobs, *, using: str | None = None) -> list[int]:
@@ -207,15 +208,7 @@ class QueueOperations:
                 f"older_than must be a timedelta or a number of seconds from 0 to ten years, "
                 f"not {older_than!r}"
             )
-        if (
-            isinstance(batch_size, bool)
-            or not isinstance(batch_size, int)
-            or not 1 <= batch_size <= validation.MAX_COUNT
-        ):
-            raise InvalidJob(
-                f"batch_size must be a whole number from 1 to {validation.MAX_COUNT:,}, "
-                f"not {batch_size!r}"
-            )
+        _check_batch_size(batch_size)
         bad = set(statuses) - set(FINISHED)
         if bad or not statuses:
             raise InvalidJob(f"prune only deletes {', '.join(FINISHED)} jobs, not {sorted(bad)}")
@@ -241,6 +234,18 @@ def _check_claim(worker: object, limit: object, queues: object, lease: object) -
         # Each name is checked as the claim writes it into its statement.
         raise InvalidJob(
             f"queues must be a non-empty list of queue names (None: every queue), not {queues!r}"
+        )
+
+
+def _check_batch_size(batch_size: object) -> None:
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, int)
+        or not 1 <= batch_size <= validation.MAX_COUNT
+    ):
+        raise InvalidJob(
+            f"batch_size must be a whole number from 1 to {validation.MAX_COUNT:,}, "
+            f"not {batch_size!r}"
         )
 
 

@@ -109,3 +109,27 @@ def test_prune_heartbeat_and_cancel_refuse_values_the_database_cannot_take() -> 
     with pytest.raises(InvalidJob, match=r"reason must be a string PostgreSQL can store"):
         Job.objects.cancel([job.pk], reason="a\x00b")
     assert Job.objects.get(pk=job.pk).status == "running"  # nothing written
+
+
+def test_reap_prune_and_enqueue_many_refuse_what_would_loop_or_crash() -> None:
+    for bad in (0, -1, True, "5"):
+        with pytest.raises(InvalidJob, match="batch_size must be a whole number from 1"):
+            Job.objects.reap(batch_size=bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidJob, match="batch_size must be a whole number from 1"):
+            Job.objects.prune(10, batch_size=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidJob, match=r"enqueue_many takes JobSpec\.build.*jobs\[1\] is"):
+        Job.objects.enqueue_many(
+            [JobSpec.build(add, [1, 1]), {"task": "tests.testapp.tasks.add"}]  # type: ignore[list-item]
+        )
+    assert Job.objects.count() == 0
+
+
+def test_a_job_on_its_thousandth_attempt_is_reaped_with_the_others() -> None:
+    """2.0 ** 1025 overflowed the retry delay and failed the reaper's whole batch."""
+    late = add.using(max_attempts=1_000_000).enqueue(1, 1)
+    Job.objects.filter(pk=late.pk).update(attempts=1100)
+    add.enqueue(2, 2)
+    Job.objects.claim("gone", limit=2, lease=0.05)
+    Job.objects.filter(status="running").update(locked_until=timezone.now())
+    assert Job.objects.reap().returned == 2
+    assert status_counts() == {"queued": 2}

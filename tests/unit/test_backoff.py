@@ -29,3 +29,11 @@ def test_jitter_spreads_delays_within_bounds() -> None:
 @pytest.mark.parametrize("attempt", [0, -1])
 def test_attempt_below_one_counts_as_first(attempt: int) -> None:
     assert retry_delay(attempt, 5, 3600, 0) == 5
+
+
+def test_a_late_attempt_gets_the_cap_not_an_overflow() -> None:
+    # max_attempts may be a million; 2.0 ** 1025 raised OverflowError, which failed
+    # the reaper's whole batch and buried the job.
+    for attempt in (1026, 1101, 1_000_000):
+        assert retry_delay(attempt, 1.0, 3600.0, 0.0) == 3600.0
+    assert retry_delay(1_000_000, 0.0, 3600.0, 0.5) == 0.0  # no backoff stays none

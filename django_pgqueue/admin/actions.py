@@ -24,12 +24,29 @@ from django_pgqueue.records import FINISHED, JobStatus
 
 #: Skipped ids named in a message; a longer list only adds "and N more".
 NAMED_SKIPS = 10
+#: The longest reason an operator types for a cancel.
+REASON_LENGTH = 200
+
+
+class ReasonField(forms.CharField):
+    """The reason typed for a cancel, made storable rather than refused: without NUL
+    characters (PostgreSQL cannot store them) and cut to 200 characters. A refused
+    field would refuse the whole action bar, which Django reports as "No action
+    selected."."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(required=False, label="Reason (for cancel):", **kwargs)
+        self.widget.attrs["maxlength"] = str(REASON_LENGTH)  # the browser's own limit
+
+    def to_python(self, value: Any) -> str:
+        typed = str(super().to_python(value)).replace("\x00", "").strip()
+        return typed[:REASON_LENGTH].strip()
 
 
 class JobActionForm(ActionForm):
     """The action bar, with the reason a cancel records on the job."""
 
-    reason = forms.CharField(required=False, max_length=200, label="Reason (for cancel):")
+    reason = ReasonField()
 
 
 def jobs(count: int) -> str:
@@ -77,6 +94,12 @@ def log_change(request: HttpRequest, ids: Collection[int], message: str) -> None
         )
 
 
+def given_reason(request: HttpRequest) -> str:
+    """The reason typed for a cancel, cleaned by the action bar's field (the job page's
+    button posts it without the bar's form)."""
+    return str(ReasonField().clean(request.POST.get("reason", ""))) or "no reason given"
+
+
 def selected_ids(queryset: QuerySet[Job]) -> list[int]:
     return list(queryset.order_by().values_list("id", flat=True))
 
@@ -109,8 +132,7 @@ def cancel_jobs(
 ) -> None:
     """Queued jobs become cancelled, and running ones are asked to stop, with the
     operator's reason and name."""
-    given = request.POST.get("reason", "").strip() or "no reason given"
-    reason = f"{given} (by {request.user.get_username()} in the admin)"
+    reason = f"{given_reason(request)} (by {request.user.get_username()} in the admin)"
     ids = selected_ids(queryset)
     with transaction.atomic():
         acted = Job.objects.cancel(ids, reason=reason)

@@ -434,3 +434,20 @@ def test_each_action_needs_its_own_permission(jobs: dict[str, Job]) -> None:
     changer = staff_client("changer", "view_job", "change_job")
     assert action_names(changer) == []
     assert 'name="_save"' not in changer.get(f"{URL}{jobs['dead'].pk}/change/").content.decode()
+
+
+@committed
+def test_cancel_action_cleans_a_reason_the_database_cannot_store(
+    admin_client: Client, jobs: dict[str, Job]
+) -> None:
+    # A refused reason refused the whole action bar: Django said "No action selected."
+    ready, waiting = jobs["ready"].pk, jobs["waiting"].pk
+    assert post_action(admin_client, "cancel_jobs", [ready], reason="a\x00b") == [
+        "Cancelled 1 job: ab (by admin in the admin)."
+    ]
+    post_action(admin_client, "cancel_jobs", [waiting], reason="y" * 300)
+    row = Job.objects.get(pk=waiting)
+    assert (row.status, row.last_error) == (
+        "cancelled",
+        f"Cancelled: {'y' * 200} (by admin in the admin)",
+    )

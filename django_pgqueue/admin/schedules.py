@@ -98,8 +98,10 @@ class ScheduleAdmin(_ModelAdmin):
     search_fields = ("name", "task")
     ordering = ("name",)
     actions = (_toggle(False), _toggle(True))
+    exclude = ("last_tick",)  # shown as last_tick_display
     readonly_fields = (
-        *(f.name for f in Schedule._meta.fields),
+        # The last tick as the list shows it, in the schedule's own zone.
+        *(f.name if f.name != "last_tick" else "last_tick_display" for f in Schedule._meta.fields),
         "state",
         "last_job",
         "next_tick",
@@ -171,12 +173,14 @@ class ScheduleAdmin(_ModelAdmin):
 
     @admin.display(description="last tick")
     def last_tick_display(self, obj: Schedule) -> str:
-        return local_moment(self._view(obj).last_tick, obj.timezone)
+        view = self._view(obj)
+        return local_moment(view.last_tick, view.timezone)
 
     @admin.display(description="next tick")
     def next_tick(self, obj: Schedule) -> str:
         """In the schedule's own time zone, as ``manage.py schedules`` shows it."""
-        return local_moment(self._view(obj).next_tick, obj.timezone)
+        view = self._view(obj)  # the settings' zone, as the next tick is theirs
+        return local_moment(view.next_tick, view.timezone)
 
     @admin.display(description="jobs")
     def jobs(self, obj: Schedule) -> SafeString:

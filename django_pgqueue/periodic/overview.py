@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import zoneinfo
 
 from django.utils import timezone
 
 from django_pgqueue import conf
 from django_pgqueue.periodic.models import Schedule
-from django_pgqueue.periodic.spec import ScheduleSpec
+from django_pgqueue.periodic.spec import ScheduleSpec, named_zone
 
 #: A schedule's state, as listings say it.
 ACTIVE = "active"
@@ -27,10 +26,8 @@ def local_moment(value: dt.datetime | None, zone: str) -> str:
     zone's name: ``2026-12-05 03:00:00 CET``; ``-`` for none."""
     if not value:
         return "-"
-    try:
-        local = value.astimezone(zoneinfo.ZoneInfo(zone))
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):  # a row of other settings
-        local = timezone.localtime(value)
+    named = named_zone(zone)  # None for a row of other settings with an unknown zone
+    local = value.astimezone(named) if named is not None else timezone.localtime(value)
     return local.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 

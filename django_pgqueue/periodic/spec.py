@@ -76,7 +76,9 @@ class ScheduleSpec:
         return f"every {int(every)}s" if every == int(every) else f"every {every!r}s"
 
     def _zone(self) -> dt.tzinfo:
-        return dt.UTC if self.timezone == "UTC" else zoneinfo.ZoneInfo(self.timezone)
+        zone = named_zone(self.timezone)
+        assert zone is not None  # parse() took only known zones
+        return zone
 
     def after(self, moment: dt.datetime) -> Iterator[dt.datetime]:
         """The ticks strictly after ``moment``, in order (aware datetimes, UTC)."""
@@ -150,6 +152,17 @@ NICKNAMES = {
 }
 
 
+def named_zone(name: str) -> dt.tzinfo | None:
+    """The time zone called ``name``; None when there is none (a directory of the
+    zone database, such as ``America``, is none either)."""
+    if name == "UTC":
+        return dt.UTC
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        return None
+
+
 def expanded(cron: str) -> str:
     """``cron`` with a nickname (``@daily``) replaced by its expression."""
     return NICKNAMES.get(cron.strip().lower(), cron)
@@ -159,9 +172,7 @@ def _cron(name: str, value: Any, zone: str) -> str:
     if not isinstance(value, str):
         raise invalid(name, f"'cron' = {value!r}: expected a cron expression such as '0 3 * * *'")
     try:
-        CronSim(
-            expanded(value), dt.datetime.now(zoneinfo.ZoneInfo(zone) if zone != "UTC" else dt.UTC)
-        )
+        CronSim(expanded(value), dt.datetime.now(named_zone(zone)))
     except (CronSimError, ValueError) as exc:
         raise invalid(name, f"'cron' = {value!r} is not a valid cron expression: {exc}") from None
     return value
@@ -170,11 +181,8 @@ def _cron(name: str, value: Any, zone: str) -> str:
 def _zone(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise invalid(name, f"'timezone' = {value!r}: expected a time zone name such as 'UTC'")
-    if value != "UTC":
-        try:
-            zoneinfo.ZoneInfo(value)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise invalid(name, f"'timezone' = {value!r} is not a known time zone") from None
+    if named_zone(value) is None:
+        raise invalid(name, f"'timezone' = {value!r} is not a known time zone")
     return value
 
 

@@ -253,3 +253,28 @@ def test_a_schedule_can_be_disabled_before_any_worker_started(
     s._enqueue_due(plan, plan.spec.next_after(plan.cursor))
     assert not Schedule.objects.get(pk="report").enabled
     assert Job.objects.count() == 0
+
+
+def test_the_admins_schedule_page_shows_the_last_tick_in_the_schedules_zone(
+    admin_client: Client, scheduler: Callable[..., Scheduler]
+) -> None:
+    paris = {**REPORT, "timezone": "Europe/Paris"}
+    s = scheduler({"paris": paris})
+    s.step()
+    tick = s.planned[0].spec.next_after(s.planned[0].cursor)
+    s._enqueue_due(s.planned[0], tick)
+    with override_settings(TIME_ZONE="UTC"):
+        page = admin_client.get(f"{SCHEDULES}paris/change/").content.decode()
+    # The page showed the row's raw field, in Django's format and TIME_ZONE.
+    shown = re.findall(r'<div class="readonly">(\d{4}-\d\d-\d\d [^<]*)</div>', page)
+    assert shown
+    assert all(re.fullmatch(r"\S+ 03:00:00 CES?T", moment) for moment in shown), shown
+    assert "2 a.m." not in page
+    # A row of other settings whose zone this machine does not know (a directory of the
+    # zone database, say) is shown in TIME_ZONE, not a server error.
+    Schedule.objects.filter(name="paris").update(timezone="America")
+    scheduler({}).step()  # the settings no longer name it: the row's zone is shown
+    with override_settings(TIME_ZONE="UTC"):
+        response = admin_client.get(SCHEDULES)
+    assert response.status_code == 200
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:00:00 UTC", response.content.decode())

@@ -121,6 +121,9 @@ def test_defaults_time_zone_from_django() -> None:
         ({"task": "a.b", "every": 0.5}, "'every' = 0.5: expected a number of seconds"),
         ({"task": "a.b", "every": True}, "'every' = True"),
         ({"task": "a.b", "every": 5, "timezone": "Mars/Olympus"}, "not a known time zone"),
+        # A directory of the zone database, not a zone: was an IsADirectoryError.
+        ({"task": "a.b", "every": 5, "timezone": "America"}, "not a known time zone"),
+        ({"task": "a.b", "cron": "0 3 * * *", "timezone": "America"}, "not a known time zone"),
         ({"task": "a.b", "every": 5, "kwarg": {}}, "unknown key\\(s\\) 'kwarg'"),
         ({"task": "nodots", "every": 5}, "'task' = 'nodots'"),
         ({"every": 5}, "'task' = None"),

@@ -165,8 +165,12 @@ def _check(key: str, value: Any) -> None:
         if not _seconds(value, zero=True):
             raise _fail(key, value, "a number of seconds, 0 or more (at most ten years)")
     elif key == "PREFETCH":
-        if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise _fail(key, value, '"auto" or a whole number, 0 or more')
+        if value != "auto" and (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not 0 <= value <= validation.MAX_COUNT
+        ):
+            raise _fail(key, value, f'"auto" or a whole number from 0 to {validation.MAX_COUNT:,}')
     elif key == "MAX_SNOOZES":
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1_000_000:
             raise _fail(key, value, "a whole number from 0 to 1,000,000")

@@ -22,14 +22,17 @@ OPTION_RULES: dict[str, tuple[validation.Rule[Any], str]] = {
 }
 
 
+OPTIONS_HINT = 'Give OPTIONS as a dict, such as {"MAX_ATTEMPTS": 5}, or leave it out.'
+QUEUES_HINT = 'Give QUEUES as a list of queue names, such as ["default", "emails"].'
+
 #: QUEUES as written when the settings give none (Django's default, ["default"]).
 QUEUES_UNSET = object()
 
 
-def shape_problem(alias: str, options: object, queues: object) -> str | None:
-    """What is wrong with the shape of ``TASKS[alias]``: ``OPTIONS`` that is not a
-    dict, or ``QUEUES`` (as written) that is not a list of names (one string, whose
-    letters Django would take for the queues, or None); None if nothing."""
+def queues_problem(alias: str, queues: object) -> str | None:
+    """What is wrong with the shape of ``TASKS[alias]['QUEUES']`` as written: not a
+    list of names (one string, whose letters Django would take for the queues, or
+    None); None if nothing."""
     if isinstance(queues, str):
         return (
             f"TASKS[{alias!r}]['QUEUES'] is the string {queues!r}: give a list of queue "
@@ -37,9 +40,19 @@ def shape_problem(alias: str, options: object, queues: object) -> str | None:
         )
     if queues is not QUEUES_UNSET and not isinstance(queues, list | tuple | set | frozenset):
         return f"TASKS[{alias!r}]['QUEUES'] must be a list of queue names, not {queues!r}"
+    return None
+
+
+def options_problem(alias: str, options: object) -> str | None:
+    """``TASKS[alias]['OPTIONS']`` that is not a dict; None if it is one."""
     if not isinstance(options, Mapping):
         return f"TASKS[{alias!r}]['OPTIONS'] must be a dict, not {options!r}"
     return None
+
+
+def shape_problem(alias: str, options: object, queues: object) -> str | None:
+    """The first of the two above: what enqueue and declaring a task refuse."""
+    return queues_problem(alias, queues) or options_problem(alias, options)
 
 
 def check_backend(
@@ -57,11 +70,15 @@ def check_backend(
             )
         )
     errors += _check_database(name)
-    problem = shape_problem(alias, options, queues_setting)
-    if problem is not None:  # the checks of OPTIONS and QUEUES cannot read them
-        errors.append(checks.Error(f"{problem}.", id="django_pgqueue.E108"))
+    # Each of OPTIONS and QUEUES is read only when it has the right shape (E108).
+    if (problem := options_problem(alias, options)) is not None:
+        errors.append(checks.Error(f"{problem}.", hint=OPTIONS_HINT, id="django_pgqueue.E108"))
     else:
-        errors += _check_options_and_queues(name, options, queues)
+        errors += _check_options(name, options)
+    if (problem := queues_problem(alias, queues_setting)) is not None:
+        errors.append(checks.Error(f"{problem}.", hint=QUEUES_HINT, id="django_pgqueue.E108"))
+    else:
+        errors += _check_queues(name, queues)
     if TASKS_APP is not None and not apps.is_installed(TASKS_APP):
         errors.append(
             checks.Error(
@@ -73,9 +90,7 @@ def check_backend(
     return errors
 
 
-def _check_options_and_queues(
-    name: str, options: Mapping[str, Any], queues: Collection[Any]
-) -> list[checks.CheckMessage]:
+def _check_options(name: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
     errors: list[checks.CheckMessage] = []
     unknown = sorted(set(options) - set(OPTION_RULES))
     if unknown:
@@ -95,6 +110,11 @@ def _check_options_and_queues(
                     id=check_id,
                 )
             )
+    return errors
+
+
+def _check_queues(name: str, queues: Collection[Any]) -> list[checks.CheckMessage]:
+    errors: list[checks.CheckMessage] = []
     bad_queues = sorted(map(repr, (q for q in queues if not validation.QUEUE.is_valid(q))))
     if bad_queues:
         errors.append(

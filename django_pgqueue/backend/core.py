@@ -14,6 +14,7 @@ from django_pgqueue.backend.checks import (
     OPTION_RULES,
     QUEUES_UNSET,
     check_backend,
+    queues_problem,
     shape_problem,
 )
 from django_pgqueue.backend.compat import (
@@ -59,7 +60,7 @@ class PgQueueBackend(BaseTaskBackend):
         #: fails on None. Of the wrong shape, no queue is checked here: check() and
         #: validate_task() say what is wrong instead.
         self.queues_setting = params.get("QUEUES", QUEUES_UNSET)
-        if shape_problem(alias, {}, self.queues_setting) is not None:
+        if queues_problem(alias, self.queues_setting) is not None:
             params = {**params, "QUEUES": []}
         super().__init__(alias, params)
 

@@ -91,14 +91,14 @@ non_negative_seconds = _number(
 
 
 def prefetch(value: str) -> int | str:
-    """``auto`` or a whole number, 0 or more."""
+    """``auto`` or a whole number, 0 or more (within int4, as PREFETCH)."""
     if value.strip().lower() == "auto":
         return "auto"
     try:
         return non_negative_int(value)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
-            f"expected auto or a whole number, 0 or more, got {value!r}"
+            f"expected auto or a whole number from 0 to {validation.MAX_COUNT:,}, got {value!r}"
         ) from None
 
 

@@ -307,9 +307,31 @@ def test_check_and_enqueue_name_options_or_queues_of_the_wrong_shape(
     backend = backend_with(**params)
     (error,) = backend.check()
     assert (error.id, error.msg) == ("django_pgqueue.E108", f"{message}.")
+    assert error.hint is not None
+    assert error.hint.startswith(
+        "Give OPTIONS as a dict" if "OPTIONS" in message else "Give QUEUES"
+    )
     with pytest.raises(InvalidTask) as refused:
         backend.enqueue(djtasks.noop_task, [], {})
     assert str(refused.value) == message
+
+
+def test_check_reports_each_part_of_the_wrong_shape_and_still_checks_the_other() -> None:
+    """One mistake does not hide the next: a bad OPTIONS and a bad QUEUES are two
+    errors, and the part of the right shape is still checked."""
+    both = backend_with(OPTIONS=None, QUEUES="emails")
+    assert [(e.id, e.msg.split("]")[1]) for e in both.check()] == [
+        ("django_pgqueue.E108", "['OPTIONS'"),
+        ("django_pgqueue.E108", "['QUEUES'"),
+    ]
+    assert error_ids(backend_with(OPTIONS=None, QUEUES=["a b"])) == [
+        "django_pgqueue.E108",
+        "django_pgqueue.E105",
+    ]
+    assert error_ids(backend_with(OPTIONS={"RETRIES": 3}, QUEUES=None)) == [
+        "django_pgqueue.E103",
+        "django_pgqueue.E108",
+    ]
 
 
 def test_check_reports_queue_names_the_queue_cannot_store() -> None:

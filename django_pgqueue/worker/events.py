@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from django_pgqueue import wording
+from django_pgqueue.records import JobStatus
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -67,3 +70,29 @@ class Events:
                 subscriber(**data)
             except Exception:
                 logger.exception("a subscriber of the worker event %r raised", name)
+
+
+def emit_released(
+    events: Events, keys: Sequence[tuple[int, int]], statuses: dict[int, str]
+) -> list[int]:
+    """Tell what giving ``keys`` back came to (``statuses``, from ``claims.release``):
+    ``released`` for the jobs back in the queue, ``recorded`` for those that ended
+    cancelled because an operator had asked them to stop; the ids given back."""
+    back = [k for k in keys if statuses.get(k[0]) == JobStatus.QUEUED]
+    stopped = [k for k in keys if statuses.get(k[0]) == JobStatus.CANCELLED]
+    if stopped:
+        logger.info(
+            "%s asked to stop ended cancelled instead of going back: %s",
+            wording.count(len(stopped), "job"),
+            sorted(k[0] for k in stopped),
+        )
+        events.emit(
+            "recorded",
+            settled=stopped,
+            succeeded=0,
+            buried=0,
+            retried=0,
+            statuses=dict.fromkeys(stopped, JobStatus.CANCELLED.value),
+        )
+    events.emit("released", keys=back)
+    return sorted(k[0] for k in back)

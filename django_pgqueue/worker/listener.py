@@ -43,7 +43,9 @@ class Listener(ServiceThread):
         *,
         on_abort: Callable[[], None] = lambda: None,
     ) -> None:
-        super().__init__(session.alias, "pgqueue-listener", supervision)
+        # The thread's Django connections are the worker database's: the session's own
+        # connection (maybe a DSN, which names no Django connection) is not one of them.
+        super().__init__(session.database, "pgqueue-listener", supervision)
         self.session = session
         self.queues = frozenset(queues) if queues else None
         self.wake = wake

@@ -26,14 +26,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from django_pgqueue import wording
 from django_pgqueue.dberrors import first_line
 from django_pgqueue.queue import claims
-from django_pgqueue.records import JobStatus
 from django_pgqueue.worker.config import WorkerConfig
-from django_pgqueue.worker.events import Events
+from django_pgqueue.worker.events import Events, emit_released
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.pool import JobPool
 from django_pgqueue.worker.services import reset_connection
@@ -151,29 +150,3 @@ class GiveBack:
                 released,
             )
         return sleep
-
-
-def emit_released(
-    events: Events, keys: Sequence[tuple[int, int]], statuses: dict[int, str]
-) -> list[int]:
-    """Tell what giving ``keys`` back came to (``statuses``, from ``claims.release``):
-    ``released`` for the jobs back in the queue, ``recorded`` for those that ended
-    cancelled because an operator had asked them to stop; the ids given back."""
-    back = [k for k in keys if statuses.get(k[0]) == JobStatus.QUEUED]
-    stopped = [k for k in keys if statuses.get(k[0]) == JobStatus.CANCELLED]
-    if stopped:
-        logger.info(
-            "%s asked to stop ended cancelled instead of going back: %s",
-            wording.count(len(stopped), "job"),
-            sorted(k[0] for k in stopped),
-        )
-        events.emit(
-            "recorded",
-            settled=stopped,
-            succeeded=0,
-            buried=0,
-            retried=0,
-            statuses=dict.fromkeys(stopped, JobStatus.CANCELLED.value),
-        )
-    events.emit("released", keys=back)
-    return sorted(k[0] for k in back)

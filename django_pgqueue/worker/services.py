@@ -21,7 +21,6 @@ from collections.abc import Callable
 from django.db import connections
 
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
-from django_pgqueue.pooler import is_dsn
 from django_pgqueue.sql import runner
 
 logger = logging.getLogger("django_pgqueue")
@@ -35,10 +34,7 @@ def bookkeeping_thread(on: bool = True) -> None:
 
 
 def reset_connection(alias: str) -> None:
-    """Drop this thread's connection after an error, so the next call reconnects.
-    A DSN (the listener's LISTEN_DATABASE) names no Django connection: nothing to drop."""
-    if is_dsn(alias):
-        return
+    """Drop this thread's connection after an error, so the next call reconnects."""
     try:
         connections[alias].close()
     except Exception:  # the socket is already gone: nothing to close cleanly

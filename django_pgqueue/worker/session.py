@@ -55,6 +55,9 @@ class WorkerSession:
         poll_interval: float,
     ) -> None:
         self.worker_id = worker_id
+        #: The worker's own database alias (where its jobs are).
+        self.database = database
+        #: Where the session connects: LISTEN_DATABASE (an alias or a DSN), or database.
         self.alias = listen_database or database
         self.explicit = listen_database is not None
         self.channel = channel

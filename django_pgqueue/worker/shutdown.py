@@ -26,12 +26,11 @@ from django_pgqueue.queue import claims
 from django_pgqueue.records import ClaimedJob
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
-from django_pgqueue.worker.events import Events
+from django_pgqueue.worker.events import Events, emit_released
 from django_pgqueue.worker.executor import timed_out
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.pool import JobPool
-from django_pgqueue.worker.prefetch import emit_released
 from django_pgqueue.worker.services import ServiceThread, Timers, reset_connection
 from django_pgqueue.worker.waker import Waker
 

@@ -7,6 +7,7 @@ import threading
 import time
 
 import psycopg
+import pytest
 
 from django_pgqueue.worker.services import ConnectionEpoch, Supervision, Timer, Timers
 
@@ -78,6 +79,30 @@ def test_the_listener_renews_at_once_only_for_a_stop_request_naming_its_worker()
     for payload in ('{"abort": "other:2:cd"}', "{not json", '["abort"]', '{"abort": "host:1:ab"}'):
         listener._control(payload)
     assert aborts == ["now"]
+
+
+def test_a_listener_on_a_dsn_resets_the_worker_databases_connections_not_the_dsn(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """After an error a service thread drops its Django connections; a listener whose
+    LISTEN_DATABASE is a DSN has none for it (a DSN is no Django alias, and the lookup
+    wrote the DSN, password and all, to the debug log): it drops the worker's."""
+    from django_pgqueue.worker.listener import Listener
+    from django_pgqueue.worker.session import WorkerSession
+
+    dsn = "postgres://u:s3cret@127.0.0.1:1/db"
+    session = WorkerSession("host:1:ab", "default", dsn, "pgqueue_jobs", 1.0)
+    listener = Listener(
+        session,
+        None,
+        wake=lambda: None,
+        on_listening=lambda: None,
+        supervision=Supervision(fatal=lambda reason: None, epoch=ConnectionEpoch()),
+    )
+    assert (listener.alias, session.alias) == ("default", dsn)
+    with caplog.at_level("DEBUG", logger="django_pgqueue"):
+        listener._survive(psycopg.OperationalError("connection refused"))
+    assert "s3cret" not in caplog.text
 
 
 def test_a_timer_that_keeps_failing_stops_the_thread_counting_as_well() -> None:

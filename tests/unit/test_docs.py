@@ -103,3 +103,21 @@ def test_system_check_ids_match_the_code() -> None:
     in_docs = set(CHECK_ID.findall((REFERENCE / "checks.md").read_text(encoding="utf-8")))
     assert in_code, "no check ids found in the code"
     assert in_docs == in_code
+
+
+def test_the_readme_pypi_shows_links_to_files_of_the_repository() -> None:
+    """PyPI shows the README without the repository: a relative link (docs/...) was
+    dead there. The build makes each absolute, to a file this tree has."""
+    if not (ROOT / "pyproject.toml").exists():
+        pytest.skip("run from a tree without pyproject.toml (tox's)")
+    from hatchling.metadata.core import ProjectMetadata
+    from hatchling.plugin.manager import PluginManager
+
+    published = ProjectMetadata(str(ROOT), PluginManager()).core.readme
+    home = "https://github.com/django-pgqueue/django-pgqueue/blob/main/"
+    targets = re.findall(r"\]\(([^)\s]+)\)", published)
+    assert len(targets) >= len(re.findall(r"\]\(docs/", (ROOT / "README.md").read_text())) > 0
+    for target in targets:
+        assert target.startswith(("https://", "http://")), target
+        if target.startswith(home):
+            assert (ROOT / target.removeprefix(home).partition("#")[0]).exists(), target

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.test import override_settings
 
@@ -9,6 +11,7 @@ from django_pgqueue.backend.compat import InvalidTask
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.models import Job
 from tests.outside.tasks import direct_double, framework_double
+from tests.worker.conftest import django_command
 from tests.worker.inprocess import worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -38,3 +41,31 @@ def test_listed_in_task_modules_both_are_accepted_and_run() -> None:
             assert worker.join(30) == 0
     assert Job.objects.get(pk=int(framework.id)).result == 8
     assert Job.objects.get(pk=direct.pk).result == 10
+
+
+NAMED_FIX = "add 'tests.testapp.named' to PGQUEUE['TASK_MODULES']"
+
+
+@pytest.mark.slow
+def test_a_task_named_apart_from_its_module_is_refused_unless_the_worker_imports_it(
+    db_url: str,
+) -> None:
+    """Its path names no module a worker imports, so the worker finds it only if it
+    happened to import the module: enqueue took it, and the worker buried it as an
+    unknown task (or ran it, depending on what other jobs it had run before)."""
+    from tests.testapp.named import renamed
+
+    with pytest.raises(InvalidJob, match="under a name of its own") as caught:
+        renamed.enqueue(1)
+    assert NAMED_FIX in str(caught.value)
+    assert Job.objects.count() == 0
+    listed = {"TASK_MODULES": ["tests.testapp.named"]}
+    with override_settings(PGQUEUE=listed):
+        job = renamed.enqueue(21)
+    # A worker process of its own (which imports nothing this test did) runs it.
+    result = django_command(
+        db_url, "runworker", "--burst", env={"PGQUEUE_TEST_PGQUEUE": json.dumps(listed)}
+    )
+    assert result.returncode == 0, result.stderr
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.result) == ("done", 42)

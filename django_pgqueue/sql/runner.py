@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg import pq
@@ -66,6 +67,11 @@ _ONLY_WHEN_ASKED = 2**31 - 1
 
 def _ready(alias: str) -> BaseDatabaseWrapper:
     wrapper = connections[alias]
+    if wrapper.vendor != "postgresql":  # where checks do not run (shell, a script)
+        raise ImproperlyConfigured(
+            f"django-pgqueue needs PostgreSQL, but database {alias!r} is {wrapper.vendor}: "
+            "see manage.py check (django_pgqueue.E002)"
+        )
     wrapper.ensure_connection()
     raw = wrapper.connection
     if raw.prepare_threshold is None and conf.get().PREPARE:

@@ -154,6 +154,23 @@ def test_sqlite_is_one_error_with_a_hint_that_says_what_to_do(db_url: str, tmp_p
     ) in flat
     assert "HINT: Use PostgreSQL for the database your application writes to" in flat
     assert "every job commits on its own, apart from your data" in flat
+    # Where no check runs (shell, a script), enqueue says it too, on both APIs: it
+    # was an AttributeError about prepare_threshold.
+    script = (
+        "from tests.testapp.tasks import add\n"
+        "from tests.testapp.djtasks import noop_task\n"
+        "for enqueue in (lambda: add.enqueue(1, 2), noop_task.enqueue):\n"
+        "    try:\n"
+        "        enqueue()\n"
+        "    except Exception as exc:\n"
+        "        print(type(exc).__name__, exc)\n"
+    )
+    said = manage(db_url, "shell", "-v", "0", "-c", script, env=env).splitlines()
+    refused = (
+        "ImproperlyConfigured django-pgqueue needs PostgreSQL, but database 'default' is "
+        "sqlite: see manage.py check (django_pgqueue.E002)"
+    )
+    assert said == [refused, refused], said
 
 
 # -- 18 (router support) ---------------------------------------------------------------------

@@ -142,7 +142,9 @@ class Worker:
         self.request_stop()
 
     def run(self) -> int:
-        problem, has_session = start_problem(self.config.database, self.session)
+        problem, has_session = start_problem(
+            self.config.database, self.session, wait_for_database=not self.config.burst
+        )
         if problem:
             logger.error("%s", problem)
             return 1

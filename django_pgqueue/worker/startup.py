@@ -4,7 +4,8 @@ Each check that fails is one line and exit status 1, before any job is touched:
 the worker inside an open transaction (a ``TestCase``), the job table's
 migrations not applied, the worker id held by another live worker. A database
 that cannot be reached yet is no reason not to start: the claim loop waits for
-it. Tasks are discovered here too, so that the banner can list them.
+it (but a ``--burst`` run, which is over once the queue is empty, stops at
+once). Tasks are discovered here too, so that the banner can list them.
 """
 
 from __future__ import annotations
@@ -24,8 +25,12 @@ from django_pgqueue.worker.session import WorkerSession, open_at_start
 logger = logging.getLogger("django_pgqueue")
 
 
-def start_problem(database: str, session: WorkerSession) -> tuple[str | None, bool]:
-    """(why the worker must not start, or None; whether it has a session connection)."""
+def start_problem(
+    database: str, session: WorkerSession, *, wait_for_database: bool = True
+) -> tuple[str | None, bool]:
+    """(why the worker must not start, or None; whether it has a session connection).
+    ``wait_for_database``: a database that cannot be reached is waited for, rather
+    than a reason not to start."""
     problem = worker_in_transaction(database)
     if problem:  # its claims would see rows its threads cannot (a TestCase)
         return problem, False
@@ -38,14 +43,15 @@ def start_problem(database: str, session: WorkerSession) -> tuple[str | None, bo
         if problem is None:
             raise  # a bug in a tasks module: its traceback says where
         return problem, False
-    problem = schema_problem_at_start(database)
+    problem = schema_problem_at_start(database, wait_for_database=wait_for_database)
     if problem:
         return problem, False
     return open_at_start(session, database)
 
 
-def schema_problem_at_start(alias: str) -> str | None:
-    """One line if django_pgqueue's migrations are not all applied to ``alias``."""
+def schema_problem_at_start(alias: str, *, wait_for_database: bool = True) -> str | None:
+    """One line if django_pgqueue's migrations are not all applied to ``alias`` (or,
+    unless ``wait_for_database``, if it cannot be reached)."""
     try:
         executor = MigrationExecutor(connections[alias])
         targets = [
@@ -53,6 +59,8 @@ def schema_problem_at_start(alias: str) -> str | None:
         ]
         plan = executor.migration_plan(targets)
     except Exception as exc:
+        if is_transient(exc) and not wait_for_database:
+            return f"cannot reach the database: {first_line(exc)}"
         if is_transient(exc):  # the claim loop waits for the database
             logger.warning("cannot check the migrations yet: %s", first_line(exc))
             return None

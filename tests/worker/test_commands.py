@@ -95,6 +95,17 @@ def test_a_database_out_of_reach_or_without_the_tables_is_a_one_line_error(db_ur
         assert result.returncode == 1, result
         assert result.stderr.startswith("CommandError: cannot reach the database: "), result
         assert "Traceback" not in result.stderr
+    # A burst worker is over once the queue is empty: with no database to empty it
+    # stops at once, with one line (it retried for ever). A long-running worker
+    # waits for the database instead (test_faults).
+    missing = db_url.rsplit("/", 1)[0] + f"/pgqueue_missing_{os.getpid()}"
+    for url in (unreachable, missing):
+        result = django_command(url, "runworker", "--burst")
+        assert result.returncode == 1, result
+        (line,) = [line for line in result.stderr.splitlines() if "cannot reach" in line]
+        assert line.startswith("cannot reach the database: connection failed: "), line
+        assert line.endswith("does not exist" if url == missing else "Connection refused"), line
+        assert "Traceback" not in result.stderr
     empty = f"pgqueue_empty_{os.getpid()}"
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {empty}")

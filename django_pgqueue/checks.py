@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from importlib.util import find_spec
 from typing import Any
 
 import psycopg
 from django.apps import apps
+from django.conf import settings as django_settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
@@ -81,7 +83,8 @@ def database_problem() -> tuple[str, str | None] | None:
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E001: PGQUEUE is invalid. E002: the job table's database is missing or not
     PostgreSQL. E003: its LISTEN_DATABASE is. E004: a TASK_MODULES entry cannot be
-    imported. E005: a task is refused as it is declared."""
+    imported. E005: a task is refused as it is declared. E106 (Django 5.2): the
+    backport's app is missing, so no check of TASKS runs."""
     if not apps.is_installed("django_pgqueue"):
         return []  # imported by the Tasks backend without the app: E101 says so
     try:
@@ -114,7 +117,29 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
     if not missing_modules:
         found += _declaration_problems()
-    return found
+    return found + _backport_app_problems()
+
+
+def _backport_app_problems() -> list[checks.CheckMessage]:
+    """E106 on Django 5.2: the django-tasks backport registers the Tasks check (and
+    with it the backend's E101 to E108) in its own app's ready(), so without
+    ``django_tasks`` installed nothing would check TASKS at all: say it here."""
+    if find_spec("django.tasks") is not None or find_spec("django_tasks") is None:
+        return []  # Django 6.0+ (no app to install), or no Tasks framework at all
+    tasks = getattr(django_settings, "TASKS", None)
+    if apps.is_installed("django_tasks") or not isinstance(tasks, Mapping):
+        return []
+    return [
+        checks.Error(
+            f"TASKS[{alias!r}] uses the django-tasks backport, but 'django_tasks' is not "
+            "installed.",
+            hint="Add 'django_tasks' to INSTALLED_APPS.",
+            id="django_pgqueue.E106",
+        )
+        for alias, entry in tasks.items()
+        if isinstance(entry, Mapping)
+        and str(entry.get("BACKEND", "")).startswith("django_pgqueue.backend.")
+    ]
 
 
 def _declaration_problems() -> list[checks.CheckMessage]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.test import override_settings
 
+from django_pgqueue.backend.compat import TASKS_APP
 from django_pgqueue.checks import check_pooler, check_settings
 from django_pgqueue.pooler import shown
 
@@ -87,3 +89,23 @@ def test_a_task_its_backend_refuses_is_reported_by_check() -> None:
 def test_the_pooler_check_connects_only_when_asked_for_the_database() -> None:
     assert check_pooler() == []  # no databases: Django runs it without, and it must not connect
     assert check_pooler(databases=["other"]) == []
+
+
+def test_on_django_5_2_the_backports_app_missing_is_e106_from_our_own_check() -> None:
+    """The backport registers the Tasks check in its app's ready(): without its app
+    nothing checked TASKS at all (E106 was never said, nor E103 to E108)."""
+    without = [app for app in settings.INSTALLED_APPS if app != "django_tasks"]
+    with override_settings(INSTALLED_APPS=without):
+        said = [(m.id, m.msg, m.hint) for m in check_settings() if m.id == "django_pgqueue.E106"]
+    if TASKS_APP is None:  # Django 6.0+: the framework is Django's, with no app to add
+        assert said == []
+        return
+    assert said == [
+        (
+            "django_pgqueue.E106",
+            "TASKS['default'] uses the django-tasks backport, but 'django_tasks' is not installed.",
+            "Add 'django_tasks' to INSTALLED_APPS.",
+        )
+    ]
+    with override_settings(INSTALLED_APPS=[*without, "django_tasks"]):
+        assert "django_pgqueue.E106" not in ids()

@@ -16,10 +16,11 @@ import logging
 import traceback
 from typing import TYPE_CHECKING, Any
 
+from django.core import checks
 from django.dispatch import Signal
 from django.utils import timezone
 
-from django_pgqueue import registry
+from django_pgqueue import registry, wording
 from django_pgqueue.backend.compat import (
     BaseTaskBackend,
     Task,
@@ -51,13 +52,59 @@ logger = logging.getLogger("django_pgqueue")
 
 
 def register_task_kind() -> None:
-    """Let the worker run Tasks-framework Tasks (idempotent)."""
+    """Let the worker run Tasks-framework Tasks, and check that they are queued
+    (idempotent)."""
     registry.register_kind(is_task, invoke)
+    checks.register(check_unqueued_tasks, checks.Tags.compatibility)
 
 
 def is_task(obj: object) -> bool:
     """True for a Tasks-framework Task (of Django, or of the backport in use)."""
     return isinstance(obj, Task)
+
+
+def unqueued_tasks() -> dict[str, str]:
+    """The Tasks found in the tasks modules whose backend is not a PgQueueBackend, by
+    path, each with its backend (``TASKS['default'] is ImmediateBackend``): their
+    ``enqueue()`` never reaches the job queue (after :func:`registry.discover`). A
+    backend that cannot be built is left to Django's own check."""
+    found = {}
+    for path, runnable in registry.runnables().items():
+        if not isinstance(runnable.target, Task):
+            continue
+        try:
+            backend = task_backends[runnable.target.backend]
+        except Exception:
+            continue
+        if not isinstance(backend, PgQueueBackend):
+            found[path] = f"TASKS[{runnable.target.backend!r}] is {type(backend).__name__}"
+    return found
+
+
+def check_unqueued_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W003: Tasks of the tasks modules on a backend that is not ours (TASKS left out,
+    say, so that Django's ImmediateBackend runs them in the caller's process): no
+    worker runs them, and a project that meant to queue them would not notice."""
+    try:
+        registry.discover()
+    except Exception:  # E004 and E005 (django_pgqueue.checks) say what is wrong
+        return []
+    by_backend: dict[str, list[str]] = {}
+    for path, backend in unqueued_tasks().items():
+        by_backend.setdefault(backend, []).append(path)
+    shown = 3  # paths named in the message; the banner lists them all
+    return [
+        checks.Warning(
+            f"{backend}, not PgQueueBackend, and {wording.count(len(paths), 'task')} of "
+            f"the tasks modules use it ({', '.join(paths[:shown])}"
+            + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+            + "): their enqueue() does not reach the job queue, and no worker runs them.",
+            hint="Set that backend's BACKEND to 'django_pgqueue.backend.PgQueueBackend' if "
+            "they are meant for the queue; silence django_pgqueue.W003 if not.",
+            id="django_pgqueue.W003",
+        )
+        for backend, paths in by_backend.items()
+    ]
 
 
 def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:

@@ -40,6 +40,14 @@ def task_queue(target: Any) -> str | None:
     return queue if isinstance(queue, str) else None
 
 
+def _unqueued() -> dict[str, str]:
+    try:
+        from django_pgqueue.backend.worker import unqueued_tasks
+    except ImportError:  # no Tasks framework installed: no Tasks either
+        return {}
+    return unqueued_tasks()
+
+
 def banner(config: WorkerConfig) -> str:
     """The start lines: the settings, then ``[queues]`` and ``[tasks]``."""
     tasks = registry.runnables()
@@ -49,9 +57,11 @@ def banner(config: WorkerConfig) -> str:
     else:
         lines.append("  . every queue (--queues not given)")
     lines.append(f"[tasks] {wording.count(len(tasks), 'task')}")
+    elsewhere = _unqueued()  # enqueue() of these never reaches the queue (W003)
     for path, runnable in tasks.items():
         queue = task_queue(runnable.target)
-        lines.append(f"  . {path}" + (f"  (queue {queue})" if queue else ""))
+        note = f"{elsewhere[path]}: not queued" if path in elsewhere else f"queue {queue}"
+        lines.append(f"  . {path}" + (f"  ({note})" if queue or path in elsewhere else ""))
     if not tasks:
         lines.append("  (none found: tasks live in an installed app's tasks.py)")
     return "\n".join(lines)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.test import override_settings
 
@@ -109,3 +111,35 @@ def test_on_django_5_2_the_backports_app_missing_is_e106_from_our_own_check() ->
     ]
     with override_settings(INSTALLED_APPS=[*without, "django_tasks"]):
         assert "django_pgqueue.E106" not in ids()
+
+
+def test_tasks_on_another_backend_are_w003_and_marked_in_the_workers_banner() -> None:
+    """TASKS left out (Django's ImmediateBackend): check said nothing, enqueue() ran
+    the task in the caller's process, and the worker listed it as one it serves."""
+    from django_pgqueue.backend.compat import BaseTaskBackend
+    from django_pgqueue.backend.worker import check_unqueued_tasks
+    from django_pgqueue.worker.banner import banner
+    from django_pgqueue.worker.config import WorkerConfig
+
+    assert check_unqueued_tasks() == []
+    package = BaseTaskBackend.__module__.rpartition(".")[0]  # django.tasks.backends
+    immediate = {"default": {"BACKEND": f"{package}.immediate.ImmediateBackend"}}
+    with override_settings(TASKS=immediate):
+        (warning,) = check_unqueued_tasks()
+        started = banner(WorkerConfig.from_settings())
+    assert warning.id == "django_pgqueue.W003"
+    assert warning.msg.startswith("TASKS['default'] is ImmediateBackend, not PgQueueBackend, and ")
+    # The example's five at least (other tests may have registered more), three named.
+    counted = re.search(
+        r" and (\d+) tasks of the tasks modules use it \((.*) and (\d+) more\)", warning.msg
+    )
+    assert counted is not None, warning.msg
+    assert int(counted[1]) >= 5
+    assert len(counted[2].split(", ")) == 3
+    assert int(counted[3]) == int(counted[1]) - 3
+    assert "does not reach the job queue, and no worker runs them" in warning.msg
+    assert (
+        "  . example_project.shop.tasks.tally_orders  (TASKS['default'] is ImmediateBackend: "
+        "not queued)" in started.splitlines()
+    )
+    assert "  . tests.testapp.tasks.add  (queue default)" in started.splitlines()

@@ -9,6 +9,7 @@ ticks (see ``queries.sql``, ``schedule_tick``).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime as dt
 import itertools
@@ -103,10 +104,12 @@ class ScheduleSpec:
             for n in itertools.count():
                 yield _EPOCH + dt.timedelta(microseconds=last - n * step)
         assert self.cron is not None
-        local = moment.astimezone(self._zone())
-        # cronsim's reverse iteration starts after the whole second it is given.
-        start = local + dt.timedelta(seconds=1) if local.microsecond == 0 else local
-        for tick in CronSim(expanded(self.cron), start, reverse=True):
+        # cronsim's reverse iteration starts after the whole second it is given. The
+        # second is added in UTC: local arithmetic drops fold, which turned the second
+        # 02:30 of an autumn night into the first one, an hour earlier.
+        utc = moment.astimezone(dt.UTC)
+        start = utc + dt.timedelta(seconds=1) if utc.microsecond == 0 else utc
+        for tick in CronSim(expanded(self.cron), start.astimezone(self._zone()), reverse=True):
             if tick <= moment:
                 yield tick.astimezone(dt.UTC)
 
@@ -114,9 +117,20 @@ class ScheduleSpec:
         return next(self.after(moment))
 
     def between(self, start: dt.datetime, end: dt.datetime, limit: int) -> list[dt.datetime]:
-        """The newest ``limit`` ticks in (start, end], oldest first."""
-        newest = itertools.takewhile(lambda t: t > start, self.at_or_before(end))
-        return sorted(itertools.islice(newest, limit))
+        """The newest ``limit`` ticks in (start, end], oldest first: the ticks
+        :meth:`after` gives, which say when the next one is due.
+
+        Looking back from ``end`` finds where they begin without walking the whole
+        span; the ticks themselves come from walking forward from there, since
+        cronsim's two directions disagree about a repeated half hour (Lord Howe's
+        clock change), and the scheduler must enqueue the ticks it waited for."""
+        back = itertools.takewhile(lambda t: t > start, self.at_or_before(end))
+        newest = list(itertools.islice(back, limit))
+        begin = start
+        if len(newest) == limit and limit > 0:
+            begin = max(start, newest[-1] - dt.timedelta(microseconds=1))
+        ahead = itertools.takewhile(lambda t: t <= end, self.after(begin))
+        return list(collections.deque(ahead, maxlen=limit)) if limit > 0 else []
 
 
 def invalid(name: str, message: str) -> InvalidSchedule:

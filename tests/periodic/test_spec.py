@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import zoneinfo
 
 import pytest
@@ -168,3 +169,35 @@ def test_settings_give_the_entries_in_order() -> None:
         b, a = conf.get().schedules
     assert (b.name, b.catch_up, b.enabled) == ("b", "all", False)
     assert (a.name, a.args, a.kwargs, a.expression) == ("a", (1,), {"k": 2}, "0 3 * * 1")
+
+
+def _forward(spec: ScheduleSpec, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
+    """The ticks in (start, end] as the scheduler waits for them, one after another."""
+    return list(itertools.takewhile(lambda t: t <= end, spec.after(start)))
+
+
+@pytest.mark.parametrize(
+    ("cron", "zone", "start", "end"),
+    [
+        # The autumn night's repeated hour, up to a whole second of the second 02:30:
+        # the step past the end second was taken in local time, which dropped fold
+        # and started an hour earlier (02:30 CEST), losing the hour's ticks.
+        ("* * * * *", "Europe/Paris", (2026, 10, 25, 1, 28), (2026, 10, 25, 1, 30)),
+        ("*/5 * * * *", "Europe/Paris", (2026, 10, 25, 0, 0), (2026, 10, 25, 1, 0)),
+        # Lord Howe moves its clocks by half an hour: looking back, cronsim counted
+        # the repeated 01:30 that looking forward skips (so it was enqueued an hour
+        # after it was due).
+        ("30 * * * *", "Australia/Lord_Howe", (2026, 4, 4, 12, 0), (2026, 4, 4, 17, 0)),
+        ("30 2 * * *", "Europe/Paris", (2026, 3, 28, 22, 0), (2026, 3, 29, 22, 0)),
+    ],
+)
+def test_the_ticks_between_two_moments_are_the_ticks_the_scheduler_waits_for(
+    cron: str, zone: str, start: tuple[int, int, int, int, int], end: tuple[int, int, int, int, int]
+) -> None:
+    spec = parse("s", {"task": "a.b", "cron": cron, "timezone": zone})
+    begin, until = dt.datetime(*start, tzinfo=UTC), dt.datetime(*end, tzinfo=UTC)
+    expected = _forward(spec, begin, until)
+    assert expected
+    assert spec.between(begin, until, 100) == expected
+    assert spec.between(begin, until, 2) == expected[-2:]
+    assert next(spec.at_or_before(until)) == expected[-1]

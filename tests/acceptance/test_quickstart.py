@@ -145,3 +145,9 @@ def test_the_quick_start_runs_as_written(tmp_path: Path, fresh_database: str) ->
     # Step 6: what happened, exactly as the page prints it.
     expected = blocks("text")[1].strip()
     assert project.shell(shells[1]).strip() == expected
+
+    # In your tests: the page's test file, run as the page runs it.
+    (project.cwd / "shop" / "tests.py").write_text(block("python", "# shop/tests.py"))
+    (pytest_line,) = [line for line in commands if line.startswith("python -m pytest")]
+    output = project.run(f"{pytest_line} -p no:cacheprovider -p no:randomly")
+    assert re.search(r"=+ 1 passed in ", output.splitlines()[-1]), output

@@ -87,7 +87,7 @@ class WorkerConfig:
         return (
             f"worker {self.worker_id}: queues={queues} concurrency={self.concurrency} "
             f"prefetch={self.prefetch} "
-            f"lease={self.lease:g}s heartbeat={self.heartbeat_interval:g}s "
+            f"lease={self.lease:g}s heartbeat={round(self.heartbeat_interval, 3):g}s "
             f"poll={self.poll_interval:g}s listen={'on' if self.listen else 'off'} "
             f"job_timeout={self.job_timeout or 'none'} "
             f"shutdown_timeout={self.shutdown_timeout:g}s reap={self.reap_interval:g}s "

@@ -142,14 +142,15 @@ class Housekeeping:
         if len(long) > NAMED_LONG_RUNS:
             named += f", and {len(long) - NAMED_LONG_RUNS} more"
         logger.info(
-            "throughput: %s in %ss (%.1f/s): %d succeeded, %d retried, %d buried; "
-            "%d running%s%s; %s; totals: claimed %d, succeeded %d, retried %d, buried %d",
+            "throughput: %s in %ss (%.1f/s): %d succeeded, %d retried, %d buried%s; "
+            "%d running%s%s; %s; totals: claimed %d, succeeded %d, retried %d, buried %d%s",
             wording.count(window.settled, "job"),
             f"{elapsed:.0f}" if elapsed >= 10 else f"{elapsed:.1f}",
             window.settled / elapsed if elapsed else 0,
             window.succeeded,
             window.retried,
             window.buried,
+            f", {window.cancelled} cancelled" if window.cancelled else "",
             len(running),
             f" ({overdue} past the job timeout)" if overdue else "",
             f", for over {threshold:g}s: {named}" if long else "",
@@ -158,4 +159,5 @@ class Housekeeping:
             self.ledger.succeeded,
             self.ledger.retried,
             self.ledger.buried,
+            f", cancelled {self.ledger.cancelled}" if self.ledger.cancelled else "",
         )

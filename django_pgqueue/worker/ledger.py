@@ -62,6 +62,7 @@ class Window:
     succeeded: int = 0
     retried: int = 0
     buried: int = 0
+    cancelled: int = 0
     running: list[Held] = dataclasses.field(default_factory=list)
 
 
@@ -71,7 +72,7 @@ class Ledger:
         self._held: dict[Key, Held] = {}
         self._lease = lease
         self.busy = 0
-        self.claimed = self.succeeded = self.buried = self.retried = 0
+        self.claimed = self.succeeded = self.buried = self.retried = self.cancelled = 0
         self._window = Window()
 
     def add(self, jobs: list[ClaimedJob]) -> None:
@@ -106,7 +107,9 @@ class Ledger:
                 return None
             return held
 
-    def settled(self, keys: list[Key], succeeded: int, buried: int, retried: int = 0) -> None:
+    def settled(
+        self, keys: list[Key], succeeded: int, buried: int, retried: int = 0, cancelled: int = 0
+    ) -> None:
         """The outcomes of these runs are recorded (or were fenced out)."""
         with self._lock:
             for key in keys:
@@ -116,11 +119,13 @@ class Ledger:
             self.succeeded += succeeded
             self.buried += buried
             self.retried += retried
+            self.cancelled += cancelled
             window = self._window
             window.settled += len(keys)
             window.succeeded += succeeded
             window.buried += buried
             window.retried += retried
+            window.cancelled += cancelled
 
     def waiting_since(self) -> float | None:
         """When the longest-waiting prefetched run (ours, no thread yet) was claimed."""

@@ -20,7 +20,7 @@ from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
 from django_pgqueue.periodic.scheduler import scheduler_thread
 from django_pgqueue.queue.claims import batch_size
-from django_pgqueue.records import ClaimedJob, Outcome, Success
+from django_pgqueue.records import ClaimedJob, JobStatus, Outcome, Success
 from django_pgqueue.worker import shutdown
 from django_pgqueue.worker.banner import banner, warn_unknown_queues
 from django_pgqueue.worker.completer import Completer
@@ -314,7 +314,8 @@ class Worker:
         retried: int,
         statuses: dict[tuple[int, int], str | None],
     ) -> None:
-        self.ledger.settled(keys, succeeded, buried, retried)
+        cancelled = sum(1 for status in statuses.values() if status == JobStatus.CANCELLED)
+        self.ledger.settled(keys, succeeded, buried, retried, cancelled)
         self.events.emit(
             "recorded",
             settled=keys,

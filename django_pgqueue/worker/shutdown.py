@@ -138,11 +138,13 @@ class Shutdown:
             self._fail_overdue(overdue)
         status = 1 if w.fatal_reason else 0
         logger.info(
-            "stopped %s: claimed %d, succeeded %d, buried %d%s",
+            "stopped %s: claimed %d, succeeded %d, retried %d, buried %d, cancelled %d%s",
             self.worker_id,
             w.ledger.claimed,
             w.ledger.succeeded,
+            w.ledger.retried,
             w.ledger.buried,
+            w.ledger.cancelled,
             f"; exit status {status}" if status else "",
         )
         return status

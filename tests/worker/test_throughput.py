@@ -43,3 +43,20 @@ def test_the_throughput_line_has_claim_latency_and_queue_lag() -> None:
     assert 20 / 3 <= float(match[3]) < 20 / 3 + 2  # one job 20 s late, two on time
     assert 20 <= float(match[4]) < 22
     assert lines[1].split("; ")[2].endswith("queue lag -")  # no job started in it
+
+
+def test_the_stop_line_counts_every_kind_of_outcome() -> None:
+    """It said "claimed 4, succeeded 1, buried 1": the retried and cancelled runs
+    were missing from the sum."""
+    from tests.testapp.tasks import always_fails, gives_up, snoozes
+
+    add.enqueue(1, 2)
+    always_fails.using(max_attempts=1).enqueue("once")
+    snoozes.enqueue("later", 1, 3600.0)  # queued again, for an hour later: retried
+    gives_up.enqueue("stop")
+    with collected() as log, worker_thread(burst=True, concurrency=1) as running:
+        assert running.join(30) == 0
+    (line,) = [r.getMessage() for r in log.records if r.getMessage().startswith("stopped ")]
+    assert line.endswith(": claimed 4, succeeded 1, retried 1, buried 1, cancelled 1"), line
+    throughput = [r.getMessage() for r in log.records if r.getMessage().startswith("throughput")]
+    assert all("cancelled" not in t or ", 1 cancelled;" in t for t in throughput)

@@ -122,7 +122,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 
 def _backport_app_problems() -> list[checks.CheckMessage]:
     """E106 on Django 5.2: the django-tasks backport registers the Tasks check (and
-    with it the backend's E101 to E108) in its own app's ready(), so without
+    with it the backend's E101 to E109) in its own app's ready(), so without
     ``django_tasks`` installed nothing would check TASKS at all: say it here."""
     if find_spec("django.tasks") is not None or find_spec("django_tasks") is None:
         return []  # Django 6.0+ (no app to install), or no Tasks framework at all

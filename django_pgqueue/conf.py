@@ -18,7 +18,7 @@ from django.core.exceptions import AppRegistryNotReady, ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS, router
 
-from django_pgqueue import validation
+from django_pgqueue import validation, wording
 from django_pgqueue.periodic import spec as periodic
 
 
@@ -194,7 +194,9 @@ def _check(key: str, value: Any) -> None:
             or not all(validation.QUEUE.is_valid(q) for q in value)
         ):
             raise _fail(
-                key, value, f"None or a non-empty list of queue names ({validation.QUEUE.expected})"
+                key,
+                value,
+                "None or a non-empty list of queue names (1-64 letters, digits, _ . : -)",
             )
     elif key == "METRICS_ADDR" and (not isinstance(value, str) or not value):
         raise _fail(key, value, "a non-empty string")
@@ -226,8 +228,8 @@ def _build(raw: Any) -> Settings:
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ImproperlyConfigured(
-            f"PGQUEUE has unknown key(s) {', '.join(map(repr, unknown))}; "
-            f"known keys: {', '.join(sorted(known))}"
+            f"PGQUEUE has unknown key(s) {', '.join(map(repr, unknown))}"
+            f"{wording.did_you_mean(unknown, known)}; known keys: {', '.join(sorted(known))}"
         )
     values = dict(raw)
     for key in ("QUEUES", "TASK_MODULES"):

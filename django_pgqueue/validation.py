@@ -20,6 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from django_pgqueue import wording
 from django_pgqueue.exceptions import InvalidJob
 
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
@@ -214,7 +215,13 @@ def check_options(options: dict[str, Any], *, values: bool = True) -> None:
     where it is given: ``@task(...)``, ``.using(...)``, an enqueue."""
     if not options.keys() <= _OPTION_NAMES:
         unknown = sorted(options.keys() - _OPTION_NAMES)
-        hint = " (Django's run_after is run_at= or delay= here)" if "run_after" in unknown else ""
+        hint = (
+            " (Django's run_after is run_at= or delay= here)"
+            if "run_after" in unknown
+            else " (Django's queue_name is queue= here)"
+            if "queue_name" in unknown
+            else wording.did_you_mean(unknown, _OPTION_NAMES)
+        )
         raise InvalidJob(
             f"unknown option {', '.join(map(repr, unknown))}{hint}: the options are "
             f"{', '.join(OPTION_RULES)}"

@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 _UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
 
 
@@ -27,3 +30,18 @@ def duration(seconds: float) -> str:
         if len(parts) == 2:
             break
     return " ".join(parts)
+
+
+def did_you_mean(unknown: Iterable[str], known: Iterable[str]) -> str:
+    """`` (did you mean 'CONCURRENCY'?)`` for the unknown names that look like known
+    ones (in any case), or an empty string."""
+    by_fold = {name.casefold(): name for name in known}
+    meant = {}
+    for name in unknown:
+        close = difflib.get_close_matches(str(name).casefold(), list(by_fold), n=1, cutoff=0.75)
+        if close:
+            meant[name] = by_fold[close[0]]
+    if len(meant) == 1:
+        return f" (did you mean {next(iter(meant.values()))!r}?)"
+    said = ", ".join(f"{right!r} for {wrong!r}" for wrong, right in meant.items())
+    return f" (did you mean {said}?)" if meant else ""

@@ -11,7 +11,7 @@ from typing import Any
 from django.apps import apps
 from django.core import checks
 
-from django_pgqueue import validation
+from django_pgqueue import validation, wording
 from django_pgqueue.backend.compat import TASKS_APP
 from django_pgqueue.checks import database_problem
 
@@ -24,6 +24,9 @@ OPTION_RULES: dict[str, tuple[validation.Rule[Any], str]] = {
 
 OPTIONS_HINT = 'Give OPTIONS as a dict, such as {"MAX_ATTEMPTS": 5}, or leave it out.'
 QUEUES_HINT = 'Give QUEUES as a list of queue names, such as ["default", "emails"].'
+
+#: The keys of a TASKS entry that Django's backends read.
+PARAMS = ("BACKEND", "QUEUES", "OPTIONS")
 
 #: QUEUES as written when the settings give none (Django's default, ["default"]).
 QUEUES_UNSET = object()
@@ -53,6 +56,21 @@ def options_problem(alias: str, options: object) -> str | None:
 def shape_problem(alias: str, options: object, queues: object) -> str | None:
     """The first of the two above: what enqueue and declaring a task refuse."""
     return queues_problem(alias, queues) or options_problem(alias, options)
+
+
+def unknown_params_problem(alias: str, unknown: list[str]) -> list[checks.CheckMessage]:
+    """E109: keys of TASKS[alias] that no backend reads (Django ignores them)."""
+    if not unknown:
+        return []
+    return [
+        checks.Error(
+            f"TASKS[{alias!r}] has unknown key(s) {', '.join(map(repr, unknown))}"
+            f"{wording.did_you_mean(unknown, PARAMS)}.",
+            hint=f"A TASKS entry has {', '.join(PARAMS)}; the backend's own settings go in "
+            "OPTIONS.",
+            id="django_pgqueue.E109",
+        )
+    ]
 
 
 def check_backend(

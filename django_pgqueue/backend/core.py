@@ -12,10 +12,12 @@ from django.db import transaction
 from django_pgqueue import conf, validation
 from django_pgqueue.backend.checks import (
     OPTION_RULES,
+    PARAMS,
     QUEUES_UNSET,
     check_backend,
     queues_problem,
     shape_problem,
+    unknown_params_problem,
 )
 from django_pgqueue.backend.compat import (
     BaseTaskBackend,
@@ -60,6 +62,8 @@ class PgQueueBackend(BaseTaskBackend):
         #: fails on None. Of the wrong shape, no queue is checked here: check() and
         #: validate_task() say what is wrong instead.
         self.queues_setting = params.get("QUEUES", QUEUES_UNSET)
+        #: Keys Django's backends do not read (a typo, "QUEUE"): check() says so (E109).
+        self.unknown_params = sorted(set(params) - set(PARAMS))
         if queues_problem(alias, self.queues_setting) is not None:
             params = {**params, "QUEUES": []}
         super().__init__(alias, params)
@@ -148,10 +152,11 @@ class PgQueueBackend(BaseTaskBackend):
         return job_result(load_job(result_id, self.database), self.alias)
 
     def check(self, **kwargs: Any) -> list[Any]:
-        """Django's checks, then ours (E101-E108, see ``django_pgqueue.backend.checks``)."""
+        """Django's checks, then ours (E101-E109, see ``django_pgqueue.backend.checks``)."""
         return [
             *super().check(**kwargs),
             *check_backend(self.alias, self.options, self.queues, self.queues_setting),
+            *unknown_params_problem(self.alias, self.unknown_params),
         ]
 
 

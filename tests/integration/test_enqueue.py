@@ -240,6 +240,10 @@ def test_an_unknown_option_is_named_with_the_ones_there_are(give: Any) -> None:
         give(bogus=1)
     with pytest.raises(InvalidJob, match=r"'run_after' \(Django's run_after is run_at= or del"):
         give(run_after=timezone.now())
+    with pytest.raises(InvalidJob, match=r"'queue_name' \(Django's queue_name is queue= here\)"):
+        give(queue_name="emails")
+    with pytest.raises(InvalidJob, match=r"'max_attempt' \(did you mean 'max_attempts'\?\)"):
+        give(max_attempt=2)
     assert Job.objects.count() == 0
 
 

@@ -549,3 +549,17 @@ def test_the_post_init_is_skipped_only_while_it_only_normalises(
 
     monkeypatch.setattr(TaskResult, "__post_init__", validating)
     assert not results._may_skip_post_init()
+
+
+def test_check_names_a_key_of_the_entry_no_backend_reads() -> None:
+    """Django ignores unknown TASKS keys: "QUEUE" left every queue but the default
+    refused, with nothing to say why."""
+    (error,) = backend_with(QUEUE=["emails"]).check()
+    assert (error.id, error.msg) == (
+        "django_pgqueue.E109",
+        "TASKS['pgq'] has unknown key(s) 'QUEUE' (did you mean 'QUEUES'?).",
+    )
+    assert error.hint == (
+        "A TASKS entry has BACKEND, QUEUES, OPTIONS; the backend's own settings go in OPTIONS."
+    )
+    assert error_ids(backend_with(QUEUES=["default"], OPTIONS={})) == []

@@ -33,7 +33,17 @@ def test_override_is_read_again() -> None:
         ({"QUEUES": ["ok", "not ok"]}, r"PGQUEUE\['QUEUES'\]"),
         ({"DEFAULT_QUEUE": ""}, r"PGQUEUE\['DEFAULT_QUEUE'\] = ''"),
         ({"LISTEN_NOTIFY": "yes"}, r"expected True or False"),
-        ({"LEASE_SECONDS": 5}, r"unknown key\(s\) 'LEASE_SECONDS'"),
+        ({"LEASE_SECONDS": 5}, r"unknown key\(s\) 'LEASE_SECONDS'; known keys: "),
+        ({"concurrency": 5}, r"unknown key\(s\) 'concurrency' \(did you mean 'CONCURRENCY'\?\)"),
+        (
+            {"Lease": 5, "MAX_ATTEMPT": 2},
+            r"'Lease', 'MAX_ATTEMPT' \(did you mean 'LEASE' for 'Lease', 'MAX_ATTEMPTS' for",
+        ),
+        # One pair of brackets: "(a queue name (1-64 letters...))" read badly.
+        (
+            {"QUEUES": "emails"},
+            r"expected None or a non-empty list of queue names \(1-64 letters, digits, _ \. : -\)$",
+        ),
         (
             {"LISTEN_DATABASE": ""},
             r"PGQUEUE\['LISTEN_DATABASE'\] = '': expected None, a database alias or a DSN",

@@ -8,6 +8,7 @@ into a ``CommandError``, which Django prints as a single line.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import re
 import sys
@@ -15,10 +16,11 @@ import types
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_pgqueue import validation
+from django_pgqueue import conf, validation
 from django_pgqueue.dberrors import first_line, is_transient, prepare_lost, schema_problem
 from django_pgqueue.records import FINISHED
 
@@ -208,3 +210,20 @@ def metrics_address(value: str) -> str:
             "expected an address such as 127.0.0.1, 0.0.0.0 or ::, got ''"
         )
     return value
+
+
+def setting_default(key: str) -> str:
+    """``PGQUEUE['KEY'], now 10``: where an option's default comes from, and its value."""
+    try:
+        value = getattr(conf.get(), key)
+    except ImproperlyConfigured:  # --help still works; check() reports the settings
+        value = next(f.default for f in dataclasses.fields(conf.Settings) if f.name == key)
+    if value is None:
+        shown = "none"
+    elif isinstance(value, float):
+        shown = f"{value:g}"
+    elif isinstance(value, tuple):
+        shown = ",".join(value)
+    else:
+        shown = str(value)
+    return f"PGQUEUE['{key}'], now {shown}"

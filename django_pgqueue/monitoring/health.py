@@ -14,7 +14,7 @@ import datetime as dt
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from django_pgqueue import conf
+from django_pgqueue import conf, wording
 from django_pgqueue.models import Job
 from django_pgqueue.monitoring.models import QueueGauge, RegisteredWorker
 from django_pgqueue.records import JobStatus
@@ -80,7 +80,7 @@ def problems(limits: Limits, *, using: str, now: dt.datetime | None = None) -> l
         if total > limits.max_dead:
             by_queue = ", ".join(f"{queue} {count}" for queue, count in sorted(dead.items()))
             found.append(
-                f"{total} jobs died in the last hour (more than --max-dead "
+                f"{wording.count(total, 'job')} died in the last hour (more than --max-dead "
                 f"{limits.max_dead}): {by_queue}"
             )
     return found

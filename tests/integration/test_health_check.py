@@ -117,11 +117,13 @@ def test_every_failed_condition_is_its_own_line() -> None:
     assert [line.split(":")[0] for line in lines] == [
         "queue mail",
         "queue mail",
-        "1 jobs died in the last hour (more than --max-dead 0)",
+        "1 job died in the last hour (more than --max-dead 0)",  # one job, not "1 jobs"
     ]
 
 
 def test_limits_without_check_and_bad_limits_are_one_line_errors() -> None:
+    with pytest.raises(CommandError, match="--interval goes with --loop"):
+        call_command("reapjobs", "--interval", "5")
     with pytest.raises(CommandError, match="--max-ready-age and --max-dead go with --check"):
         call_command("queuestats", "--max-dead", "1")
     with pytest.raises(CommandError, match="argument --max-dead: expected a whole number"):

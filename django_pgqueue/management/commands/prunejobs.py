@@ -34,7 +34,12 @@ class Command(PgQueueCommand):
             help="Which finished jobs: done, dead, cancelled, or several comma-separated "
             "(default: done,dead,cancelled).",
         )
-        parser.add_argument("--batch-size", type=positive_int, default=5000)
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=5000,
+            help="Jobs deleted per statement, each in its own transaction (default: 5000).",
+        )
         parser.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
 
     def handle(self, *args: Any, **options: Any) -> None:

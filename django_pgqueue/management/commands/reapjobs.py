@@ -7,12 +7,12 @@ import signal
 import threading
 from typing import Any
 
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import connections
 
 from django_pgqueue import conf, wording
 from django_pgqueue.dberrors import first_line, is_transient
-from django_pgqueue.management.arguments import PgQueueCommand, positive_seconds
+from django_pgqueue.management.arguments import PgQueueCommand, positive_seconds, setting_default
 from django_pgqueue.models import Job
 
 
@@ -25,10 +25,13 @@ class Command(PgQueueCommand):
             "--interval",
             type=positive_seconds,
             default=None,
-            help="Seconds between passes with --loop (default: PGQUEUE['REAP_INTERVAL']).",
+            help=f"Seconds between passes with --loop (default: "
+            f"{setting_default('REAP_INTERVAL')}).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["interval"] is not None and not options["loop"]:
+            raise CommandError("--interval goes with --loop (one pass has no interval)")
         settings = conf.get()
         interval = options["interval"] or settings.REAP_INTERVAL
         alias = conf.database()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import logging
 import os
@@ -25,6 +24,7 @@ from django_pgqueue.management.arguments import (
     positive_seconds,
     prefetch,
     queue_list,
+    setting_default,
     worker_id,
 )
 from django_pgqueue.management.process import ExitGuard, configure_logging, run_reloading
@@ -39,23 +39,6 @@ VERBOSITY_HELP = (
     "lines for failed runs. "
     "2 and 3: also a line per job claimed and finished, and Django's line per run."
 )
-
-
-def _setting(key: str) -> str:
-    """``PGQUEUE['KEY'], now 10``: where an option's default comes from, and its value."""
-    try:
-        value = getattr(conf.get(), key)
-    except ImproperlyConfigured:  # --help still works; check() reports the settings
-        value = next(f.default for f in dataclasses.fields(conf.Settings) if f.name == key)
-    if value is None:
-        shown = "none"
-    elif isinstance(value, float):
-        shown = f"{value:g}"
-    elif isinstance(value, tuple):
-        shown = ",".join(value)
-    else:
-        shown = str(value)
-    return f"PGQUEUE['{key}'], now {shown}"
 
 
 class Command(PgQueueCommand):
@@ -76,19 +59,19 @@ class Command(PgQueueCommand):
         add(
             "--queues",
             type=queue_list,
-            help=f"Comma-separated queues to serve (default: {_setting('QUEUES')}; none "
+            help=f"Comma-separated queues to serve (default: {setting_default('QUEUES')}; none "
             "means every queue).",
         )
         add(
             "--concurrency",
             type=concurrency,
-            help=f"Jobs run at once, one thread each (default: {_setting('CONCURRENCY')}).",
+            help=f"Jobs run at once, one thread each (default: {setting_default('CONCURRENCY')}).",
         )
         add(
             "--prefetch",
             type=prefetch,
             help="Jobs claimed ahead of free threads: auto (follows the jobs' durations, "
-            f"none for long jobs) or a number (default: {_setting('PREFETCH')}).",
+            f"none for long jobs) or a number (default: {setting_default('PREFETCH')}).",
         )
         add(
             "--burst",
@@ -105,25 +88,25 @@ class Command(PgQueueCommand):
             "--lease",
             type=positive_seconds,
             help=f"Seconds a claim holds; renewed while the job runs (default: "
-            f"{_setting('LEASE')}).",
+            f"{setting_default('LEASE')}).",
         )
         add(
             "--poll-interval",
             type=positive_seconds,
             help="Longest idle sleep between polls, in seconds "
-            f"(default: {_setting('POLL_INTERVAL')}).",
+            f"(default: {setting_default('POLL_INTERVAL')}).",
         )
         add(
             "--shutdown-timeout",
             type=non_negative_seconds,
             help="Seconds running jobs get to finish after SIGTERM before they are given back "
-            f"(default: {_setting('SHUTDOWN_TIMEOUT')}).",
+            f"(default: {setting_default('SHUTDOWN_TIMEOUT')}).",
         )
         add(
             "--job-timeout",
             type=positive_seconds,
             help="Seconds a job may run before it is recorded as failed "
-            f"(default: {_setting('JOB_TIMEOUT')}).",
+            f"(default: {setting_default('JOB_TIMEOUT')}).",
         )
         add(
             "--worker-id",
@@ -134,7 +117,7 @@ class Command(PgQueueCommand):
             "--no-listen",
             action="store_true",
             help="Do not LISTEN for new jobs; poll only "
-            f"(default: listen if {_setting('LISTEN_NOTIFY')}).",
+            f"(default: listen if {setting_default('LISTEN_NOTIFY')}).",
         )
         add(
             "--stats-interval",
@@ -153,13 +136,13 @@ class Command(PgQueueCommand):
             "--metrics-port",
             type=port,
             help="Serve /metrics and /healthz on this port, 0 for any free one (default: "
-            f"{_setting('METRICS_PORT')}). Needs the metrics extra (prometheus-client).",
+            f"{setting_default('METRICS_PORT')}). Needs the metrics extra (prometheus-client).",
         )
         add(
             "--metrics-addr",
             type=metrics_address,
             help=f"Address the metrics server listens on, IPv4 or IPv6 (default: "
-            f"{_setting('METRICS_ADDR')}).",
+            f"{setting_default('METRICS_ADDR')}).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

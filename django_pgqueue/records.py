@@ -17,7 +17,7 @@ from typing import Any
 from django.db import models
 from django.utils import timezone
 
-from django_pgqueue import conf, registry, validation
+from django_pgqueue import conf, known, registry, validation
 from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments, UnknownTask
 from django_pgqueue.jsonargs import dumps
 from django_pgqueue.retrypolicy import policy_of
@@ -75,7 +75,10 @@ class JobSpec:
         if options:  # their values are checked as they are used
             validation.check_options(options, values=False)
         if isinstance(task, str):
-            found = getattr(registry.loaded(task, importing=True), "target", None)
+            runnable = registry.loaded(task, importing=True)
+            if runnable is None:  # a worker may not find it either: refused if it would not
+                known.refuse_unknown(task)
+            found = getattr(runnable, "target", None)
             if getattr(found, "path", None) == task and hasattr(found, "options"):
                 task = found  # enqueued by path as it would be as itself
         defaults = getattr(task, "options", None)

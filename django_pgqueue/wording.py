@@ -35,13 +35,16 @@ def duration(seconds: float) -> str:
 def did_you_mean(unknown: Iterable[str], known: Iterable[str]) -> str:
     """`` (did you mean 'CONCURRENCY'?)`` for the unknown names that look like known
     ones (in any case), or an empty string."""
-    by_fold = {name.casefold(): name for name in known}
-    meant = {}
-    for name in unknown:
-        close = difflib.get_close_matches(str(name).casefold(), list(by_fold), n=1, cutoff=0.75)
-        if close:
-            meant[name] = by_fold[close[0]]
+    choices = list(known)
+    meant = {name: close for name in unknown if (close := closest(name, choices)) is not None}
     if len(meant) == 1:
         return f" (did you mean {next(iter(meant.values()))!r}?)"
     said = ", ".join(f"{right!r} for {wrong!r}" for wrong, right in meant.items())
     return f" (did you mean {said}?)" if meant else ""
+
+
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The known name that ``name`` looks most like, in any case; None if none does."""
+    by_fold = {k.casefold(): k for k in known}
+    close = difflib.get_close_matches(str(name).casefold(), list(by_fold), n=1, cutoff=0.75)
+    return by_fold[close[0]] if close else None

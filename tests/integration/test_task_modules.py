@@ -69,3 +69,44 @@ def test_a_task_named_apart_from_its_module_is_refused_unless_the_worker_imports
     assert result.returncode == 0, result.stderr
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.result) == ("done", 42)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        # A function that is not a task, and a typo of a task's name or module: each
+        # was accepted, and the job then buried by the worker as an UnknownTask.
+        ("tests.testapp.tasks.record", "'tests.testapp.tasks.record' is not a registered task"),
+        (
+            "tests.testapp.tasks.ad",
+            "'tests.testapp.tasks.ad' is not a registered task (did you mean "
+            "'tests.testapp.tasks.add'?)",
+        ),
+        (
+            "tests.testapp.taskz.add",
+            "task 'tests.testapp.taskz.add': there is no module 'tests.testapp.taskz' (did you "
+            "mean 'tests.testapp.tasks.add'?)",
+        ),
+    ],
+)
+def test_a_path_a_worker_would_not_find_is_refused_at_enqueue(path: str, message: str) -> None:
+    with pytest.raises(InvalidJob) as refused:
+        Job.objects.enqueue(path, [1, 2])
+    assert str(refused.value) == message
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.slow
+def test_a_path_is_looked_up_where_a_worker_looks_before_it_is_refused(db_url: str) -> None:
+    """A task with a name of its own is found by path in a process that has not
+    imported its module yet, as a worker finds it: by importing what it imports at
+    start."""
+    script = (
+        "from django_pgqueue.models import Job\n"
+        "print(Job.objects.enqueue('tests.testapp.renamed', [2]).task)\n"
+    )
+    listed = json.dumps({"TASK_MODULES": ["tests.testapp.named"]})
+    done = django_command(
+        db_url, "shell", "-v", "0", "-c", script, env={"PGQUEUE_TEST_PGQUEUE": listed}
+    )
+    assert done.stdout.split() == ["tests.testapp.renamed"], done.stderr

@@ -1,0 +1,55 @@
+"""Whether a worker would find the task a dotted path names, told at enqueue.
+
+A job enqueued by path (``Job.objects.enqueue("shop.tasks.send")``) names its task
+by text. When this process can tell that a worker would not find it (its module
+does not exist, or imports and holds no task by that name), enqueue refuses it
+there, where the mistake is, instead of accepting a job a worker then buries. A
+module that fails to import here is left to the workers, whose environment (a
+dependency only their image has) may differ.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+from django_pgqueue import registry, validation, wording
+from django_pgqueue.exceptions import InvalidJob, UnknownTask
+
+
+def refuse_unknown(path: str) -> None:
+    """Raise :class:`InvalidJob` if a worker would not find the task ``path`` names
+    (after importing what a worker imports when it starts)."""
+    validation.TASK_PATH(path)
+    try:
+        registry.check_importable(path)
+    except UnknownTask as exc:
+        raise InvalidJob(str(exc)) from None
+    module = path.rpartition(".")[0]
+    try:
+        found = importlib.util.find_spec(module)
+    except Exception:  # a package above it fails to import: the workers' to say
+        return
+    if found is None:
+        raise InvalidJob(f"task {path!r}: there is no module {module!r}{_alike(path)}")
+    try:
+        registry.discover()  # a task with a name of its own registers here
+        registry.resolve(path)
+    except UnknownTask as exc:
+        if module in sys.modules:  # it imported: what the path names is not a task
+            raise InvalidJob(f"{exc}{_alike(path)}") from None
+    except Exception:  # discovery or the import failed: the workers' to say
+        return
+
+
+def _alike(path: str) -> str:
+    """`` (did you mean 'shop.tasks.send'?)``: a task of the same module whose name
+    looks alike, or one of the same name in a module whose name looks alike."""
+    module, _, name = path.rpartition(".")
+    tasks = [known.rpartition(".") for known in registry.runnables()]
+    same_module = [n for m, _, n in tasks if m == module]
+    if same_module:
+        meant = wording.closest(name, same_module)
+        return f" (did you mean '{module}.{meant}'?)" if meant else ""
+    meant = wording.closest(module, [m for m, _, n in tasks if n == name])
+    return f" (did you mean '{meant}.{name}'?)" if meant else ""

@@ -120,6 +120,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     return found + _backport_app_problems()
 
 
+def backport_app_missing(alias: str) -> checks.CheckMessage:
+    """E106: TASKS[alias] is on the django-tasks backport, whose app is not installed."""
+    return checks.Error(
+        f"TASKS[{alias!r}] uses the django-tasks backport, but 'django_tasks' is not installed.",
+        hint="Add 'django_tasks' to INSTALLED_APPS.",
+        id="django_pgqueue.E106",
+    )
+
+
 def _backport_app_problems() -> list[checks.CheckMessage]:
     """E106 on Django 5.2: the django-tasks backport registers the Tasks check (and
     with it the backend's E101 to E109) in its own app's ready(), so without
@@ -130,12 +139,7 @@ def _backport_app_problems() -> list[checks.CheckMessage]:
     if apps.is_installed("django_tasks") or not isinstance(tasks, Mapping):
         return []
     return [
-        checks.Error(
-            f"TASKS[{alias!r}] uses the django-tasks backport, but 'django_tasks' is not "
-            "installed.",
-            hint="Add 'django_tasks' to INSTALLED_APPS.",
-            id="django_pgqueue.E106",
-        )
+        backport_app_missing(alias)
         for alias, entry in tasks.items()
         if isinstance(entry, Mapping)
         and str(entry.get("BACKEND", "")).startswith("django_pgqueue.backend.")

@@ -13,7 +13,7 @@ from django.core import checks
 
 from django_pgqueue import validation, wording
 from django_pgqueue.backend.compat import TASKS_APP
-from django_pgqueue.checks import database_problem
+from django_pgqueue.checks import backport_app_missing, database_problem
 
 #: The OPTIONS keys a PgQueueBackend reads, and the job option's rule for each.
 OPTION_RULES: dict[str, tuple[validation.Rule[Any], str]] = {
@@ -98,13 +98,7 @@ def check_backend(
     else:
         errors += _check_queues(name, queues)
     if TASKS_APP is not None and not apps.is_installed(TASKS_APP):
-        errors.append(
-            checks.Error(
-                f"{name} uses the django-tasks backport, but {TASKS_APP!r} is not installed.",
-                hint=f"Add {TASKS_APP!r} to INSTALLED_APPS.",
-                id="django_pgqueue.E106",
-            )
-        )
+        errors.append(backport_app_missing(alias))
     return errors
 
 

@@ -266,8 +266,8 @@ def _ids(jobs: Jobs) -> list[int]:
     given: Iterable[Any]
     if isinstance(jobs, int | str | models.Model) or isinstance(getattr(jobs, "id", None), str):
         given = [jobs]  # one job, given on its own (a TaskResult too)
-    elif isinstance(jobs, Iterable):
-        given = jobs
+    elif isinstance(jobs, Iterable) and not isinstance(jobs, bytes | bytearray | memoryview):
+        given = jobs  # (bytes iterate as small ints: b"1" would name job 49)
     else:
         raise InvalidJob(f"expected job ids, Job instances or a queryset of jobs, got {jobs!r}")
     ids = []

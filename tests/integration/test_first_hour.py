@@ -245,6 +245,10 @@ def test_retry_and_cancel_take_ids_jobs_a_queryset_or_one_job() -> None:
     assert Job.objects.retry(Job.objects.cancelled()) == sorted(j.pk for j in jobs)
     with pytest.raises(InvalidJob, match="expected job ids, Job instances or a queryset of jobs, "):
         Job.objects.retry(["seven"])
+    # Bytes iterate as small ints: b"1" cancelled job 49 (and b"\x07" job 7).
+    for given in (b"1", bytearray(b"1"), memoryview(b"1")):
+        with pytest.raises(InvalidJob, match="expected job ids, Job instances or a queryset"):
+            Job.objects.cancel(given, reason="bytes")
     # A Tasks-framework result's id (the job's id as text) is taken as that id.
     assert Job.objects.cancel([str(jobs[3].pk)], reason="by id") == [jobs[3].pk]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any
 
 from django_pgqueue.exceptions import InvalidJobArguments
@@ -59,6 +60,21 @@ def _find_bad(value: Any, path: str, depth: int = 0) -> tuple[str, Any] | None:
                 return found
         return None
     return path, value
+
+
+#: A JSON string, or a number Python wrote with a positive exponent: a float of 1e16
+#: or more (Python writes no int that way).
+_EXPONENT = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?e\+\d+')
+
+
+def _for_jsonb(encoded: str) -> str:
+    """``encoded`` with its floats of 1e16 or more written out in full with a decimal
+    point. jsonb keeps numbers as numeric and writes ``1e+16`` back as
+    ``10000000000000000``, which reads back as an int; ``10000000000000000.0``
+    reads back as the float it was (the full expansion of a float is exact)."""
+    if "e+" not in encoded:
+        return encoded
+    return _EXPONENT.sub(lambda m: m[0] if m[0][0] == '"' else f"{float(m[0]):.1f}", encoded)
 
 
 _CONTAINERS = (list, tuple, dict)
@@ -134,14 +150,14 @@ def dumps_read_back(value: Any, what: str, *, returned: bool = False) -> tuple[s
             and _storable_json(encoded)
             and not _may_nest_too_deep(encoded, value)
         ):
-            return encoded, read_back
+            return _for_jsonb(encoded), read_back
     except (TypeError, ValueError, RecursionError):
         encoded = None
     # Only when it does not read back (or cannot be encoded) walk the value to
     # name the culprit; tuples read back as lists, which the walk accepts.
     found = _find_bad(value, what)
     if found is None and encoded is not None:
-        return encoded, _decode(encoded)
+        return _for_jsonb(encoded), _decode(encoded)
     if found is None:  # the walk accepts nothing the encoder refuses; kept as a backstop
         raise InvalidJobArguments(f"{what} cannot be encoded as JSON")
     path, bad = found

@@ -413,3 +413,29 @@ def test_enqueue_many_skips_live_duplicates_and_notifies_once_per_queue(db_url: 
     assert len(ids) == 2
     assert sorted(Job.objects.filter(pk__in=ids).values_list("args", flat=True)) == [[2, 2], [4, 4]]
     assert heard == ["a", "b"]
+
+
+def test_floats_of_any_size_come_back_as_floats_in_arguments_and_results() -> None:
+    """jsonb keeps numbers as numeric and wrote 1e+16 back as 10000000000000000: the
+    task got an int, and so did a reader of its result."""
+    from django_pgqueue.testing import run_jobs
+    from tests.testapp.djtasks import echo
+    from tests.testapp.tasks import noop
+
+    sent = [1e16, -1.5e300, 1.7976931348623157e308, 1.0, 2.5e-8, 10**20, "1e+16", {"k": 3e22}]
+    direct = Job.objects.get(pk=noop.enqueue(*sent).pk)
+    assert direct.args == sent
+    assert [type(v) for v in direct.args] == [type(v) for v in sent]
+    assert type(direct.args[-1]["k"]) is float
+    # The Tasks path encodes its own way, and so do large batches (COPY).
+    framework = echo.enqueue(4e18)
+    assert [type(v) for v in Job.objects.get(pk=int(framework.id)).args] == [float]
+    many = Job.objects.enqueue_many([JobSpec.build(add, [3e20, 0.5])] * COPY_THRESHOLD)
+    assert {type(job.args[0]) for job in Job.objects.filter(pk__in=many)} == {float}
+    summed = Job.objects.enqueue(add, [1e16, 2.0])
+    run_jobs(max_jobs=10**4)
+    result = Job.objects.get(pk=summed.pk).result
+    assert (type(result), result) == (float, 1e16 + 2.0)
+    framework.refresh()
+    assert framework.return_value == {"args": [4e18], "kwargs": {}}
+    assert type(framework.return_value["args"][0]) is float

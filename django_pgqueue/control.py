@@ -63,9 +63,10 @@ class Cancel(Exception):
     operator gave when asking the job to stop is used, else "cancelled by the task".
     """
 
-    def __init__(self, reason: str | None = None) -> None:
-        self.reason = reason
-        super().__init__(*(() if reason is None else (reason,)))
+    def __init__(self, reason: object = None) -> None:
+        # Any reason is taken as its text (``Cancel(42)``): the task meant to give up.
+        self.reason = None if reason is None else str(reason)
+        super().__init__(*(() if self.reason is None else (self.reason,)))
 
 
 class RunningJob:

@@ -170,6 +170,11 @@ def gives_up(label: str) -> None:
     raise Cancel(f"{label}: nothing left to do")
 
 
+@task(max_attempts=5)
+def gives_up_with(reason: Any) -> None:
+    raise Cancel(reason)
+
+
 @task(max_attempts=3, retry_on=(ConnectionError, TimeoutError))
 def retries_io_only(label: str, error: str) -> None:
     """Raises ConnectionError (retried) or ValueError (not: it buries the job)."""

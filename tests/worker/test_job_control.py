@@ -22,6 +22,7 @@ from tests.testapp.tasks import (
     awaits_to_be_stopped,
     discards_lookups,
     gives_up,
+    gives_up_with,
     mark,
     retries_io_only,
     snoozes,
@@ -200,6 +201,19 @@ def test_cancel_raised_by_the_task_ends_it_cancelled_at_once() -> None:
     )
     assert "raise Cancel(" in row.errors[-1]["traceback"]
     assert run_counts("quitter") == {"quitter": 1}
+
+
+def test_a_cancel_reason_that_is_not_text_is_taken_as_its_text() -> None:
+    """Cancel(42) buried the job dead with a TypeError, against the task's intent."""
+    number = gives_up_with.enqueue(42)
+    listed = gives_up_with.enqueue(["out", "of", "stock"])
+    with worker_thread(burst=True) as worker:
+        assert worker.join(30) == 0
+    rows = {job.pk: (job.status, job.last_error) for job in Job.objects.all()}
+    assert rows == {
+        number.pk: ("cancelled", "Cancelled: 42"),
+        listed.pk: ("cancelled", "Cancelled: ['out', 'of', 'stock']"),
+    }
 
 
 def test_retry_on_retries_only_the_listed_exceptions() -> None:

@@ -165,7 +165,7 @@ def running_result(task: Task[Any, Any], job: ClaimedJob, alias: str) -> TaskRes
         job.args,
         job.kwargs,
         alias,
-        [task_error(entry) for entry in json.loads(job.errors)] if job.errors else [],
+        task_errors(json.loads(job.errors)) if job.errors else [],
         list(_worker_ids(job.worker_ids)),
     )
 
@@ -264,6 +264,15 @@ def build_result(
     return result
 
 
+def task_errors(history: Any) -> list[TaskError]:
+    """The job's error history as TaskErrors. A history that is not a list of
+    entries (a row written by hand) gives what it can: one bad entry must not fail
+    every run of the job before its task starts."""
+    if not isinstance(history, list):
+        return []
+    return [task_error(entry) for entry in history if isinstance(entry, dict)]
+
+
 def task_error(entry: dict[str, Any]) -> TaskError:
     """One entry of the job's error history as a TaskError.
 
@@ -309,7 +318,7 @@ def job_result(job: Job, alias: str, task: Task[Any, Any] | None = None) -> Task
         args=job.args,
         kwargs=job.kwargs,
         backend=alias,
-        errors=[task_error(entry) for entry in job.errors or []],
+        errors=task_errors(job.errors),
         worker_ids=[str(worker) for worker in job.worker_ids or []],
     )
     if job.status == JobStatus.DONE:

@@ -245,3 +245,26 @@ def test_burst_claims_again_when_an_outcome_written_during_its_claim_made_a_job_
     job.refresh_from_db()
     assert (job.status, job.result, job.snoozes) == ("done", 3, 2)
     assert run_counts() == {"raced": 3}
+
+
+def test_a_tasks_framework_job_with_a_malformed_error_history_still_runs() -> None:
+    """A hand-written history that is not a list of entries failed every attempt of
+    a Tasks-framework job before its task started (AttributeError building the
+    RUNNING result), until it was dead; a direct task ran regardless."""
+    with connection.cursor() as cursor:
+        for task, errors in [
+            # (A constraint keeps the history a list: its entries are not checked.)
+            ("tests.testapp.djtasks.echo", '[1, "x", null, {"exception": "ValueError"}]'),
+            ("tests.testapp.djtasks.echo", "[[], {}]"),
+            ("tests.testapp.tasks.noop", '[1, "x", null]'),
+        ]:
+            cursor.execute(
+                "INSERT INTO pgqueue_job (task, args, kwargs, errors, worker_ids) "
+                "VALUES (%s, '[1, 2]', '{}', %s::jsonb, '[]')",
+                [task, errors],
+            )
+    with worker_thread(burst=True) as worker:
+        assert worker.join(30) == 0
+    assert status_counts() == {"done": 3}
+    results = sorted(map(str, Job.objects.values_list("result", flat=True)))
+    assert results == ["None", "{'args': [1, 2], 'kwargs': {}}", "{'args': [1, 2], 'kwargs': {}}"]

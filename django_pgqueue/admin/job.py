@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
-from django.db.models import QuerySet
+from django.db.models import QuerySet, TextField
+from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern
@@ -265,18 +266,53 @@ class JobAdmin(_ModelAdmin):
     def worker_list(self, obj: Job) -> str:
         return ", ".join(str(worker) for worker in obj.worker_ids or []) or "none yet"
 
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> Job | None:
+        """The job, also when Python cannot read its JSON (a number past int's digits,
+        nesting past the recursion limit: a row the worker buried for it). Django
+        took the ValueError for "does not exist"; its JSON is shown as stored."""
+        try:
+            found = super().get_object(request, object_id, from_field)
+        except RecursionError:
+            found = None
+        if found is not None or from_field is not None:
+            return found
+        text = {f"_pgqueue_{name}_text": Cast(name, TextField()) for name in UNREADABLE}
+        queryset = self.get_queryset(request).defer(*UNREADABLE).annotate(**text)
+        try:
+            return queryset.get(pk=int(object_id))
+        except (Job.DoesNotExist, ValueError, OverflowError):
+            return None
+
     @admin.display(description="args")
     def args_json(self, obj: Job) -> SafeString:
-        return display.pretty_json(obj.args)
+        return _json_of(obj, "args")
 
     @admin.display(description="kwargs")
     def kwargs_json(self, obj: Job) -> SafeString:
-        return display.pretty_json(obj.kwargs)
+        return _json_of(obj, "kwargs")
 
     @admin.display(description="result")
     def result_json(self, obj: Job) -> SafeString:
-        return display.pretty_json(obj.result)
+        return _json_of(obj, "result")
 
     @admin.display(description="error history")
     def error_history(self, obj: Job) -> SafeString:
         return display.error_history(obj.errors)
+
+
+#: The JSON columns a job's own code fills, which Python may fail to read.
+UNREADABLE = ("args", "kwargs", "result")
+
+
+def _json_of(obj: Job, name: str) -> SafeString:
+    stored = getattr(obj, f"_pgqueue_{name}_text", None)
+    if stored is None:
+        return display.pretty_json(getattr(obj, name))
+    shown = stored if len(stored) <= 2000 else stored[:2000] + "..."
+    return format_html(
+        '<p>{}</p><pre class="pgqueue-pre">{}</pre>',
+        "Python cannot read this JSON (shown as stored):",
+        shown,
+    )

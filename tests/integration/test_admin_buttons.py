@@ -156,3 +156,28 @@ def test_cancel_button_cleans_a_reason_the_database_cannot_store(
         "cancelled",
         f"Cancelled: {'x' * 200} (by admin in the admin)",
     )
+
+
+def test_the_page_of_a_job_whose_json_python_cannot_read_opens(admin_client: Client) -> None:
+    """A row the worker buried because Python cannot read its arguments (a number
+    past int's 4,300 digits, nesting past the recursion limit): Django took the
+    decoding error for "doesn't exist. Perhaps it was deleted?", or failed."""
+    from django.db import connection
+
+    deep = "[" * 11_000 + "]" * 11_000
+    ids = []
+    with connection.cursor() as cursor:
+        for args in ("[1e5000]", deep):
+            cursor.execute(
+                "INSERT INTO pgqueue_job (task, args, kwargs, status, errors, worker_ids) "
+                "VALUES ('tests.testapp.tasks.noop', %s::jsonb, '{}', 'dead', '[]', '[]') "
+                "RETURNING id",
+                [args],
+            )
+            ids.append(cursor.fetchone()[0])
+    for job_id in ids:
+        html = page(admin_client, Job(pk=job_id))
+        assert "Python cannot read this JSON (shown as stored):" in html
+        assert 'name="pgqueue_retry"' in html  # and the operator can act on it
+    assert "[10000000000" in page(admin_client, Job(pk=ids[0]))
+    assert admin_client.get(f"{URL}999999/change/", follow=True).status_code == 200

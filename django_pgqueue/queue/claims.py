@@ -65,6 +65,10 @@ def _decoded(row: dict[str, Any]) -> ClaimedJob:
     return claimed_job(row)
 
 
+#: How many times a claim refused by pgqueue_job_one_running_per_key is retried.
+CLAIM_TRIES = 64
+
+
 def batch_size(free: int) -> int:
     """The claim a worker with ``free`` slots makes: the largest power of two that
     fits (at most MAX_CLAIM), so that its connection prepares few variants."""
@@ -90,7 +94,11 @@ def claim(
         limit=max(1, min(limit, MAX_CLAIM)),
         queues=tuple(validation.QUEUE(q) for q in queues) if queues else None,
     )
-    for _ in range(5):
+    # Each refusal means another claim took a key first, and the next snapshot sees
+    # it running: n claimers racing for the jobs of the same keys need up to n - 1
+    # tries. Five were too few for 16 (some came back empty with jobs ready, which a
+    # --burst worker takes for an empty queue).
+    for _ in range(CLAIM_TRIES):
         try:
             if connections[alias].in_atomic_block:
                 # Inside the caller's transaction a failed statement would

@@ -78,3 +78,40 @@ def test_racing_claims_never_hold_two_jobs_of_one_key() -> None:
         thread.join()
     assert len(claimed) == 1
     assert Job.objects.running().count() == 1
+
+
+def test_racing_claimers_are_not_sent_away_empty_while_jobs_are_claimable() -> None:
+    """16 claimers at the same instant over 8 keys (and unkeyed jobs below them): each
+    loser of a key's race retries with a snapshot that sees the key taken. After
+    five tries a claim gave up and returned nothing, with jobs ready, which a
+    --burst worker takes for an empty queue."""
+    specs = [
+        JobSpec.build(mark, [f"k{key}/{n}"], concurrency_key=f"k{key}", priority=50 - key)
+        for key in range(8)
+        for n in range(16)
+    ]
+    specs += [JobSpec.build(mark, [f"free/{n}"], priority=-50) for n in range(16)]
+    Job.objects.enqueue_many(specs)
+    barrier = threading.Barrier(16)
+    sizes: list[int] = []
+    lock = threading.Lock()
+
+    def claimer(n: int) -> None:
+        try:
+            barrier.wait()
+            jobs = Job.objects.claim(f"racer-{n}", limit=1)
+            with lock:
+                sizes.append(len(jobs))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sizes == [1] * 16
+    running = Job.objects.running()
+    assert running.count() == 16
+    keys = [key for key in running.values_list("concurrency_key", flat=True) if key]
+    assert sorted(keys) == [f"k{key}" for key in range(8)]  # each key once

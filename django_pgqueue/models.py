@@ -132,6 +132,11 @@ class JobManager(QueueOperations, _JobManagerBase["Job"]):
         """
         spec = JobSpec.build(task, args, kwargs, **options)
         row = enqueue.insert(spec, self._alias(using))
+        if row.duplicate:  # the live job as stored, not the refused request's values
+            live = self.db_manager(self._alias(using)).filter(pk=row.id).first()
+            if live is not None:  # (unless it was deleted since)
+                live.duplicate = True
+                return live
         # The caller's own (already validated) arguments: no need to decode the JSON.
         job = _loaded(
             self.model,

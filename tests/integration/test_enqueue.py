@@ -150,6 +150,21 @@ def test_duplicate_unique_key_of_live_job_is_not_inserted_and_caller_can_tell() 
     assert first.duplicate is False
     assert second.pk == first.pk
     assert Job.objects.count() == 1
+    # The live job as stored, not the refused call's values: saving the returned
+    # object wrote those over the live job.
+    Job.objects.claim("w1")
+    again = Job.objects.enqueue(add, [7, 8], queue="other", priority=-3, unique_key="welcome:42")
+    assert (again.duplicate, again.args, again.queue, again.priority, again.status) == (
+        True,
+        [1, 2],
+        "default",
+        0,
+        "running",
+    )
+    assert (again.attempts, again.locked_by) == (1, "w1")
+    again.save()
+    assert Job.objects.values_list("args", "queue").get() == ([1, 2], "default")
+    Job.objects.filter(pk=first.pk).update(status="queued", locked_by=None)
     # Once the job is finished the key is free again.
     Job.objects.filter(pk=first.pk).update(status="done", done_at=timezone.now())
     third = add.using(unique_key="welcome:42").enqueue(5, 6)

@@ -12,34 +12,44 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from typing import Any
 
 from django_pgqueue import registry, validation, wording
 from django_pgqueue.exceptions import InvalidJob, UnknownTask
 
 
-def refuse_unknown(path: str) -> None:
-    """Raise :class:`InvalidJob` if a worker would not find the task ``path`` names
-    (after importing what a worker imports when it starts)."""
+def find_or_refuse(path: str) -> Any | None:
+    """What a worker would run for ``path``, found as a worker finds it (after
+    importing what it imports at start); None when only a worker can tell (a
+    module that fails to import here). Raises :class:`InvalidJob` when a worker
+    would not find it."""
     validation.TASK_PATH(path)
     try:
         registry.check_importable(path)
     except UnknownTask as exc:
         raise InvalidJob(str(exc)) from None
-    module = path.rpartition(".")[0]
-    try:
-        found = importlib.util.find_spec(module)
-    except Exception:  # a package above it fails to import: the workers' to say
-        return
-    if found is None:
-        raise InvalidJob(f"task {path!r}: there is no module {module!r}{_alike(path)}")
     try:
         registry.discover()  # a task with a name of its own registers here
-        registry.resolve(path)
+    except Exception:  # a tasks module fails to import: the workers' to say
+        return None
+    found = registry.loaded(path)
+    if found is not None:
+        return found
+    module = path.rpartition(".")[0]
+    try:
+        spec = importlib.util.find_spec(module)
+    except Exception:  # a package above it fails to import: the workers' to say
+        return None
+    if spec is None:
+        raise InvalidJob(f"task {path!r}: there is no module {module!r}{_alike(path)}")
+    try:
+        return registry.resolve(path)
     except UnknownTask as exc:
         if module in sys.modules:  # it imported: what the path names is not a task
             raise InvalidJob(f"{exc}{_alike(path)}") from None
-    except Exception:  # discovery or the import failed: the workers' to say
-        return
+        return None
+    except Exception:  # the import failed here: the workers' to say
+        return None
 
 
 def _alike(path: str) -> str:

@@ -76,8 +76,8 @@ class JobSpec:
             validation.check_options(options, values=False)
         if isinstance(task, str):
             runnable = registry.loaded(task, importing=True)
-            if runnable is None:  # a worker may not find it either: refused if it would not
-                known.refuse_unknown(task)
+            if runnable is None:  # looked for as a worker looks; refused if it would not find it
+                runnable = known.find_or_refuse(task)
             found = getattr(runnable, "target", None)
             if getattr(found, "path", None) == task and hasattr(found, "options"):
                 task = found  # enqueued by path as it would be as itself

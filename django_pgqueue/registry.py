@@ -101,24 +101,9 @@ def importable(module: str) -> bool:
     )
 
 
-@cache
-def imported_at_start(module: str) -> bool:
-    """Whether every worker has imported ``module`` before it claims a job: an app's
-    package, apps module, models or tasks module (and what is inside the last two),
-    or a module of ``PGQUEUE["TASK_MODULES"]``. A task whose path does not name its
-    module (a ``name=`` of its own) is found only in such a module."""
-    for app in apps.get_app_configs():
-        if module in (app.name, type(app).__module__) or _within(module, f"{app.name}.tasks"):
-            return True
-        if app.models_module is not None and _within(module, app.models_module.__name__):
-            return True
-    return any(_within(module, listed) for listed in conf.get().TASK_MODULES)
-
-
 def _forget_importable(*, setting: str, **kwargs: Any) -> None:
     if setting in {"INSTALLED_APPS", "PGQUEUE"}:
         importable.cache_clear()
-        imported_at_start.cache_clear()
 
 
 setting_changed.connect(_forget_importable)
@@ -130,8 +115,7 @@ def check_importable(path: str, module: str | None = None) -> None:
     ``module`` is where the task is defined, when the caller knows it (a task
     with a ``name=`` of its own); otherwise it is the module part of ``path``.
     """
-    named = path.rpartition(".")[0]
-    module = module or named
+    module = module or path.rpartition(".")[0]
     if module == "__main__" or module.startswith("django.core.management."):
         raise UnknownTask(
             f"task {path!r} is defined in a script or the shell ({module!r}), which a "
@@ -143,14 +127,6 @@ def check_importable(path: str, module: str | None = None) -> None:
             f"task {path!r} is defined in {module!r}, which is not in an installed app, so "
             f"workers would not import it and would refuse the job: move it into an installed "
             f"app (its tasks.py, say), or add {module!r} to PGQUEUE['TASK_MODULES']"
-        )
-    if module != named and not imported_at_start(module):
-        # The worker imports the module a path names; this path names another one.
-        raise UnknownTask(
-            f"task {path!r} is defined in {module!r} under a name of its own, so a worker "
-            f"finds it only if it has imported {module!r}, and at start it imports only "
-            f"each app's tasks module and PGQUEUE['TASK_MODULES']: define the task in a "
-            f"tasks module, or add {module!r} to PGQUEUE['TASK_MODULES']"
         )
 
 

@@ -1,11 +1,12 @@
-"""A task under a name of its own, in a module of an installed app that a worker
-does not import at start (not its tasks or models module)."""
+"""A task under a name of its own (naming no module that exists), in a module of
+an installed app that a worker does not import at start unless TASK_MODULES lists
+it."""
 
 from __future__ import annotations
 
 from django_pgqueue import task
 
 
-@task(name="tests.testapp.renamed")
+@task(name="tests.testapp.mail.renamed", queue="emails", max_attempts=7)
 def renamed(x: int) -> int:
     return x * 2

@@ -14,6 +14,7 @@ from django.conf import settings as django_settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
+from django.utils.module_loading import import_string
 from psycopg.conninfo import conninfo_to_dict
 
 from django_pgqueue import conf, registry
@@ -141,9 +142,21 @@ def _backport_app_problems() -> list[checks.CheckMessage]:
     return [
         backport_app_missing(alias)
         for alias, entry in tasks.items()
-        if isinstance(entry, Mapping)
-        and str(entry.get("BACKEND", "")).startswith("django_pgqueue.backend.")
+        if isinstance(entry, Mapping) and is_our_backend(entry.get("BACKEND"))
     ]
+
+
+def is_our_backend(path: object) -> bool:
+    """Whether the dotted ``path`` of a TASKS BACKEND names PgQueueBackend or a
+    subclass of it (one that cannot be imported is not: Django's check says so)."""
+    try:
+        backend = import_string(str(path))
+    except Exception:
+        return False
+    return any(
+        cls.__name__ == "PgQueueBackend" and cls.__module__.startswith("django_pgqueue.backend")
+        for cls in getattr(backend, "__mro__", ())
+    )
 
 
 def _declaration_problems() -> list[checks.CheckMessage]:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import traceback
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.core import checks
 from django.dispatch import Signal
 from django.utils import timezone
@@ -35,6 +37,7 @@ from django_pgqueue.backend.compat import (
 from django_pgqueue.backend.core import PgQueueBackend
 from django_pgqueue.backend.results import running_result
 from django_pgqueue.backend.task import PgQueueTaskContext, backend_named
+from django_pgqueue.checks import is_our_backend
 from django_pgqueue.control import (
     Cancel,
     Snooze,
@@ -82,16 +85,25 @@ def unqueued_tasks() -> dict[str, str]:
 
 
 def check_unqueued_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """W003: Tasks of the tasks modules on a backend that is not ours (TASKS left out,
-    say, so that Django's ImmediateBackend runs them in the caller's process): no
-    worker runs them, and a project that meant to queue them would not notice."""
+    """W003: the app is installed but no TASKS entry is ours, and Tasks of the tasks
+    modules use another backend (TASKS left out, say, so that Django's
+    ImmediateBackend runs them in the caller's process): no worker runs them, and
+    a project that meant to queue them would not notice. A project that set up
+    our backend too chose where each task goes, and DummyBackend is for tests."""
+    configured = getattr(settings, "TASKS", None)
+    if isinstance(configured, Mapping) and any(
+        isinstance(entry, Mapping) and is_our_backend(entry.get("BACKEND"))
+        for entry in configured.values()
+    ):
+        return []
     try:
         registry.discover()
     except Exception:  # E004 and E005 (django_pgqueue.checks) say what is wrong
         return []
     by_backend: dict[str, list[str]] = {}
     for path, backend in unqueued_tasks().items():
-        by_backend.setdefault(backend, []).append(path)
+        if not backend.endswith(" is DummyBackend"):
+            by_backend.setdefault(backend, []).append(path)
     shown = 3  # paths named in the message; the banner lists them all
     return [
         checks.Warning(

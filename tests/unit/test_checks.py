@@ -111,6 +111,14 @@ def test_on_django_5_2_the_backports_app_missing_is_e106_from_our_own_check() ->
     ]
     with override_settings(INSTALLED_APPS=[*without, "django_tasks"]):
         assert "django_pgqueue.E106" not in ids()
+    # A project's subclass of ours is ours too; another backend is not.
+    for backend, expected in [
+        ("tests.testapp.backends.ProjectBackend", ["django_pgqueue.E106"]),
+        ("django_tasks.backends.dummy.DummyBackend", []),
+        ("no.such.Backend", []),
+    ]:
+        with override_settings(INSTALLED_APPS=without, TASKS={"default": {"BACKEND": backend}}):
+            assert [m.id for m in check_settings() if m.id == "django_pgqueue.E106"] == expected
 
 
 def test_tasks_on_another_backend_are_w003_and_marked_in_the_workers_banner() -> None:
@@ -124,6 +132,13 @@ def test_tasks_on_another_backend_are_w003_and_marked_in_the_workers_banner() ->
     assert check_unqueued_tasks() == []
     package = BaseTaskBackend.__module__.rpartition(".")[0]  # django.tasks.backends
     immediate = {"default": {"BACKEND": f"{package}.immediate.ImmediateBackend"}}
+    # Our backend beside it (the project chose where each task goes), or tests on
+    # DummyBackend: nothing to say.
+    ours = {"pgq": {"BACKEND": "tests.testapp.backends.ProjectBackend"}}
+    dummy = {"default": {"BACKEND": f"{package}.dummy.DummyBackend"}}
+    for quiet in ({**immediate, **ours}, dummy):
+        with override_settings(TASKS=quiet):
+            assert check_unqueued_tasks() == []
     with override_settings(TASKS=immediate):
         (warning,) = check_unqueued_tasks()
         started = banner(WorkerConfig.from_settings())

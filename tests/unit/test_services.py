@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
 import pytest
@@ -62,20 +64,25 @@ def test_hurry_runs_the_timer_now_and_a_hurry_during_its_run_runs_it_again() -> 
     assert not timers.is_alive()
 
 
-def test_the_listener_renews_at_once_only_for_a_stop_request_naming_its_worker() -> None:
+def listener_of(listen_database: str | None, on_abort: Callable[[], None] = lambda: None) -> Any:
+    """A Listener of worker ``host:1:ab`` on database "default", not started."""
     from django_pgqueue.worker.listener import Listener
     from django_pgqueue.worker.session import WorkerSession
 
-    aborts: list[str] = []
-    session = WorkerSession("host:1:ab", "default", None, "pgqueue_jobs", 1.0)
-    listener = Listener(
+    session = WorkerSession("host:1:ab", "default", listen_database, "pgqueue_jobs", 1.0)
+    return Listener(
         session,
         None,
         wake=lambda: None,
         on_listening=lambda: None,
         supervision=Supervision(fatal=lambda reason: None, epoch=ConnectionEpoch()),
-        on_abort=lambda: aborts.append("now"),
+        on_abort=on_abort,
     )
+
+
+def test_the_listener_renews_at_once_only_for_a_stop_request_naming_its_worker() -> None:
+    aborts: list[str] = []
+    listener = listener_of(None, on_abort=lambda: aborts.append("now"))
     for payload in ('{"abort": "other:2:cd"}', "{not json", '["abort"]', '{"abort": "host:1:ab"}'):
         listener._control(payload)
     assert aborts == ["now"]
@@ -87,19 +94,9 @@ def test_a_listener_on_a_dsn_resets_the_worker_databases_connections_not_the_dsn
     """After an error a service thread drops its Django connections; a listener whose
     LISTEN_DATABASE is a DSN has none for it (a DSN is no Django alias, and the lookup
     wrote the DSN, password and all, to the debug log): it drops the worker's."""
-    from django_pgqueue.worker.listener import Listener
-    from django_pgqueue.worker.session import WorkerSession
-
     dsn = "postgres://u:s3cret@127.0.0.1:1/db"
-    session = WorkerSession("host:1:ab", "default", dsn, "pgqueue_jobs", 1.0)
-    listener = Listener(
-        session,
-        None,
-        wake=lambda: None,
-        on_listening=lambda: None,
-        supervision=Supervision(fatal=lambda reason: None, epoch=ConnectionEpoch()),
-    )
-    assert (listener.alias, session.alias) == ("default", dsn)
+    listener = listener_of(dsn)
+    assert (listener.alias, listener.session.alias) == ("default", dsn)
     with caplog.at_level("DEBUG", logger="django_pgqueue"):
         listener._survive(psycopg.OperationalError("connection refused"))
     assert "s3cret" not in caplog.text

@@ -4,13 +4,14 @@ Each check that fails is one line and exit status 1, before any job is touched:
 the worker inside an open transaction (a ``TestCase``), the job table's
 migrations not applied, the worker id held by another live worker. A database
 that cannot be reached yet is no reason not to start: the claim loop waits for
-it (but a ``--burst`` run, which is over once the queue is empty, stops at
-once). Tasks are discovered here too, so that the banner can list them.
+it (but a ``--burst`` run, which is over once the queue is empty, stops after
+START_PATIENCE seconds). Tasks are discovered here too, so that the banner can list them.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
@@ -23,6 +24,9 @@ from django_pgqueue.worker.services import reset_connection
 from django_pgqueue.worker.session import WorkerSession, open_at_start
 
 logger = logging.getLogger("django_pgqueue")
+
+#: How long a --burst worker tries to reach the database at start before it stops.
+START_PATIENCE = 5.0
 
 
 def start_problem(
@@ -51,22 +55,34 @@ def start_problem(
 
 def schema_problem_at_start(alias: str, *, wait_for_database: bool = True) -> str | None:
     """One line if django_pgqueue's migrations are not all applied to ``alias`` (or,
-    unless ``wait_for_database``, if it cannot be reached)."""
-    try:
-        executor = MigrationExecutor(connections[alias])
-        targets = [
-            node for node in executor.loader.graph.leaf_nodes() if node[0] == "django_pgqueue"
-        ]
-        plan = executor.migration_plan(targets)
-    except Exception as exc:
-        if is_transient(exc) and not wait_for_database:
-            return f"cannot reach the database: {first_line(exc)}"
-        if is_transient(exc):  # the claim loop waits for the database
-            logger.warning("cannot check the migrations yet: %s", first_line(exc))
-            return None
-        raise
-    finally:
-        reset_connection(alias)  # this thread's connection starts fresh for the claim loop
+    unless ``wait_for_database``, if it cannot be reached within START_PATIENCE: a
+    server still starting up gets that long)."""
+    give_up = time.monotonic() + START_PATIENCE
+    while True:
+        try:
+            executor = MigrationExecutor(connections[alias])
+            targets = [
+                node for node in executor.loader.graph.leaf_nodes() if node[0] == "django_pgqueue"
+            ]
+            plan = executor.migration_plan(targets)
+            break
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            if wait_for_database:  # the claim loop waits for the database
+                logger.warning("cannot check the migrations yet: %s", first_line(exc))
+                return None
+            if time.monotonic() >= give_up:
+                return f"cannot reach the database: {first_line(exc)}"
+            if give_up - time.monotonic() > START_PATIENCE - 0.5:  # the first try only
+                logger.warning(
+                    "cannot reach the database yet, trying for %gs: %s",
+                    START_PATIENCE,
+                    first_line(exc),
+                )
+            time.sleep(0.5)
+        finally:
+            reset_connection(alias)  # this thread's connection starts fresh for the claim loop
     if not plan:
         return None
     names = ", ".join(migration.name for migration, _ in plan)

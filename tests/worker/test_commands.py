@@ -102,10 +102,27 @@ def test_a_database_out_of_reach_or_without_the_tables_is_a_one_line_error(db_ur
     for url in (unreachable, missing):
         result = django_command(url, "runworker", "--burst")
         assert result.returncode == 1, result
-        (line,) = [line for line in result.stderr.splitlines() if "cannot reach" in line]
+        (line,) = [
+            line for line in result.stderr.splitlines() if "cannot reach the database: " in line
+        ]
         assert line.startswith("cannot reach the database: connection failed: "), line
         assert line.endswith("does not exist" if url == missing else "Connection refused"), line
         assert "Traceback" not in result.stderr
+    # A server still starting up gets a few seconds: here the database appears while
+    # the worker tries, and it goes on to its next check (the tables are missing).
+    late = f"pgqueue_late_{os.getpid()}"
+    worker = WorkerProcess(db_url.rsplit("/", 1)[0] + f"/{late}", "--burst")
+    try:
+        worker.wait_for_output("cannot reach the database yet, trying for 5s: ")
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {late}")
+        assert worker.wait(30) == 1
+        assert "django_pgqueue's migrations are not all applied" in worker.output, worker.output
+        assert "cannot reach the database: " not in worker.output
+    finally:
+        worker.kill()
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {late} WITH (FORCE)")
     empty = f"pgqueue_empty_{os.getpid()}"
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {empty}")

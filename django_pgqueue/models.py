@@ -101,6 +101,10 @@ def _defaults(model: type[models.Model]) -> dict[str, Any]:
 _DEFAULTS: dict[type[models.Model], dict[str, Any]] = {}
 
 
+# The JSON columns callers and tasks write, which Python may be unable to decode.
+USER_JSON = ("args", "kwargs", "result")
+
+
 class JobManager(QueueOperations, _JobManagerBase["Job"]):
     """Job operations, each through the queue's named statements on ``using``
     (default: ``PGQUEUE["DATABASE"]``). The read vocabulary (``ready()``,
@@ -133,7 +137,7 @@ class JobManager(QueueOperations, _JobManagerBase["Job"]):
         spec = JobSpec.build(task, args, kwargs, **options)
         row = enqueue.insert(spec, self._alias(using))
         if row.duplicate:  # the live job as stored, not the refused request's values
-            live = self.db_manager(self._alias(using)).filter(pk=row.id).first()
+            live = self._stored(row.id, self._alias(using))
             if live is not None:  # (unless it was deleted since)
                 live.duplicate = True
                 return live
@@ -158,6 +162,15 @@ class JobManager(QueueOperations, _JobManagerBase["Job"]):
         )
         job.duplicate = row.duplicate
         return job
+
+    def _stored(self, pk: int, alias: str) -> Job | None:
+        """The row ``pk``; JSON that Python cannot read (a number past int's 4,300
+        digits, nesting past the recursion limit) is left deferred, as stored."""
+        rows = self.db_manager(alias).filter(pk=pk)
+        try:
+            return rows.first()
+        except (ValueError, RecursionError):
+            return rows.defer(*USER_JSON).first()
 
     def enqueue_many(self, jobs: Iterable[JobSpec], *, using: str | None = None) -> list[int]:
         """Insert many jobs at once; returns the new ids, in order (duplicates are skipped).

@@ -33,7 +33,7 @@ from django_pgqueue.admin.changelist import (
 )
 from django_pgqueue.admin.schedules import ScheduleFilter
 from django_pgqueue.admin.summary import STATUSES, summarise
-from django_pgqueue.models import Job, Queue
+from django_pgqueue.models import USER_JSON, Job, Queue
 from django_pgqueue.records import FINISHED
 
 #: A search term that names one job: ``123`` or ``#123`` (bigint range, ASCII digits).
@@ -278,8 +278,8 @@ class JobAdmin(_ModelAdmin):
             found = None
         if found is not None or from_field is not None:
             return found
-        text = {f"_pgqueue_{name}_text": Cast(name, TextField()) for name in UNREADABLE}
-        queryset = self.get_queryset(request).defer(*UNREADABLE).annotate(**text)
+        text = {f"_pgqueue_{name}_text": Cast(name, TextField()) for name in USER_JSON}
+        queryset = self.get_queryset(request).defer(*USER_JSON).annotate(**text)
         try:
             return queryset.get(pk=int(object_id))
         except (Job.DoesNotExist, ValueError, OverflowError):
@@ -303,9 +303,6 @@ class JobAdmin(_ModelAdmin):
 
 
 #: The JSON columns a job's own code fills, which Python may fail to read.
-UNREADABLE = ("args", "kwargs", "result")
-
-
 def _json_of(obj: Job, name: str) -> SafeString:
     stored = getattr(obj, f"_pgqueue_{name}_text", None)
     if stored is None:

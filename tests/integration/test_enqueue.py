@@ -173,6 +173,33 @@ def test_duplicate_unique_key_of_live_job_is_not_inserted_and_caller_can_tell() 
     assert Job.objects.count() == 2
 
 
+def test_a_duplicate_of_a_live_job_whose_json_python_cannot_read_is_still_returned() -> None:
+    """The live job's arguments are past what Python reads (a 5,000-digit number):
+    the duplicate enqueue raised ValueError. It returns the live job, with the
+    JSON it cannot read left unloaded; saving it leaves that JSON as stored."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_job (task, args, kwargs, status, unique_key, errors, worker_ids) "
+            "VALUES ('tests.testapp.tasks.add', '[1e5000]'::jsonb, '{}', 'queued', 'huge', "
+            "'[]', '[]') RETURNING id"
+        )
+        planted = cursor.fetchone()[0]
+    again = Job.objects.enqueue(add, [7, 8], queue="other", priority=-3, unique_key="huge")
+    assert (again.pk, again.duplicate, again.queue, again.priority, again.status) == (
+        planted,
+        True,
+        "default",
+        0,
+        "queued",
+    )
+    assert {"args", "kwargs"} <= again.get_deferred_fields()
+    again.save()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT args::text, queue FROM pgqueue_job WHERE id = %s", [planted])
+        assert cursor.fetchone() == ("[1" + "0" * 5000 + "]", "default")
+    assert Job.objects.count() == 1
+
+
 @pytest.mark.parametrize(
     ("args", "kwargs", "message"),
     [

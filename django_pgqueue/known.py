@@ -25,16 +25,16 @@ def find_or_refuse(path: str) -> Any | None:
     would not find it."""
     validation.TASK_PATH(path)
     try:
-        registry.check_importable(path)
-    except UnknownTask as exc:
-        raise InvalidJob(str(exc)) from None
-    try:
         registry.discover()  # a task with a name of its own registers here
     except Exception:  # a tasks module fails to import: the workers' to say
         return None
     found = registry.loaded(path)
-    if found is not None:
+    if found is not None:  # (its name may name no module, nor one in an app)
         return found
+    try:
+        registry.check_importable(path)
+    except UnknownTask as exc:
+        raise InvalidJob(str(exc)) from None
     module = path.rpartition(".")[0]
     try:
         spec = importlib.util.find_spec(module)

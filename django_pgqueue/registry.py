@@ -249,7 +249,9 @@ def loaded(path: str, *, importing: bool = False) -> Any | None:
         return found
     module_name, _, attribute = path.rpartition(".")
     if importing and module_name not in sys.modules and importable(module_name):
-        with contextlib.suppress(ImportError):
+        # A module that fails here (a dependency or setting only the workers have)
+        # is the workers' to report.
+        with contextlib.suppress(Exception):
             importlib.import_module(module_name)
         found = _registry.get(path)
         if found is not None:

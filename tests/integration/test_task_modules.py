@@ -69,19 +69,43 @@ def test_a_path_a_worker_would_not_find_is_refused_at_enqueue(path: str, message
 
 
 @pytest.mark.slow
-def test_a_path_is_looked_up_where_a_worker_looks_before_it_is_refused(db_url: str) -> None:
-    """A task with a name of its own (naming no module that exists) is found by path
-    in a process that has not imported its module yet, as a worker finds it: by
-    importing what it imports at start. It was refused ("there is no module"), and
-    once found its own options were dropped."""
+@pytest.mark.parametrize(
+    ("module", "name", "shown"),
+    [
+        # A name of its own naming no module that exists, inside an installed app.
+        ("tests.testapp.named", "tests.testapp.mail.renamed", "emails 7 4"),
+        # One outside every app: it was refused as "not in an installed app".
+        ("tests.outside.mailer", "mailer.send", "emails 3 6"),
+    ],
+)
+def test_a_path_is_looked_up_where_a_worker_looks_before_it_is_refused(
+    db_url: str, module: str, name: str, shown: str
+) -> None:
+    """A task with a name of its own is found by path in a process that has not
+    imported its module yet, as a worker finds it: by importing what it imports at
+    start. It was refused ("there is no module"), and once found its own options
+    were dropped."""
     script = (
         "from django_pgqueue.models import Job\n"
-        "job = Job.objects.enqueue('tests.testapp.mail.renamed', [2])\n"
+        f"job = Job.objects.enqueue({name!r}, [2])\n"
         "print(job.task, job.queue, job.max_attempts)\n"
     )
-    listed = {"PGQUEUE_TEST_PGQUEUE": json.dumps({"TASK_MODULES": ["tests.testapp.named"]})}
+    listed = {"PGQUEUE_TEST_PGQUEUE": json.dumps({"TASK_MODULES": [module]})}
     done = django_command(db_url, "shell", "-v", "0", "-c", script, env=listed)
-    assert done.stdout.split() == ["tests.testapp.mail.renamed", "emails", "7"], done.stderr
+    queue, max_attempts, result = shown.split()
+    assert done.stdout.split() == [name, queue, max_attempts], done.stderr
     ran = django_command(db_url, "runworker", "--burst", env=listed)
     assert ran.returncode == 0, ran.stderr
-    assert list(Job.objects.values_list("status", "result")) == [("done", 4)]
+    assert list(Job.objects.values_list("status", "result")) == [("done", int(result))]
+
+
+def test_a_path_whose_module_fails_to_import_here_is_left_to_the_workers() -> None:
+    """A tasks module whose own code fails at import in this process (a setting
+    only the workers have): enqueue by path raised that module's RuntimeError. It
+    accepts the job, as for an ImportError; a worker that cannot import it either
+    buries the job with the reason."""
+    job = Job.objects.enqueue("tests.testapp.broken_tasks.send", [1])
+    assert Job.objects.values_list("task", "status").get(pk=job.pk) == (
+        "tests.testapp.broken_tasks.send",
+        "queued",
+    )

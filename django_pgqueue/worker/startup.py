@@ -58,6 +58,7 @@ def schema_problem_at_start(alias: str, *, wait_for_database: bool = True) -> st
     unless ``wait_for_database``, if it cannot be reached within START_PATIENCE: a
     server still starting up gets that long)."""
     give_up = time.monotonic() + START_PATIENCE
+    said = False
     while True:
         try:
             executor = MigrationExecutor(connections[alias])
@@ -74,7 +75,8 @@ def schema_problem_at_start(alias: str, *, wait_for_database: bool = True) -> st
                 return None
             if time.monotonic() >= give_up:
                 return f"cannot reach the database: {first_line(exc)}"
-            if give_up - time.monotonic() > START_PATIENCE - 0.5:  # the first try only
+            if not said:  # once, however long the first try took
+                said = True
                 logger.warning(
                     "cannot reach the database yet, trying for %gs: %s",
                     START_PATIENCE,

@@ -7,8 +7,10 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -138,6 +140,38 @@ def test_a_database_out_of_reach_or_without_the_tables_is_a_one_line_error(db_ur
     finally:
         with psycopg.connect(db_url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE {empty}")
+
+
+@pytest.mark.slow
+def test_a_burst_worker_says_once_that_it_waits_for_a_slow_database() -> None:
+    """Each try to reach the database takes longer than the pause between tries (a
+    server that accepts, then hangs up after 0.7 s): the "trying for 5s" line was
+    only given when the first try took under 0.5 s, so here the worker waited
+    in silence."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def hang_up_late() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            time.sleep(0.7)
+            conn.close()
+
+    threading.Thread(target=hang_up_late, daemon=True).start()
+    try:
+        result = django_command(
+            f"postgres://postgres@127.0.0.1:{port}/slow", "runworker", "--burst"
+        )
+    finally:
+        server.close()
+    assert result.returncode == 1, result
+    lines = result.stderr.splitlines()
+    waiting = [line for line in lines if "cannot reach the database yet, trying for 5s: " in line]
+    assert len(waiting) == 1, result.stderr
+    assert len([line for line in lines if "cannot reach the database: " in line]) == 1, lines
 
 
 def test_bad_settings_are_a_one_line_error_too() -> None:

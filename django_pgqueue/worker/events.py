@@ -21,10 +21,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django_pgqueue import wording
 from django_pgqueue.records import JobStatus
+
+if TYPE_CHECKING:
+    from django_pgqueue.worker.ledger import Ledger
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -73,14 +76,16 @@ class Events:
 
 
 def emit_released(
-    events: Events, keys: Sequence[tuple[int, int]], statuses: dict[int, str]
+    events: Events, ledger: Ledger, keys: Sequence[tuple[int, int]], statuses: dict[int, str]
 ) -> list[int]:
     """Tell what giving ``keys`` back came to (``statuses``, from ``claims.release``):
-    ``released`` for the jobs back in the queue, ``recorded`` for those that ended
-    cancelled because an operator had asked them to stop; the ids given back."""
+    ``released`` for the jobs back in the queue, ``recorded`` (and the ledger's
+    count) for those that ended cancelled because an operator had asked them to
+    stop; the ids given back."""
     back = [k for k in keys if statuses.get(k[0]) == JobStatus.QUEUED]
     stopped = [k for k in keys if statuses.get(k[0]) == JobStatus.CANCELLED]
     if stopped:
+        ledger.settled([], succeeded=0, buried=0, cancelled=len(stopped))
         logger.info(
             "%s asked to stop ended cancelled instead of going back: %s",
             wording.count(len(stopped), "job"),

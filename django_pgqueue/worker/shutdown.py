@@ -193,7 +193,7 @@ class Shutdown:
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)
                 continue
-            released = emit_released(self.worker.events, keys, statuses)
+            released = emit_released(self.worker.events, self.worker.ledger, keys, statuses)
             if released:
                 logger.warning(
                     "shutdown: put %s back in the queue: %s", jobs(len(released)), released

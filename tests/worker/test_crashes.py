@@ -95,6 +95,8 @@ def test_sigterm_ends_a_job_asked_to_stop_cancelled_and_says_so(start_worker: St
     assert f"1 job asked to stop ended cancelled instead of going back: [{stopped.pk}]" in (
         worker.output
     )
+    # and the last line counts it (it said "cancelled 0")
+    assert "claimed 2, succeeded 0, retried 0, buried 0, cancelled 1" in worker.output
 
 
 def test_second_signal_gives_the_running_job_back_and_exits_at_once(start_worker: Start) -> None:

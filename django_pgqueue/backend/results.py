@@ -19,12 +19,7 @@ from django_pgqueue.backend.compat import (
 )
 from django_pgqueue.backend.task import PgQueueTask
 from django_pgqueue.control import CANCELLED, Cancel
-from django_pgqueue.exceptions import (
-    LeaseExpired,
-    OutcomeNotStored,
-    UnknownTask,
-    WorkerShutdown,
-)
+from django_pgqueue.exceptions import LeaseExpired, OutcomeNotStored, UnknownTask, WorkerShutdown
 from django_pgqueue.installed import job_model
 from django_pgqueue.records import JobStatus
 
@@ -119,8 +114,9 @@ def task_with(
     concurrency_key: str | None,
     backoff: float | None,
 ) -> Task[Any, Any]:
-    """``base`` as a job with these options reports it. Cached: a worker asks for the
-    same few combinations for every run of a task."""
+    """``base`` as a job with these options reports it (cached), built without
+    ``validate_task``: the job was accepted at enqueue (perhaps by another alias,
+    or before a deploy changed ``QUEUES``); refused here, every attempt failed."""
     changes: dict[str, Any] = {
         "priority": priority,
         "queue_name": queue,
@@ -134,7 +130,10 @@ def task_with(
             concurrency_key=concurrency_key,
             backoff=backoff,
         )
-    return dataclasses.replace(base, **changes)
+    task = object.__new__(type(base))
+    for field in dataclasses.fields(base):
+        object.__setattr__(task, field.name, changes.get(field.name, getattr(base, field.name)))
+    return task
 
 
 def _moment(epoch: float) -> datetime:

@@ -340,3 +340,37 @@ def test_runworker_runs_tasks_framework_tasks_in_its_threads() -> None:
     assert [r.return_value for r in done[:3]] == [42, 3, with_id.id]
     assert done[3].status == TaskResultStatus.FAILED
     assert done[3].errors[0].exception_class is ValueError
+
+
+def test_a_job_sent_to_another_alias_runs_in_a_queue_only_that_alias_allows(
+    settings: Any,
+) -> None:
+    """``using(backend="other", queue_name="bulk")``: "other" lists no QUEUES, so it
+    takes any queue, but the task's own alias does not list "bulk". The worker
+    checked the job against the task's own alias as it built the RUNNING result,
+    so every attempt failed with InvalidTask before the task started; and
+    get_result raised InvalidTask as well."""
+    settings.TASKS = {
+        **settings.TASKS,
+        "other": {"BACKEND": "django_pgqueue.backend.PgQueueBackend", "QUEUES": []},
+    }
+    sent = djtasks.echo.using(backend="other", queue_name="bulk").enqueue(7)
+    assert task_backends["default"].get_result(sent.id).status == TaskResultStatus.READY
+    started: list[str] = []
+
+    def on_started(sender: Any, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
+        started.append(task_result.task.queue_name)
+
+    task_started.connect(on_started)
+    try:
+        outcome = run_next()
+    finally:
+        task_started.disconnect(on_started)
+    assert isinstance(outcome, Success), outcome
+    assert started == ["bulk"]
+    done = sent.task.get_result(sent.id)
+    assert (done.status, done.return_value, done.backend) == (
+        TaskResultStatus.SUCCESSFUL,
+        {"args": [7], "kwargs": {}},
+        "other",
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import sys
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
@@ -111,6 +112,7 @@ def _plan(
     settings = conf.get()
     try:
         registry.check_importable(task.module_path, task.func.__module__)
+        _check_found(task.module_path)
         return Plan(
             path=validation.TASK_PATH(task.module_path),
             queue=task.queue_name,
@@ -132,6 +134,26 @@ def _plan(
         # An option the queue refuses (a bad OPTIONS value, a task no worker would
         # import): the framework's exception, with the queue's message.
         raise InvalidTask(f"{exc} (TASKS[{alias!r}])") from exc
+
+
+def _check_found(path: str) -> None:
+    """UnknownTask unless a worker finds a task at ``path``, the module and name of the
+    Task's function: a Task bound to another name (``send = task(_send)``) leaves a
+    plain function there, and its jobs were accepted, then buried."""
+    if registry.loaded(path, importing=True) is not None:
+        return
+    module_name, _, name = path.rpartition(".")
+    module = sys.modules.get(module_name)
+    if module is None:  # it failed to import here: the workers' to say
+        return
+    held = getattr(module, name, None)
+    what = "nothing" if held is None else f"a {type(held).__name__}, not a Task,"
+    raise UnknownTask(
+        f"task {path!r}: workers look for a Task under its function's own name, and "
+        f"{module_name!r} holds {what} by the name {name!r}: decorate the function "
+        f"itself with @task (a Task bound to another name, as in `x = task(f)`, "
+        f"cannot be found)"
+    )
 
 
 def _forget_plans(*, setting: str, **kwargs: Any) -> None:

@@ -253,6 +253,23 @@ def test_backoff_is_reachable_from_the_tasks_api_and_options() -> None:
         options(djtasks.noop_task, backoff=-1).enqueue()
 
 
+def test_a_task_bound_to_another_name_than_its_function_is_refused_at_enqueue() -> None:
+    """``send_receipt = task(_send_receipt)``: workers look for the Task under the
+    function's own name and find the plain function. The job was accepted, its
+    get_result said it does not exist, and the worker buried it as UnknownTask."""
+    with pytest.raises(InvalidTask) as refused:
+        djtasks.send_receipt.enqueue(1)
+    assert str(refused.value) == (
+        "task 'tests.testapp.djtasks._send_receipt': workers look for a Task under its "
+        "function's own name, and 'tests.testapp.djtasks' holds a function, not a Task, by "
+        "the name '_send_receipt': decorate the function itself with @task (a Task bound to "
+        "another name, as in `x = task(f)`, cannot be found) (TASKS['default'])"
+    )
+    with pytest.raises(InvalidTask, match="decorate the function itself"):
+        enqueue_many(djtasks.send_receipt, [call(1)])
+    assert Job.objects.count() == 0
+
+
 @pytest.mark.parametrize(
     "result_id",
     [

@@ -52,6 +52,26 @@ def find_or_refuse(path: str) -> Any | None:
         return None
 
 
+def framework_defaults(found: Any) -> dict[str, Any] | None:
+    """The options a Tasks-framework Task carries (its ``queue_name`` and
+    ``priority``, and a PgQueueTask's delivery options) as the direct API's
+    options, for a job enqueued by its path; None for anything else."""
+    if not hasattr(type(found), "module_path") or not hasattr(found, "queue_name"):
+        return None
+    defaults = {"queue": found.queue_name, "priority": found.priority}
+    for name in (
+        "max_attempts",
+        "unique_key",
+        "concurrency_key",
+        "backoff",
+        "retry_on",
+        "discard_on",
+    ):
+        if getattr(found, name, None) is not None:
+            defaults[name] = getattr(found, name)
+    return defaults
+
+
 def _alike(path: str) -> str:
     """`` (did you mean 'shop.tasks.send'?)``: a task of the same module whose name
     looks alike, or one of the same name in a module whose name looks alike."""

@@ -71,17 +71,19 @@ class JobSpec:
     ) -> JobSpec:
         """Validate one job. ``task`` is a dotted path or a registered task, whose own
         options (``@task(queue=..., max_attempts=...)``) and retry policy are the
-        defaults; so are those of a task a path names, when it is registered here."""
+        defaults; so are those of a task a path names, when it is known here."""
         if options:  # their values are checked as they are used
             validation.check_options(options, values=False)
+        defaults = getattr(task, "options", None)
         if isinstance(task, str):
             runnable = registry.loaded(task, importing=True)
             if runnable is None:  # looked for as a worker looks; refused if it would not find it
                 runnable = known.find_or_refuse(task)
-            found = getattr(runnable, "target", None)
+            found: Any = getattr(runnable, "target", runnable)
             if getattr(found, "path", None) == task and hasattr(found, "options"):
-                task = found  # enqueued by path as it would be as itself
-        defaults = getattr(task, "options", None)
+                task, defaults = found, found.options  # as it would be enqueued as itself
+            else:
+                defaults = known.framework_defaults(found)
         return cls._build(task, args, kwargs, **({**defaults, **options} if defaults else options))
 
     @classmethod

@@ -11,6 +11,7 @@ from django_pgqueue.backend.compat import InvalidTask
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.models import Job
 from tests.outside.tasks import direct_double, framework_double
+from tests.testapp import djtasks
 from tests.worker.conftest import django_command
 from tests.worker.inprocess import worker_thread
 
@@ -109,3 +110,20 @@ def test_a_path_whose_module_fails_to_import_here_is_left_to_the_workers() -> No
         "tests.testapp.broken_tasks.send",
         "queued",
     )
+
+
+def test_a_tasks_framework_task_enqueued_by_path_keeps_its_own_options() -> None:
+    """The direct API given the path of a Tasks-framework Task: the job took the
+    direct API's defaults (queue "default", priority 0), not the Task's."""
+    plain = Job.objects.enqueue("tests.testapp.djtasks.on_queue_1")
+    assert (plain.queue, plain.priority) == ("queue_1", 10)
+    chosen = Job.objects.enqueue("tests.testapp.djtasks.on_queue_1", priority=-5)
+    assert (chosen.queue, chosen.priority) == ("queue_1", -5)
+    # A PgQueueTask's delivery options and retry policy, as its own enqueue() has them.
+    by_path = Job.objects.enqueue("tests.testapp.djtasks.fails_with", ["boom"])
+    itself = djtasks.fails_with.enqueue("boom")
+    fields = ("queue", "priority", "max_attempts", "retry_policy")
+    assert Job.objects.values_list(*fields).get(pk=by_path.pk) == Job.objects.values_list(
+        *fields
+    ).get(pk=int(itself.id))
+    assert Job.objects.get(pk=by_path.pk).max_attempts == 3

@@ -27,7 +27,8 @@ VERBS = {"pause": "Paused", "resume": "Resumed"}
 
 
 def can_pause(request: HttpRequest) -> bool:
-    return request.user.has_perm(PERMISSION)
+    """``pause_queue`` on top of ``view_job``, as each job action is."""
+    return request.user.has_perm(PERMISSION) and request.user.has_perm("django_pgqueue.view_job")
 
 
 def urls(model_admin: admin.ModelAdmin[Any]) -> list[URLPattern]:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from django.contrib import admin
+from django.contrib.admin.utils import quote
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
@@ -39,7 +40,11 @@ def running_jobs_url(worker_id: str, site: str) -> str:
 def worker_link(worker_id: str, site: str) -> SafeString:
     try:
         url = reverse(
-            "admin:django_pgqueue_registeredworker_change", args=[worker_id], current_app=site
+            # quote(): the admin reads "_2F" in a URL's id as "/", so a worker id
+            # holding it would link to another (or no) worker.
+            "admin:django_pgqueue_registeredworker_change",
+            args=[quote(worker_id)],
+            current_app=site,
         )
     except NoReverseMatch:  # the workers admin is not on this site
         return format_html("{}", worker_id)

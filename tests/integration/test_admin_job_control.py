@@ -68,6 +68,9 @@ def test_pausing_needs_its_permission_and_a_post() -> None:
     assert operator.post(URL + "queues/a b/pause/").status_code == 404
     assert operator.post(URL + "queues/default/stop/").status_code == 404
     assert Job.objects.paused_queues() == []
+    # On top of view_job, as the docs' table says and the job actions are.
+    assert staff("blind", "pause_queue").post(PAUSE.format("default")).status_code == 403
+    assert Job.objects.paused_queues() == []
 
 
 def test_the_summary_lists_a_paused_queue_without_jobs_and_its_wait_is_not_an_alert() -> None:

@@ -80,6 +80,21 @@ def test_a_running_job_on_a_gone_worker_says_so_before_its_lease_expires(
     assert "that worker is gone" not in page
 
 
+def test_the_job_page_links_to_a_worker_whose_id_looks_like_an_admin_escape(
+    admin_client: Client,
+) -> None:
+    """The admin reads "_2F" in a URL's id as "/": the link went to "worker/a",
+    which does not exist."""
+    register("worker_2Fa", alive=True)
+    job = add.enqueue(1, 1)
+    Job.objects.claim("worker_2Fa", limit=1, lease=60)
+    page = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
+    assert f'held by <a href="{WORKERS}worker_5F2Fa/change/">worker_2Fa</a> for ' in page
+    worker_page = admin_client.get(f"{WORKERS}worker_5F2Fa/change/")
+    assert worker_page.status_code == 200
+    assert "worker_2Fa" in worker_page.content.decode()
+
+
 def test_a_projects_own_admin_site_links_to_its_own_pages(admin_client: Client) -> None:
     """tests/urls.py mounts a second site, "ops", at /ops/ (docs/admin.md)."""
     register("w-alive", alive=True)

@@ -188,6 +188,7 @@ class PgQueueCommand(BaseCommand):
             sys.exit(exc.returncode)
 
     def execute(self, *args: Any, **options: Any) -> Any:
+        self._check_given(options)
         # A database that cannot be reached, or lacks the tables, is one line too.
         try:
             return super().execute(*args, **options)
@@ -196,6 +197,33 @@ class PgQueueCommand(BaseCommand):
             if problem is None and (not is_transient(exc) or prepare_lost(exc)):
                 raise  # a lost prepared statement is no unreachable database
             raise CommandError(problem or f"cannot reach the database: {first_line(exc)}") from exc
+
+    def _check_given(self, options: dict[str, Any]) -> None:
+        """``call_command(..., concurrency=0, older_than="7d")`` passes its values past
+        argparse's converters: each text is converted, and each number checked, by
+        its argument's converter, as on the command line (a CommandError if bad)."""
+        parser = self.create_parser("manage.py", type(self).__module__.rpartition(".")[2])
+        for action in parser._actions:
+            value, convert = options.get(action.dest), action.type
+            if not callable(convert) or isinstance(value, bool):
+                continue
+            if isinstance(value, float):  # 1e-05 as 0.00001, which the converters read
+                text = (
+                    format(value, "f").rstrip("0").rstrip(".")
+                    if math.isfinite(value)
+                    else str(value)
+                )
+            elif isinstance(value, str | int):
+                text = str(value)
+            else:
+                continue  # None (not given), or a value of the converted kind
+            try:
+                converted = convert(text)
+            except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
+                shown = "/".join(action.option_strings) or action.dest
+                _one_line_error(parser, f"argument {shown}: {exc}")
+            if isinstance(value, str):
+                options[action.dest] = converted
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)

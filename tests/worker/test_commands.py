@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 import pytest
@@ -327,3 +328,34 @@ def test_queuestats_table_and_json() -> None:
     assert "mail" in text
     assert "queued" in text
     assert "dead in the last 24h: 0" in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_call_command_checks_its_values_as_the_command_line_does() -> None:
+    """call_command() passes keyword values past argparse's converters: "7d" reached
+    prune() as text (an InvalidJob traceback), concurrency=0 made a burst worker
+    wait for ever, and queues="a,b" was served as the queues 'a', ',' and 'b'."""
+    from django.core.management.base import CommandError
+
+    Job.objects.filter(pk=add.enqueue(1, 2).pk).update(status="done", done_at=timezone.now())
+    old = add.enqueue(3, 4)
+    Job.objects.filter(pk=old.pk).update(
+        status="done", done_at=timezone.now() - dt.timedelta(days=8)
+    )
+    out = io.StringIO()
+    call_command("prunejobs", older_than="7d", stdout=out)
+    assert out.getvalue() == "deleted 1 job (done,dead,cancelled)\n"
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"concurrency": 0}, "argument --concurrency: expected a whole number"),
+        ({"lease": -1}, "argument --lease: expected a number of seconds above 0"),
+        ({"queues": "a,,b c"}, "argument --queues: expected comma-separated queue names"),
+        ({"poll_interval": float("nan")}, "argument --poll-interval: expected"),
+    ]
+    for options, message in bad:
+        with pytest.raises(CommandError, match=message):
+            call_command("runworker", burst=True, **options)
+    add.using(queue="b").enqueue(5, 6)
+    call_command("runworker", burst=True, queues="a,b", stdout=io.StringIO())
+    assert Job.objects.values_list("queue", "status", "result").get(queue="b") == ("b", "done", 11)
+    with pytest.raises(CommandError, match="argument --older-than: expected a duration"):
+        call_command("prunejobs", older_than="soon")

@@ -61,7 +61,10 @@ class JobAdmin(_ModelAdmin):
     # A number is looked up as an id alone (get_search_results); other terms match
     # part of the task path or a whole unique_key ("=" would compare UPPER() texts).
     search_fields = ("task", "unique_key__exact")
-    search_help_text = "A job id (123 or #123), part of a task path, or an exact unique_key."
+    search_help_text = (
+        "A job id (123 or #123: a number is taken as one), part of a task path, or an "
+        "exact unique_key."
+    )
     ordering = ("-id",)
     # Sorting by any other column would sort the whole table on every page.
     sortable_by = ("id",)
@@ -187,7 +190,10 @@ class JobAdmin(_ModelAdmin):
         match = JOB_ID.fullmatch(search_term.strip())
         if match:
             return queryset.filter(pk=int(match[1])), False
-        return super().get_search_results(request, queryset, search_term)
+        found, duplicates = super().get_search_results(request, queryset, search_term)
+        if len(search_term.split()) > 1:  # Django looks for each word: a key may hold spaces
+            found = found | queryset.filter(unique_key=search_term.strip())
+        return found, duplicates
 
     @admin.display(description="task")
     def task_path(self, obj: Job) -> SafeString:

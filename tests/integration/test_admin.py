@@ -190,6 +190,11 @@ def test_filters_by_status_queue_and_task_and_search(
     assert ids(f"?q=%23{jobs['done'].pk}") == [jobs["done"].pk]
     assert ids("?q=always_fails") == [jobs["dead"].pk]
     assert ids("?q=later") == [jobs["waiting"].pk]
+    # A key with spaces: Django looked for each word, so it was never found.
+    spaced = Job.objects.enqueue("tests.testapp.tasks.noop", unique_key="order 42 a")
+    assert ids("?q=order+42+a") == [spaced.pk]
+    assert ids("?q=+order+42+a+") == [spaced.pk]
+    Job.objects.filter(pk=spaced.pk).delete()
     filters = admin_client.get(URL).context["cl"].filter_specs
     assert [c for c, _ in filters[1].lookup_choices] == ["default", "emails"]
     assert [c for c, _ in filters[2].lookup_choices] == [

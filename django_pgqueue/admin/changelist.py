@@ -21,18 +21,18 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db.models import QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 
+from django_pgqueue.admin.display import ColumnFilter
 from django_pgqueue.models import Job
 from django_pgqueue.records import QueueStats
 
 if TYPE_CHECKING:
-    from django.db.models import Model
+    pass
 
 #: Rows the paginator counts before it stops and shows "COUNT_CAP+".
 COUNT_CAP = 10_000
@@ -97,25 +97,23 @@ def _with_selected(values: Sequence[str], selected: str | None) -> list[tuple[st
     return [(name, name) for name in names]
 
 
-class QueueFilter(admin.SimpleListFilter):
+class QueueFilter(ColumnFilter):
     """Filter by queue; its choices are the queues ``stats()`` found."""
 
     title = "queue"
     parameter_name = "queue"
+    column = "queue"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return _with_selected([row.queue for row in request_stats(request)], self.value())
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Model]) -> QuerySet[Model]:
-        value = self.value()
-        return queryset.filter(queue=value) if value else queryset
 
-
-class TaskFilter(admin.SimpleListFilter):
+class TaskFilter(ColumnFilter):
     """Filter by task; its choices are the tasks of the newest jobs."""
 
     title = "task"
     parameter_name = "task"
+    column = "task"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         # "id >= the TASK_WINDOW-th newest id" is a range on the primary key; the
@@ -128,7 +126,3 @@ class TaskFilter(admin.SimpleListFilter):
             .distinct()
         )
         return _with_selected(list(tasks), self.value())
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Model]) -> QuerySet[Model]:
-        value = self.value()
-        return queryset.filter(task=value) if value else queryset

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -108,3 +110,17 @@ def error_history(errors: list[dict[str, Any]] | None) -> SafeString:
             for entry in errors
         ),
     )
+
+
+class ColumnFilter(admin.SimpleListFilter):
+    """A list filter on one text column (``column``) of the job table."""
+
+    column: str
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Model]) -> QuerySet[Model]:
+        value = self.value()
+        if not value:
+            return queryset
+        if "\x00" in value:  # no text column holds NUL, and PostgreSQL refuses it (a 500)
+            return queryset.none()
+        return queryset.filter(**{self.column: value})

@@ -17,13 +17,12 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from django_pgqueue import conf, wording
+from django_pgqueue.admin.display import ColumnFilter
 from django_pgqueue.models import Schedule
 from django_pgqueue.periodic.models import ScheduleQuerySet
 from django_pgqueue.periodic.overview import ScheduleView, describe, local_moment
 
 if TYPE_CHECKING:
-    from django.db.models import Model
-
     _ModelAdmin = admin.ModelAdmin[Schedule]
 else:  # ModelAdmin is generic only in django-stubs, not at runtime.
     _ModelAdmin = admin.ModelAdmin
@@ -35,7 +34,7 @@ def jobs_url(name: str, site: str) -> str:
     return f"{reverse('admin:django_pgqueue_job_changelist', current_app=site)}?{query}"
 
 
-class ScheduleFilter(admin.SimpleListFilter):
+class ScheduleFilter(ColumnFilter):
     """Jobs a schedule's ticks enqueued (the pgqueue_job_schedule index serves it).
 
     Its choices are the settings' schedules, so the job list pays no query for
@@ -44,16 +43,13 @@ class ScheduleFilter(admin.SimpleListFilter):
 
     title = "schedule"
     parameter_name = "schedule"
+    column = "schedule"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         names = {spec.name for spec in conf.get().schedules}
         if self.value():
             names.add(str(self.value()))
         return [(name, name) for name in sorted(names)]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Model]) -> QuerySet[Model]:
-        value = self.value()
-        return queryset.filter(schedule=value) if value else queryset
 
 
 def _toggle(enabled: bool) -> Any:

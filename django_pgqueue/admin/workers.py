@@ -10,20 +10,17 @@ from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
-from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_pgqueue.admin.display import duration
+from django_pgqueue.admin.display import ColumnFilter, duration
 from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.records import JobStatus
 
 if TYPE_CHECKING:
-    from django.db.models import Model
-
     _ModelAdmin = admin.ModelAdmin[RegisteredWorker]
 else:  # ModelAdmin is generic only in django-stubs, not at runtime.
     _ModelAdmin = admin.ModelAdmin
@@ -81,21 +78,18 @@ def lease_note(job: Job, site: str) -> SafeString:
     return format_html("held by {} for {} more", name, duration(seconds))
 
 
-class WorkerFilter(admin.SimpleListFilter):
+class WorkerFilter(ColumnFilter):
     """Jobs by the worker holding (or last holding) them; choices: registered workers."""
 
     title = "worker"
     parameter_name = "worker"
+    column = "locked_by"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         ids = set(RegisteredWorker.objects.values_list("id", flat=True))
         if self.value():
             ids.add(str(self.value()))
         return [(worker_id, worker_id) for worker_id in sorted(ids)]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Model]) -> QuerySet[Model]:
-        value = self.value()
-        return queryset.filter(locked_by=value) if value else queryset
 
 
 class WorkerAdmin(_ModelAdmin):

@@ -31,9 +31,6 @@ from django_pgqueue.admin.display import ColumnFilter
 from django_pgqueue.models import Job
 from django_pgqueue.records import QueueStats
 
-if TYPE_CHECKING:
-    pass
-
 #: Rows the paginator counts before it stops and shows "COUNT_CAP+".
 COUNT_CAP = 10_000
 #: Newest jobs whose task names the task filter offers.

@@ -308,7 +308,6 @@ class JobAdmin(_ModelAdmin):
         return display.error_history(obj.errors)
 
 
-#: The JSON columns a job's own code fills, which Python may fail to read.
 def _json_of(obj: Job, name: str) -> SafeString:
     stored = getattr(obj, f"_pgqueue_{name}_text", None)
     if stored is None:

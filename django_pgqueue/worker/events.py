@@ -76,16 +76,22 @@ class Events:
 
 
 def emit_released(
-    events: Events, ledger: Ledger, keys: Sequence[tuple[int, int]], statuses: dict[int, str]
+    events: Events,
+    ledger: Ledger,
+    keys: Sequence[tuple[int, int]],
+    statuses: dict[int, str],
+    *,
+    unstarted: bool,
 ) -> list[int]:
     """Tell what giving ``keys`` back came to (``statuses``, from ``claims.release``):
     ``released`` for the jobs back in the queue, ``recorded`` (and the ledger's
     count) for those that ended cancelled because an operator had asked them to
-    stop; the ids given back."""
+    stop; the ids given back. ``unstarted``: the runs were prefetched ones, which
+    the ledger already forgot."""
     back = [k for k in keys if statuses.get(k[0]) == JobStatus.QUEUED]
     stopped = [k for k in keys if statuses.get(k[0]) == JobStatus.CANCELLED]
     if stopped:
-        ledger.settled([], succeeded=0, buried=0, cancelled=len(stopped))
+        ledger.stopped_instead(len(stopped), unstarted=unstarted)
         logger.info(
             "%s asked to stop ended cancelled instead of going back: %s",
             wording.count(len(stopped), "job"),

@@ -144,6 +144,15 @@ class Ledger:
             self.busy -= len(jobs)
             self.claimed -= len(jobs)
 
+    def stopped_instead(self, count: int, *, unstarted: bool) -> None:
+        """``count`` runs given back ended cancelled (an operator had asked them to
+        stop). Unstarted ones were forgotten, but they count as claimed after all."""
+        with self._lock:
+            self.cancelled += count
+            self._window.cancelled += count
+            if unstarted:
+                self.claimed += count
+
     def held_ids(self) -> list[int]:
         """Ids of every run not settled yet, given back or not (for a last word)."""
         with self._lock:

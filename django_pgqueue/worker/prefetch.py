@@ -140,7 +140,7 @@ class GiveBack:
                 first_line(exc),
             )
             return sleep
-        released = emit_released(self.events, self.ledger, keys, statuses)
+        released = emit_released(self.events, self.ledger, keys, statuses, unstarted=True)
         if released:
             logger.info(
                 "gave back %s that waited %.1fs for a thread behind long ones, for any "

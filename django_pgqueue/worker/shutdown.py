@@ -95,7 +95,11 @@ class Shutdown:
         waiting = w.pool.take_waiting()
         if waiting:
             w.ledger.forget(waiting)
-            self._release([job.key for job in waiting], "worker shut down before the job started")
+            self._release(
+                [job.key for job in waiting],
+                "worker shut down before the job started",
+                unstarted=True,
+            )
         self._wait_for_running_jobs()
         w.completer.flush(until=self._until(max(1.0, MARGIN / 2)))
         unwritten = w.completer.unwritten()
@@ -132,7 +136,7 @@ class Shutdown:
         unfinished = [held.job.key for held in leftovers if not held.overdue]
         if unfinished:
             w.ledger.give_back(unfinished)
-            self._release(unfinished, RELEASED)
+            self._release(unfinished, RELEASED, unstarted=False)
         if overdue:
             w.ledger.give_back([job.key for job in overdue])
             self._fail_overdue(overdue)
@@ -174,7 +178,7 @@ class Shutdown:
             w.waker.wait(min(0.05, limit - now))
             w.waker.clear()
 
-    def _release(self, keys: list[tuple[int, int]], reason: str) -> None:
+    def _release(self, keys: list[tuple[int, int]], reason: str, *, unstarted: bool) -> None:
         until = self._until(MARGIN)
         delay = 0.1
         while True:
@@ -193,7 +197,9 @@ class Shutdown:
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)
                 continue
-            released = emit_released(self.worker.events, self.worker.ledger, keys, statuses)
+            released = emit_released(
+                self.worker.events, self.worker.ledger, keys, statuses, unstarted=unstarted
+            )
             if released:
                 logger.warning(
                     "shutdown: put %s back in the queue: %s", jobs(len(released)), released

@@ -267,3 +267,41 @@ def test_burst_does_not_wait_on_a_paused_queue() -> None:
     assert Job.objects.get(pk=free.pk).status == "done"
     row = Job.objects.get(pk=held.pk)
     assert (row.status, row.attempts, row.worker_ids) == ("queued", 0, [])
+
+
+def test_a_prefetched_job_that_shutdown_ends_cancelled_counts_as_claimed_and_cancelled() -> None:
+    """A stop request the worker has not heard of yet (no NOTIFY, no heartbeat
+    since) when it shuts down: giving the prefetched job back ends it cancelled,
+    and the last line counts it once as claimed and once as cancelled."""
+    long = mark.enqueue("long", sleep=1.5)
+    waiting = mark.enqueue("never runs")
+    with worker_thread(
+        concurrency=1, prefetch=1, poll_interval=5, lease=600, shutdown_timeout=10
+    ) as worker:
+        worker.wait("started")
+        wait_for(
+            lambda: Job.objects.get(pk=waiting.pk).status == "running",
+            10,
+            "the second job to be claimed ahead",
+        )
+        with connection.cursor() as cursor:  # what cancel() writes, without its NOTIFY
+            cursor.execute(
+                "UPDATE pgqueue_job SET cancel_requested_at = now(), "
+                "cancel_reason = 'not needed' WHERE id = %s",
+                [waiting.pk],
+            )
+        assert worker.stop() == 0
+    assert worker.recorder.count("cancel_requested") == 0  # it learnt of it by giving back
+    ledger = worker.worker.ledger
+    assert (ledger.claimed, ledger.succeeded, ledger.retried, ledger.buried, ledger.cancelled) == (
+        2,
+        1,
+        0,
+        0,
+        1,
+    )
+    assert dict(Job.objects.values_list("pk", "status")) == {
+        long.pk: "done",
+        waiting.pk: "cancelled",
+    }
+    assert run_counts("never runs") == {}

@@ -109,9 +109,37 @@ class ScheduleSpec:
         # 02:30 of an autumn night into the first one, an hour earlier.
         utc = moment.astimezone(dt.UTC)
         start = utc + dt.timedelta(seconds=1) if utc.microsecond == 0 else utc
-        for tick in CronSim(expanded(self.cron), start.astimezone(self._zone()), reverse=True):
+        for tick in self._reverse(start):
             if tick <= moment:
-                yield tick.astimezone(dt.UTC)
+                yield tick
+
+    def _reverse(self, start: dt.datetime) -> Iterator[dt.datetime]:
+        """cronsim's reverse walk from ``start`` (UTC), strictly decreasing (UTC).
+
+        At a clock change onto a tick (Chatham's 03:45 becoming 02:45, under
+        ``*/15 2 * * *``) the walk sticks: it gives the second 02:45, which the
+        forward walk skips, again and again, even from a later start. Such a tick
+        is dropped, and the walk starts again just after the first showing of its
+        wall time (a second before it, if that sticks too)."""
+        zone, cron = self._zone(), expanded(self.cron or "")
+        dropped: set[dt.datetime] = set()
+        while True:
+            walk = CronSim(cron, start.astimezone(zone), reverse=True)
+            ahead = next(walk, None)
+            for following in walk:
+                tick, ahead = ahead, following
+                assert tick is not None
+                utc = tick.astimezone(dt.UTC)
+                if utc <= start and following.astimezone(dt.UTC) < utc:
+                    yield utc
+                    continue
+                step = dt.timedelta(seconds=-1 if utc in dropped else 1)
+                dropped.add(utc)
+                first = (tick.replace(tzinfo=None) + step).replace(tzinfo=zone, fold=0)
+                start = min(first.astimezone(dt.UTC), start - dt.timedelta(seconds=1))
+                break
+            else:
+                return
 
     def next_after(self, moment: dt.datetime) -> dt.datetime:
         return next(self.after(moment))

@@ -189,8 +189,16 @@ def _forward(spec: ScheduleSpec, start: dt.datetime, end: dt.datetime) -> list[d
         # after it was due).
         ("30 * * * *", "Australia/Lord_Howe", (2026, 4, 4, 12, 0), (2026, 4, 4, 17, 0)),
         ("30 2 * * *", "Europe/Paris", (2026, 3, 28, 22, 0), (2026, 3, 29, 22, 0)),
+        # Chatham's 03:45 becomes 02:45: looking back, cronsim stuck at the second
+        # 02:45 (14:00 UTC) for ever. From before it, the scheduler looped without
+        # end; from the next day, it enqueued that 02:45 (which the forward walk
+        # skips) 23 hours late.
+        ("*/15 2 * * *", "Pacific/Chatham", (2025, 4, 5, 12, 0), (2025, 4, 5, 13, 30)),
+        ("*/15 2 * * *", "Pacific/Chatham", (2025, 4, 5, 13, 0), (2025, 4, 6, 13, 15)),
+        ("*/15 2 * * *", "Pacific/Chatham", (2025, 4, 4, 0, 0), (2025, 4, 7, 0, 0)),
     ],
 )
+@pytest.mark.timeout(30)
 def test_the_ticks_between_two_moments_are_the_ticks_the_scheduler_waits_for(
     cron: str, zone: str, start: tuple[int, int, int, int, int], end: tuple[int, int, int, int, int]
 ) -> None:

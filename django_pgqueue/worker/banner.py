@@ -115,11 +115,13 @@ def _waiting(queues: Iterable[str], alias: str) -> set[str]:
 
 def unknown_queues(queues: Iterable[str], alias: str) -> dict[str, str]:
     """Of ``queues``, those nothing names (no TASKS["QUEUES"], no registered task, no
-    job), each with what to say of it: " (did you mean 'emails'?)" or ""."""
+    periodic schedule, no job), each with what to say of it: " (did you mean
+    'emails'?)" or ""."""
     known = configured_queues()
     known.update(
         q for r in registry.runnables().values() if (q := task_queue(r.target)) is not None
     )
+    known.update(s.queue for s in conf.get().schedules if s.queue is not None)
     unknown = [q for q in queues if q not in known]
     if unknown:
         try:

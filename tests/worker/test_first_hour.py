@@ -10,6 +10,7 @@ tests/integration/test_first_hour.py.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import signal
@@ -108,6 +109,12 @@ def test_the_banner_lists_queues_and_tasks_and_a_queue_nobody_uses_is_named(db_u
     assert Job.objects.get(pk=fresh.pk).status == "done"
     # A queue whose jobs have all finished is known too.
     output = manage(db_url, "runworker", "--burst", "--no-listen", "--queues", "brand-new")
+    assert "may wait for ever" not in output
+    # So is a queue only a periodic schedule enqueues to (this worker's scheduler).
+    schedule = {"task": "tests.testapp.tasks.noop", "every": 3600, "queue": "cron-only"}
+    env = {"PGQUEUE_TEST_PGQUEUE": json.dumps({"PERIODIC": {"hourly": schedule}})}
+    output = manage(db_url, "runworker", "--burst", "--no-listen", "--queues", "cron-only", env=env)
+    assert "  . cron-only\n" in output
     assert "may wait for ever" not in output
 
 
@@ -221,9 +228,13 @@ def test_routers_decide_where_jobs_go_when_database_is_unset(db_url: str, tmp_pa
 # -- 11 ----------------------------------------------------------------------------------------
 
 
-def test_an_idle_worker_exits_within_a_fifth_of_a_second_of_sigterm(start_worker: Start) -> None:
+@pytest.mark.parametrize("serving", [(), ("--metrics-port", "0")], ids=["plain", "metrics"])
+def test_an_idle_worker_exits_within_a_fifth_of_a_second_of_sigterm(
+    start_worker: Start, serving: tuple[str, ...]
+) -> None:
+    # Serving metrics, it took 0.52 s: stopping the server waited out a 0.5 s poll.
     for _ in range(3):
-        worker = start_worker("--worker-id", "idle")
+        worker = start_worker("--worker-id", "idle", *serving)
         worker.wait_for_output("listening for new jobs")
         time.sleep(0.3)  # idle: its first polls are done, it sleeps until woken
         signalled = time.monotonic()

@@ -17,12 +17,17 @@ NOT_INSTALLED = (
 )
 
 
-def job_model() -> type[Job]:
-    """The Job model, or ImproperlyConfigured saying what to add when the app is not
-    installed (Django's own error, "Model class ... doesn't declare an explicit
-    app_label", names neither the app nor the fix)."""
+def require_installed() -> None:
+    """ImproperlyConfigured saying what to add when the app is not installed (Django's
+    own error, "Model class ... doesn't declare an explicit app_label", names neither
+    the app nor the fix)."""
     if apps.ready and "django_pgqueue" not in apps.app_configs:  # one dict lookup
         raise ImproperlyConfigured(NOT_INSTALLED)
+
+
+def job_model() -> type[Job]:
+    """The Job model, or ImproperlyConfigured saying what to add (require_installed)."""
+    require_installed()
     from django_pgqueue.models import Job  # callers run before the app registry is ready
 
     return Job

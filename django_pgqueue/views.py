@@ -15,8 +15,12 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from django_pgqueue import conf
-from django_pgqueue.monitoring.models import QueueGauge
-from django_pgqueue.queue import pauses
+from django_pgqueue.installed import require_installed
+
+require_installed()  # a URLconf mounts this view, the app is missing: say what to add
+
+from django_pgqueue.monitoring.models import QueueGauge  # noqa: E402
+from django_pgqueue.queue import pauses  # noqa: E402
 
 try:
     from prometheus_client import CollectorRegistry
@@ -27,7 +31,7 @@ except ImportError:  # pragma: no cover - the extra is installed wherever the vi
         "pip install 'django-pgqueue[metrics]'"
     ) from None
 
-from django_pgqueue.monitoring.gauges import QueueGauges
+from django_pgqueue.monitoring.gauges import QueueGauges  # noqa: E402
 
 
 @require_GET

@@ -87,6 +87,26 @@ def test_the_app_missing_is_reported_by_check_and_at_enqueue(db_url: str, tmp_pa
     assert output.strip() == f"ImproperlyConfigured: {NOT_INSTALLED}"
 
 
+def test_the_app_missing_is_reported_by_a_urlconf_that_mounts_the_metrics_view(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Django's "doesn't declare an explicit app_label" named neither the app nor the fix."""
+    (tmp_path / "fh_metrics_urls.py").write_text(
+        "from django.urls import include, path\n"
+        'urlpatterns = [path("pgqueue/", include("django_pgqueue.urls"))]\n'
+    )
+    env = settings_module(
+        tmp_path,
+        "fh_no_app_metrics",
+        "INSTALLED_APPS = [a for a in INSTALLED_APPS if a not in "
+        "('django_pgqueue', 'tests.testapp', 'example_project.shop')]\n"
+        "ROOT_URLCONF = 'fh_metrics_urls'",
+    )
+    output = manage(db_url, "check", env=env)
+    assert f"ImproperlyConfigured: {NOT_INSTALLED}" in output, output
+    assert "explicit app_label" not in output
+
+
 # -- 3 and 10 ----------------------------------------------------------------------------------
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from django.apps import apps
 from django.conf import settings as django_settings
 from django.core.exceptions import AppRegistryNotReady, ImproperlyConfigured
 from django.core.signals import setting_changed
-from django.db import DEFAULT_DB_ALIAS, router
+from django.db import DEFAULT_DB_ALIAS, models, router
 
 from django_pgqueue import validation, wording
 from django_pgqueue.periodic import spec as periodic
@@ -263,6 +263,20 @@ def database() -> str:
     except (LookupError, AppRegistryNotReady):  # not installed (checks report it), or too early
         return DEFAULT_DB_ALIAS
     return str(router.db_for_write(model))
+
+
+_M = TypeVar("_M", bound=models.Model)
+
+
+class OnJobDatabase(models.Manager[_M]):
+    """A manager of this app's tables: its querysets go to the job table's database
+    (:func:`database`), unless ``db_manager()`` or ``using()`` names another alias.
+    Workers write every table of the app there, whatever the routers say of each
+    model, so reads (the admin's, your code's) look there too."""
+
+    def get_queryset(self) -> models.QuerySet[_M]:
+        queryset = super().get_queryset()
+        return queryset if self._db is not None else queryset.using(database())
 
 
 def _reset(*, setting: str, **kwargs: Any) -> None:

@@ -17,7 +17,7 @@ from django.db import models
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from django_pgqueue import schema
+from django_pgqueue import conf, schema
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.monitoring.models import QueueGauge, RegisteredWorker
 from django_pgqueue.periodic.models import Schedule
@@ -100,12 +100,11 @@ def _defaults(model: type[models.Model]) -> dict[str, Any]:
 
 _DEFAULTS: dict[type[models.Model], dict[str, Any]] = {}
 
-
 # The JSON columns callers and tasks write, which Python may be unable to decode.
 USER_JSON = ("args", "kwargs", "result")
 
 
-class JobManager(QueueOperations, _JobManagerBase["Job"]):
+class JobManager(QueueOperations, conf.OnJobDatabase["Job"], _JobManagerBase["Job"]):
     """Job operations, each through the queue's named statements on ``using``
     (default: ``PGQUEUE["DATABASE"]``). The read vocabulary (``ready()``,
     ``running()``, ...) comes from :class:`JobQuerySet`."""
@@ -318,6 +317,7 @@ class Queue(models.Model):
 
     name = models.CharField(primary_key=True, max_length=64)
     paused_at = models.DateTimeField(null=True, blank=True, help_text="Paused since; empty: not.")
+    objects = conf.OnJobDatabase["Queue"]()
 
     class Meta:
         db_table = "pgqueue_queue"

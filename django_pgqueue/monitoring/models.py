@@ -43,7 +43,7 @@ class WorkerQuerySet(models.QuerySet["RegisteredWorker"]):
 _WorkerManagerBase = models.Manager.from_queryset(WorkerQuerySet)
 
 
-class WorkerManager(_WorkerManagerBase["RegisteredWorker"]):
+class WorkerManager(conf.OnJobDatabase["RegisteredWorker"], _WorkerManagerBase["RegisteredWorker"]):
     """The registry's writes, each a named statement on ``using``."""
 
     def register(
@@ -110,7 +110,7 @@ class RegisteredWorker(models.Model):
         return self.alive_until >= now
 
 
-class GaugeManager(models.Manager["QueueGauge"]):
+class GaugeManager(conf.OnJobDatabase["QueueGauge"]):
     def refresh(self, max_age: float, *, using: str | None = None) -> list[QueueGaugeRow]:
         """The queue gauges, recomputed first when older than ``max_age`` seconds
         (by one caller at a time: the others read what it wrote)."""

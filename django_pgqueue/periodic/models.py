@@ -44,7 +44,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
 _ScheduleManagerBase = models.Manager.from_queryset(ScheduleQuerySet)
 
 
-class ScheduleManager(_ScheduleManagerBase["Schedule"]):
+class ScheduleManager(conf.OnJobDatabase["Schedule"], _ScheduleManagerBase["Schedule"]):
     def set_enabled(
         self, names: Iterable[str], enabled: bool, *, using: str | None = None
     ) -> list[str]:

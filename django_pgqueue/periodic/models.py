@@ -20,7 +20,7 @@ from django.db.models.functions import Greatest, Now
 
 from django_pgqueue import conf
 from django_pgqueue.exceptions import InvalidSchedule
-from django_pgqueue.periodic.spec import MAX_NAME
+from django_pgqueue.periodic.spec import MAX_EXPRESSION, MAX_NAME
 from django_pgqueue.validation import MAX_KEY
 
 
@@ -93,7 +93,9 @@ class Schedule(models.Model):
 
     name = models.CharField(primary_key=True, max_length=MAX_NAME)
     task = models.CharField(max_length=MAX_KEY, help_text="The task path settings give.")
-    expression = models.CharField(max_length=255, help_text="The cron expression, or 'every Ns'.")
+    expression = models.CharField(
+        max_length=MAX_EXPRESSION, help_text="The cron expression, or 'every Ns'."
+    )
     timezone = models.CharField(max_length=64, help_text="The time zone of a cron expression.")
     enabled = models.BooleanField(
         default=True,

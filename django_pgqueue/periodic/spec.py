@@ -30,6 +30,8 @@ CATCH_UP = ("latest", "none", "all")
 MAX_TICKS = 100
 #: Longest schedule name (the column's width).
 MAX_NAME = 200
+#: The longest cron expression the schedule table stores.
+MAX_EXPRESSION = 255
 #: Shortest interval of an ``every`` schedule: the scheduler looks once a second.
 MIN_EVERY = 1.0
 KEYS = frozenset(
@@ -213,6 +215,8 @@ def expanded(cron: str) -> str:
 def _cron(name: str, value: Any, zone: str) -> str:
     if not isinstance(value, str):
         raise invalid(name, f"'cron' = {value!r}: expected a cron expression such as '0 3 * * *'")
+    if len(value) > MAX_EXPRESSION:  # the schedule table's column
+        raise invalid(name, f"'cron' = {value!r} is longer than {MAX_EXPRESSION} chars")
     try:
         CronSim(expanded(value), dt.datetime.now(named_zone(zone)))
     except (CronSimError, ValueError) as exc:
@@ -244,10 +248,15 @@ def parse(name: Any, entry: Any) -> ScheduleSpec:
     Only what can be told without importing anything: that the task exists and
     takes these arguments is the system check's part (``periodic.calls``).
     """
-    if not isinstance(name, str) or not name or len(name) > MAX_NAME:
+    if (
+        not isinstance(name, str)
+        or not name
+        or len(name) > MAX_NAME
+        or not validation.storable(name)
+    ):
         raise InvalidSchedule(
             f"PGQUEUE['PERIODIC'] key {name!r}: expected a schedule name "
-            f"(a non-empty string of at most {MAX_NAME} chars)"
+            f"(a non-empty string of at most {MAX_NAME} chars, no NUL)"
         )
     if not isinstance(entry, Mapping):
         raise invalid(name, f"expected a dict with 'task' and 'cron' or 'every', not {entry!r}")

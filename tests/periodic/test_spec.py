@@ -112,6 +112,10 @@ def test_defaults_time_zone_from_django() -> None:
         assert parse("n", {"task": "a.b", "cron": "0 3 * * *"}).timezone == "Asia/Tokyo"
 
 
+#: Every minute, hour and day listed: a valid cron expression of 319 chars.
+LISTS = (range(60), range(24), range(1, 32))
+
+
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
@@ -135,6 +139,12 @@ def test_defaults_time_zone_from_django() -> None:
         ({"task": "a.b", "every": 5, "max_attempts": 0}, "max_attempts 0 must be"),
         ({"task": "a.b", "every": 5, "enabled": "no"}, "'enabled' = 'no'"),
         ({"task": "a.b", "every": 5, "catch_up": "some"}, "'catch_up' = 'some': expected one of"),
+        # Valid, but longer than the schedule table stores: every schedule of the
+        # worker stopped, its scheduler failing on the row again and again.
+        (
+            {"task": "a.b", "cron": " ".join(",".join(map(str, r)) for r in LISTS) + " * *"},
+            "is longer than 255 chars",
+        ),
     ],
 )
 def test_a_bad_entry_is_refused_with_its_name(entry: dict[str, object], message: str) -> None:
@@ -209,3 +219,8 @@ def test_the_ticks_between_two_moments_are_the_ticks_the_scheduler_waits_for(
     assert spec.between(begin, until, 100) == expected
     assert spec.between(begin, until, 2) == expected[-2:]
     assert next(spec.at_or_before(until)) == expected[-1]
+
+
+def test_a_name_the_schedule_table_cannot_store_is_refused() -> None:
+    with pytest.raises(InvalidSchedule, match=r"key 'a\\x00b': expected a schedule name .* no NUL"):
+        parse("a\x00b", {"task": "a.b", "every": 5})

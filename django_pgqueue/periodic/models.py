@@ -69,6 +69,9 @@ class ScheduleManager(conf.OnJobDatabase["Schedule"], _ScheduleManagerBase["Sche
                     task=spec.task,
                     expression=spec.expression,
                     timezone=spec.timezone,
+                    # On in no worker's settings yet: the first worker to write it
+                    # starts it from its next tick, as a schedule it adds itself.
+                    settings_enabled=False,
                 )
                 for spec in (declared[name] for name in wanted if name not in known)
             ],

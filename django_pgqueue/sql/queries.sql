@@ -773,9 +773,11 @@ ORDER BY queue;
 -- the settings' task, expression and time zone (its enabled switch and its last
 -- tick stay); one the settings no longer name is marked not configured, and its row
 -- and its jobs stay for people to read. In name order, as every worker writes them.
--- One declared again after it was removed, or switched on in the settings
--- ("enabled") after the latest worker to start had it off, goes on from its next
--- tick: the ticks that fell while no worker ticked it are not due. Its last tick
+-- One declared again after it was removed, switched on in the settings ("enabled")
+-- after the latest worker to start had it off (or before any worker wrote it: a row
+-- `schedules --enable` made), or given another expression or time zone, goes on
+-- from its next tick: the ticks that fell while no worker ticked it, or that the
+-- old expression did not have, are not due. Its last tick
 -- moves to two seconds ago, not to now, so that a tick a worker still on older
 -- settings (which tick it) is about to take is not lost: a scheduler looks once a
 -- second. The settings' "enabled" is kept in the row for that, and nothing else.
@@ -799,6 +801,8 @@ upserted AS (
         settings_enabled = EXCLUDED.settings_enabled,
         last_tick = CASE WHEN NOT s.configured
                            OR (EXCLUDED.settings_enabled AND NOT s.settings_enabled)
+                           OR (s.expression, s.timezone)
+                              IS DISTINCT FROM (EXCLUDED.expression, EXCLUDED.timezone)
                          THEN GREATEST(s.last_tick, now() - interval '2 seconds')
                          ELSE s.last_tick END,
         updated_at = CASE

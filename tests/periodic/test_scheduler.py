@@ -343,6 +343,49 @@ def test_a_changed_definition_takes_effect_and_each_instant_stays_once(
     assert ran_at("minutely") == [*olds, tick + dt.timedelta(minutes=2)]
 
 
+def test_a_changed_expression_starts_from_its_next_tick_not_from_the_old_last_tick(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    """A daily cron, last ticked three hours ago, made every minute by a deploy while
+    another worker is up: the new expression's minutes since that tick are not due
+    (one worker's first look enqueued 61 backdated jobs)."""
+    three_hours_ago = (timezone.now() - dt.timedelta(hours=3)).replace(second=0, microsecond=0)
+    daily = {
+        **MINUTELY,
+        "cron": f"{three_hours_ago.minute} {three_hours_ago.hour} * * *",
+        "timezone": "UTC",
+    }
+    del daily["every"]
+    scheduler({"report": daily}).step()
+    Schedule.objects.filter(pk="report").update(last_tick=three_hours_ago)
+    worker_up_for_an_hour()
+    before = timezone.now()
+    scheduler({"report": MINUTELY}).step()
+    ticks = ran_at("report")
+    assert len(ticks) <= 1, ticks  # a tick of the last two seconds, at most
+    assert all(t > before - dt.timedelta(seconds=2.05) for t in ticks), ticks
+    last_tick = Schedule.objects.get(pk="report").last_tick
+    assert last_tick is not None
+    assert last_tick > before - dt.timedelta(seconds=2.05)
+
+
+@pytest.mark.parametrize("catch_up", ["latest", "all"])
+def test_a_schedule_enabled_before_any_worker_wrote_it_starts_from_its_next_tick(
+    scheduler: Callable[..., Scheduler], catch_up: str
+) -> None:
+    """``schedules --enable`` on a schedule just added to the settings writes its row;
+    the first worker, ten minutes later, took the row's creation as its last tick and
+    caught up from then, which it does not do for a schedule it adds itself."""
+    every = {**MINUTELY, "catch_up": catch_up}
+    with override_settings(PGQUEUE={"PERIODIC": {"new": every}}):
+        assert Schedule.objects.set_enabled(["new"], True) == []  # already on: no change
+    Schedule.objects.filter(pk="new").update(created_at=timezone.now() - dt.timedelta(minutes=10))
+    scheduler({"new": every}).step()
+    assert ran_at("new") == []
+    row = Schedule.objects.get(pk="new")
+    assert (row.enabled, row.configured, row.settings_enabled) == (True, True, True)
+
+
 def test_a_removed_schedule_stops_and_keeps_its_row_and_jobs(
     scheduler: Callable[..., Scheduler],
 ) -> None:

@@ -2,8 +2,7 @@
 
 Plain data with no database access. The job states live here and nowhere else:
 the model, the queue, the worker, the commands and the admin import them.
-``JobSpec.build`` is where every enqueue option is validated before anything is
-written.
+``JobSpec.build`` is where every enqueue option is validated before anything is written.
 """
 
 from __future__ import annotations
@@ -271,11 +270,12 @@ Outcome = Success | Failure
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Renewal:
-    """What a heartbeat found: the runs whose leases it renewed, and of those, the
-    ones an operator asked to stop (``Job.objects.cancel``), with the reason."""
+    """What a heartbeat found: the runs it renewed; of those, the ones an operator
+    asked to stop (``Job.objects.cancel``, with the reason) and those of paused queues."""
 
     kept: set[tuple[int, int]]
     cancel_requested: dict[tuple[int, int], str]
+    paused: set[tuple[int, int]] = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

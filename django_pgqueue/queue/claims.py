@@ -201,6 +201,7 @@ def heartbeat(worker: str, runs: Sequence[tuple[int, int]], lease: float, alias:
     return Renewal(
         {(row["id"], row["run"]) for row in rows},
         {(row["id"], row["run"]): row["cancel_reason"] for row in rows if row["cancel_requested"]},
+        {(row["id"], row["run"]) for row in rows if row["paused"]},
     )
 
 

@@ -176,7 +176,8 @@ class QueueOperations:
 
     def pause_queue(self, name: str, *, using: str | None = None) -> bool:
         """Pause queue ``name``: from the commit on, no worker claims its jobs (they
-        stay queued; running ones finish). True if it was not paused already."""
+        stay queued; running ones finish, and those claimed ahead and not started go
+        back). True if it was not paused already."""
         return pauses.pause(name, self._alias(using))
 
     def resume_queue(self, name: str, *, using: str | None = None) -> bool:

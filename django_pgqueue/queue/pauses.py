@@ -1,7 +1,8 @@
 """Paused queues: rows of ``pgqueue_queue`` that both claim statements skip.
 
 The pause is kept in the database and read by the claim itself, so it holds for
-every worker at once, from the moment it commits; jobs already running finish.
+every worker at once, from the moment it commits; jobs already running finish,
+and those a worker claimed ahead and has not started go back (worker/housekeeping).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from django_pgqueue.sql import runner
 
 def pause(name: str, alias: str) -> bool:
     """Pause queue ``name``; True if it was not paused already."""
-    row = runner.fetch_one("pause_queue", {"name": validation.QUEUE(name)}, alias)
+    row = runner.fetch_one(
+        "pause_queue", {"name": validation.QUEUE(name), **notify_params()}, alias
+    )
     return bool(row["changed"])
 
 

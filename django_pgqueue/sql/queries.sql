@@ -319,7 +319,8 @@ RETURNING j.id, j.status;
 
 -- name: heartbeat
 -- Extend the leases this worker still holds on these runs; returns the runs still
--- held, each saying whether an operator asked it to stop (and why).
+-- held, each saying whether an operator asked it to stop (and why), and whether
+-- its queue is paused (a job claimed ahead and not started yet then goes back).
 WITH
 -- include: _relax_commit
 UPDATE pgqueue_job AS j
@@ -327,7 +328,9 @@ SET locked_until = now() + make_interval(secs => %(lease)s::float8)
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), relax
 -- include: _still_held
 RETURNING j.id, j.lease_token AS run, j.cancel_requested_at IS NOT NULL AS cancel_requested,
-          j.cancel_reason;
+          j.cancel_reason,
+          EXISTS (SELECT FROM pgqueue_queue AS q
+                  WHERE q.name = j.queue AND q.paused_at IS NOT NULL) AS paused;
 
 -- name: release
 -- Give runs back without spending their attempt (a stopping worker; prefetched
@@ -509,11 +512,23 @@ UNION ALL
 SELECT id, status FROM stopping WHERE (SELECT n FROM woken) IS NOT NULL;
 
 -- name: pause_queue
--- From now on no claim takes the queue's jobs; true if it was not paused.
-WITH before AS (SELECT paused_at FROM pgqueue_queue WHERE name = %(name)s::text)
-INSERT INTO pgqueue_queue (name, paused_at) VALUES (%(name)s::text, now())
-ON CONFLICT (name) DO UPDATE SET paused_at = COALESCE(pgqueue_queue.paused_at, now())
-RETURNING (SELECT paused_at FROM before) IS NULL AS changed;
+-- From now on no claim takes the queue's jobs; true if it was not paused. Workers
+-- are told when this commits (a JSON payload, which no queue name can be), so that
+-- the jobs of the queue they claimed ahead and have not started go back to it at
+-- their next heartbeat, which this hurries. "woken" is read so that pg_notify()
+-- is evaluated.
+WITH before AS (SELECT paused_at FROM pgqueue_queue WHERE name = %(name)s::text),
+paused AS (
+    INSERT INTO pgqueue_queue (name, paused_at) VALUES (%(name)s::text, now())
+    ON CONFLICT (name) DO UPDATE SET paused_at = COALESCE(pgqueue_queue.paused_at, now())
+    RETURNING (SELECT paused_at FROM before) IS NULL AS changed
+),
+woken AS (
+    SELECT count(pg_notify(%(channel)s::text,
+                           json_build_object('paused', %(name)s::text)::text)) AS n
+    WHERE %(notify)s::bool
+)
+SELECT changed, (SELECT n FROM woken) AS woken FROM paused;
 
 -- name: resume_queue
 -- Claims take the queue's jobs again, and its workers are woken when this

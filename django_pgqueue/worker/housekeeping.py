@@ -22,6 +22,7 @@ from django_pgqueue.worker.executor import cancel_outcome
 from django_pgqueue.worker.latency import Latency
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.pool import JobPool
+from django_pgqueue.worker.prefetch import give_back
 from django_pgqueue.worker.services import Timer
 
 logger = logging.getLogger("django_pgqueue")
@@ -79,6 +80,16 @@ class Housekeeping:
                 self.events.emit("cancel_requested", job=job, reason=asked[job.key])
             # Those still waiting for a thread (prefetched) end now, not when a slot frees.
             self.pool.settle_waiting(asked.keys(), lambda job: cancel_outcome(job, asked[job.key]))
+        if renewal.paused:
+            # Claimed ahead, then their queue was paused: back to it, not started.
+            waiting = self.pool.take_waiting(renewal.paused)
+            released = give_back(self.config, self.ledger, self.events, waiting) if waiting else []
+            if released:
+                logger.info(
+                    "gave back %s of paused queues, claimed ahead and not started: %s",
+                    wording.count(len(released), "job"),
+                    released,
+                )
         if lost:
             logger.warning(
                 "lost the lease on jobs %s: they may run again elsewhere",

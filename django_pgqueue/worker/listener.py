@@ -9,7 +9,9 @@ worker if its id was taken meanwhile.
 The same channel carries the requests to stop running jobs
 (``Job.objects.cancel``): a JSON payload ``{"abort": worker_id}``, which no
 queue name can be, makes the worker named in it renew its leases at once, and
-the heartbeat that does so tells the jobs.
+the heartbeat that does so tells the jobs. So does ``{"paused": queue}`` (a queue
+paused) for every worker serving that queue: the heartbeat gives back the jobs of
+it claimed ahead that no thread has started.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ logger = logging.getLogger("django_pgqueue")
 
 class Listener(ServiceThread):
     """Calls ``wake()`` whenever a job is committed to one of ``queues`` (None: any),
-    ``on_abort()`` when a job this worker holds was asked to stop, and
+    ``on_abort()`` when a job this worker holds was asked to stop (or a queue it
+    serves was paused), and
     ``on_listening()`` each time it (re)connects and listens."""
 
     def __init__(
@@ -108,5 +111,10 @@ class Listener(ServiceThread):
             message = json.loads(payload)
         except ValueError:
             return  # not ours: someone else's message on the channel
-        if isinstance(message, dict) and message.get("abort") == self.session.worker_id:
+        if not isinstance(message, dict):
+            return
+        paused = message.get("paused")
+        if message.get("abort") == self.session.worker_id or (
+            isinstance(paused, str) and (self.queues is None or paused in self.queues)
+        ):
             self.on_abort()

@@ -95,12 +95,18 @@ class JobPool:
             for _ in range(min(room, len(jobs), len(self._idle))):
                 self._wake(FOR_A_JOB)
 
-    def take_waiting(self) -> list[ClaimedJob]:
-        """Remove and return the jobs no thread has started (prefetched ones)."""
+    def take_waiting(self, keys: Collection[tuple[int, int]] | None = None) -> list[ClaimedJob]:
+        """Remove and return the jobs no thread has started (prefetched ones), or
+        those of them among ``keys``."""
         with self._lock:
-            waiting = list(self._waiting)
-            self._waiting.clear()
-            return waiting
+            if keys is None:
+                waiting = list(self._waiting)
+                self._waiting.clear()
+                return waiting
+            taken = [job for job in self._waiting if job.key in keys]
+            for job in taken:
+                self._waiting.remove(job)
+            return taken
 
     def settle_waiting(
         self, keys: Collection[tuple[int, int]], outcome_of: Callable[[ClaimedJob], Outcome]
@@ -108,10 +114,7 @@ class JobPool:
         """Settle the waiting jobs among ``keys`` on the calling thread, with
         ``outcome_of(job)`` and without running them (jobs asked to stop before a
         thread took them); the jobs settled."""
-        with self._lock:
-            taken = [job for job in self._waiting if job.key in keys]
-            for job in taken:
-                self._waiting.remove(job)
+        taken = self.take_waiting(keys)
         settled = []
         for job in taken:
             if self._on_start(job) is not False:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from django_pgqueue import wording
 from django_pgqueue.dberrors import first_line
 from django_pgqueue.queue import claims
+from django_pgqueue.records import ClaimedJob
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events, emit_released
 from django_pgqueue.worker.ledger import Ledger
@@ -126,21 +127,8 @@ class GiveBack:
         waiting = self.pool.take_waiting()
         if not waiting:
             return sleep
-        self.ledger.forget(waiting)
         self.prefetch.stalled(now - since)
-        keys = [job.key for job in waiting]
-        try:
-            statuses = claims.release(self.config.worker_id, keys, None, self.config.database)
-        except Exception as exc:
-            reset_connection(self.config.database)
-            logger.warning(
-                "could not give back jobs %s (%s): the reaper returns them once their "
-                "leases expire",
-                sorted(k[0] for k in keys),
-                first_line(exc),
-            )
-            return sleep
-        released = emit_released(self.events, self.ledger, keys, statuses, unstarted=True)
+        released = give_back(self.config, self.ledger, self.events, waiting)
         if released:
             logger.info(
                 "gave back %s that waited %.1fs for a thread behind long ones, for any "
@@ -150,3 +138,24 @@ class GiveBack:
                 released,
             )
         return sleep
+
+
+def give_back(
+    config: WorkerConfig, ledger: Ledger, events: Events, waiting: list[ClaimedJob]
+) -> list[int]:
+    """Put prefetched jobs (taken from the pool: no thread started them) back in the
+    queue for any worker, their attempt not spent; a job an operator asked to stop
+    ends cancelled instead. The ids back in the queue."""
+    ledger.forget(waiting)
+    keys = [job.key for job in waiting]
+    try:
+        statuses = claims.release(config.worker_id, keys, None, config.database)
+    except Exception as exc:
+        reset_connection(config.database)
+        logger.warning(
+            "could not give back jobs %s (%s): the reaper returns them once their leases expire",
+            sorted(k[0] for k in keys),
+            first_line(exc),
+        )
+        return []
+    return emit_released(events, ledger, keys, statuses, unstarted=True)

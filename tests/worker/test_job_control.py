@@ -28,7 +28,7 @@ from tests.testapp.tasks import (
     snoozes,
     waits_to_be_stopped,
 )
-from tests.worker.conftest import wait_for
+from tests.worker.conftest import running_count, wait_for
 from tests.worker.inprocess import WorkerThread, worker_thread
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -267,6 +267,29 @@ def test_burst_does_not_wait_on_a_paused_queue() -> None:
     assert Job.objects.get(pk=free.pk).status == "done"
     row = Job.objects.get(pk=held.pk)
     assert (row.status, row.attempts, row.worker_ids) == ("queued", 0, [])
+
+
+def test_pausing_a_queue_gives_back_its_jobs_claimed_ahead_at_once() -> None:
+    """Jobs a worker claimed ahead (prefetched, no thread yet) when their queue is
+    paused go back to it, woken by the pause's NOTIFY, not after the running job;
+    they started one after the other once the thread freed."""
+    first = mark.using(queue="emails").enqueue("first", sleep=1.0)
+    ahead = [mark.using(queue="emails").enqueue(f"ahead-{n}").pk for n in range(3)]
+    with worker_thread(concurrency=1, prefetch=3, poll_interval=5, lease=600) as worker:
+        worker.wait("started")
+        wait_for(lambda: running_count() == 4, 10, "three jobs claimed ahead")
+        asked = time.monotonic()
+        assert Job.objects.pause_queue("emails")
+        worker.wait("released")
+        delay = time.monotonic() - asked
+        assert Job.objects.get(pk=first.pk).status == "running"  # it was still running
+        worker.wait("recorded", where=partial(ended, first.pk, "done"))
+    assert delay < 1.0, delay  # the heartbeat is 200 s away: the NOTIFY woke it
+    assert run_counts("ahead-") == {}
+    rows = Job.objects.filter(pk__in=ahead)
+    assert {(r.status, r.attempts, r.error_count) for r in rows} == {("queued", 0, 0)}
+    assert Job.objects.get(pk=first.pk).status == "done"
+    assert worker.worker.ledger.claimed == 1  # given back unstarted: not counted
 
 
 def test_a_prefetched_job_that_shutdown_ends_cancelled_counts_as_claimed_and_cancelled() -> None:

@@ -205,6 +205,12 @@ def heartbeat(worker: str, runs: Sequence[tuple[int, int]], lease: float, alias:
     )
 
 
+def expire_orphans(worker: str, alias: str) -> list[int]:
+    """End the leases of the runs ``worker`` still holds in the table, when a worker
+    that holds the id's lock starts (so none of them is its own): the ids."""
+    return sorted(row["id"] for row in runner.fetch("expire_orphans", {"worker": worker}, alias))
+
+
 def release(
     worker: str, runs: Sequence[tuple[int, int]], reason: str | None, alias: str
 ) -> dict[int, str]:

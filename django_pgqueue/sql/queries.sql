@@ -374,6 +374,15 @@ RETURNING j.id, j.status;
 WHERE j.id = o.id AND j.lease_token = o.run AND j.locked_by = %(worker)s::text
   AND j.status || '' = 'running'
 
+-- name: expire_orphans
+-- A worker starts under an id whose lock it now holds, and rows still name that id
+-- as running them: the process that claimed them is gone (a restart under a fixed
+-- --worker-id: systemd's %i, a pod's name). Their leases end now, so the reaper
+-- returns them at once, not after the lease. Returns their ids.
+UPDATE pgqueue_job SET locked_until = now()
+WHERE status = 'running' AND locked_by = %(worker)s::text AND locked_until > now()
+RETURNING id;
+
 -- name: expired_leases
 -- One batch of runs whose lease expired, oldest first, locked until the reaper's
 -- transaction ends: the reaper's retry policy decides each one's delay, then

@@ -17,9 +17,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
-from django_pgqueue import registry
+from django_pgqueue import registry, wording
 from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.jobdb import worker_in_transaction
+from django_pgqueue.queue import claims
 from django_pgqueue.worker.services import reset_connection
 from django_pgqueue.worker.session import WorkerSession, open_at_start
 
@@ -50,7 +51,31 @@ def start_problem(
     problem = schema_problem_at_start(database, wait_for_database=wait_for_database)
     if problem:
         return problem, False
-    return open_at_start(session, database)
+    problem, has_session = open_at_start(session, database)
+    if problem is None and session.is_open:
+        expire_orphans(session.worker_id, database)
+    return problem, has_session
+
+
+def expire_orphans(worker: str, database: str) -> None:
+    """The id's lock is ours and nothing is claimed yet: jobs still running under this
+    id are a dead process's (a restart under a fixed --worker-id). Their leases end
+    now, so the reaper returns them at once, not after the lease."""
+    try:
+        orphans = claims.expire_orphans(worker, database)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        reset_connection(database)
+        return  # the reaper returns them once their leases expire
+    if orphans:
+        logger.warning(
+            "%s still held by an earlier process with worker id %r: their leases "
+            "end now, and the reaper returns them: %s",
+            wording.count(len(orphans), "job"),
+            worker,
+            orphans,
+        )
 
 
 def schema_problem_at_start(alias: str, *, wait_for_database: bool = True) -> str | None:

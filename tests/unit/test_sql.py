@@ -23,6 +23,7 @@ EXPECTED = {
     "heartbeat",
     "release",
     "reap",
+    "expire_orphans",
     "expired_leases",
     "retry",
     "cancel",

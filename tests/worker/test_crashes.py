@@ -49,6 +49,29 @@ def test_sigkilled_worker_jobs_come_back_after_the_lease_and_run_at_most_twice(
         assert job.errors[0]["exception"] == "LeaseExpired"
 
 
+def test_a_worker_restarted_under_its_id_returns_the_dead_processs_jobs_at_once(
+    start_worker: Start,
+) -> None:
+    """systemd's ``%i`` or a pod's name: a SIGKILLed worker comes back under its id.
+    The job the dead process held goes back at once, not after its 120 s lease (the
+    registry said the worker was alive, so nothing showed it was orphaned)."""
+    job = tracked.enqueue("orphan", sleep=30)
+    first = start_worker("--lease", "120", "--worker-id", "fixed")
+    wait_for(lambda: run_counts("orphan") == {"orphan": 1}, 20, "the job to start")
+    first.kill()
+    restarted = start_worker("--lease", "120", "--worker-id", "fixed")
+    wait_for(lambda: run_counts("orphan") == {"orphan": 2}, 20, "the job to run again")
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.worker_ids) == ("running", 2, ["fixed", "fixed"])
+    assert row.errors[0]["exception"] == "LeaseExpired"
+    restarted.signal(signal.SIGTERM)
+    restarted.wait_for_output("SIGTERM: finishing running jobs")
+    restarted.signal(signal.SIGTERM)  # the second: give the running job back now
+    assert restarted.wait(15) == 128 + signal.SIGTERM
+    assert "1 job still held by an earlier process with worker id 'fixed'" in (restarted.output)
+    assert f"their leases end now, and the reaper returns them: [{job.pk}]" in restarted.output
+
+
 def test_sigterm_lets_running_jobs_finish_and_exits_zero(start_worker: Start) -> None:
     Job.objects.enqueue_many(
         JobSpec.build(tracked, [f"term-{i}"], {"sleep": 1.0}) for i in range(3)

@@ -20,9 +20,11 @@ from socketserver import ThreadingMixIn
 from typing import Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from django.db import connections
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from django_pgqueue import conf
+from django_pgqueue.dberrors import first_line
 from django_pgqueue.monitoring.gauges import QueueGauges
 from django_pgqueue.monitoring.metrics import WorkerMetrics
 from django_pgqueue.monitoring.models import QueueGauge
@@ -122,6 +124,19 @@ class Exporter:
         rows = QueueGauge.objects.refresh(self.refresh_interval / 2, using=alias)
         self.gauges.update(rows, pauses.paused(alias))
 
+    def _read_pauses(self) -> None:
+        """The pause table is read at each scrape, as the web view does: a queue
+        paused a moment ago reads paused, not after the next refresh. A failed read
+        leaves the last one (the refresh's age tells the database is away). Each
+        request has a thread of its own, so its connection is closed here."""
+        alias = self.worker.config.database
+        try:
+            self.gauges.update_paused(pauses.paused(alias))
+        except Exception as exc:
+            logger.debug("could not read the paused queues: %s", first_line(exc))
+        finally:
+            connections[alias].close()
+
     def app(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
         if path == "/healthz":
@@ -131,6 +146,7 @@ class Exporter:
             start_response(status, [("Content-Type", "application/json")])
             return [body]
         if path == "/metrics":
+            self._read_pauses()
             result: Iterable[bytes] = self._metrics_app(environ, start_response)
             return result
         start_response("404 Not Found", [("Content-Type", "text/plain")])

@@ -81,6 +81,11 @@ class QueueGauges(Collector):
         # Replaced whole, with when: a scrape never sees half an update.
         self._read = (tuple(rows), time.monotonic(), frozenset(paused))
 
+    def update_paused(self, paused: Collection[str]) -> None:
+        """The paused queues, read again (at each scrape of a worker's /metrics)."""
+        rows, at, _ = self._read
+        self._read = (rows, at, frozenset(paused))
+
     def collect(self) -> Iterator[Metric]:
         rows, at, paused = self._read
         yield from families(rows, time.monotonic() - at, paused)

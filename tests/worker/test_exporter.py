@@ -81,6 +81,28 @@ def test_the_queue_gauges_follow_the_table() -> None:
         assert fetch(f"{base}/other")[0] == 404
 
 
+def test_a_scrape_reads_the_pause_table_not_the_last_refresh() -> None:
+    """The docs say the paused gauge is read at each scrape, as the web view does; on
+    a worker it was read at each refresh (every 15 s by default)."""
+    running = WorkerThread(queues=("mail",))
+    exporter = Exporter(running.worker, CollectorRegistry(), refresh_interval=3600)
+    host, port = exporter.serve("127.0.0.1", 0)
+    running.start()
+    try:
+        running.wait("heartbeat")
+        exporter.refresh_gauges()  # as the maintenance thread does first, and not again
+        assert 'pgqueue_queue_paused{queue="mail"}' not in fetch(f"http://{host}:{port}/metrics")[1]
+        Job.objects.pause_queue("mail")
+        status, text = fetch(f"http://{host}:{port}/metrics")
+        assert (status, 'pgqueue_queue_paused{queue="mail"} 1.0' in text) == (200, True)
+        Job.objects.resume_queue("mail")
+        status, text = fetch(f"http://{host}:{port}/metrics")
+        assert (status, 'pgqueue_queue_paused{queue="mail"}' in text) == (200, False)
+    finally:
+        running.stop()
+        exporter.close()
+
+
 def ipv6_loopback() -> bool:
     try:
         with socket.socket(socket.AF_INET6) as probe:

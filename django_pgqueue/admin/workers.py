@@ -10,14 +10,17 @@ from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
+from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from django_pgqueue import conf
 from django_pgqueue.admin.display import ColumnFilter, duration
 from django_pgqueue.models import Job, RegisteredWorker
+from django_pgqueue.monitoring import health
 from django_pgqueue.records import JobStatus
 
 if TYPE_CHECKING:
@@ -56,7 +59,7 @@ def lease_note(job: Job, site: str) -> SafeString:
         if job.locked_by:
             return format_html("none (last held by {})", job.locked_by)
         return format_html("{}", "none")
-    now = timezone.now()
+    now = health.database_now(job._state.db or conf.database())  # locked_until's clock
     seconds = (job.locked_until - now).total_seconds()
     holder = RegisteredWorker.objects.filter(pk=job.locked_by).first()
     # A link to the worker's row when it has one (an older worker may not).
@@ -125,9 +128,14 @@ class WorkerAdmin(_ModelAdmin):
     ) -> bool:
         return False  # a gone worker's row is forgotten on its own, an hour later
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[RegisteredWorker]:
+        # Alive or gone by the database's clock, which writes alive_until.
+        alive = ExpressionWrapper(Q(alive_until__gte=Now()), output_field=BooleanField())
+        return super().get_queryset(request).annotate(alive_now=alive)
+
     @admin.display(description="state")
     def state(self, obj: RegisteredWorker) -> SafeString:
-        if obj.alive_at(timezone.now()):
+        if getattr(obj, "alive_now", False):
             return format_html('<span class="pgqueue-worker-alive">{}</span>', "alive")
         return format_html('<strong class="pgqueue-worker-gone">{}</strong>', "gone")
 

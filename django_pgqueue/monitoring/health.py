@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+from django.db import connections
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from django_pgqueue import conf, wording
 from django_pgqueue.models import Job
@@ -29,13 +29,24 @@ class Limits:
     max_dead: int | None = None  # jobs dead in the last hour
 
 
+def database_now(using: str) -> dt.datetime:
+    """The database's clock, which writes ``alive_until`` and ``locked_until``: a
+    host whose clock is off would call live workers gone, or leases expired."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT now()")
+        row = cursor.fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
 def serves(worker: RegisteredWorker, queue: str) -> bool:
     return worker.queues is None or queue in worker.queues
 
 
-def problems(limits: Limits, *, using: str, now: dt.datetime | None = None) -> list[str]:
-    """One line per failed condition; empty when healthy."""
-    now = now or timezone.now()
+def problems(limits: Limits, *, using: str) -> list[str]:
+    """One line per failed condition; empty when healthy. Alive or gone is the
+    database's clock's word, as the workers write ``alive_until`` with it: a host
+    whose clock is off would call live workers gone."""
     # A paused queue's jobs wait on purpose (pausequeue): not a failed condition.
     paused = set(Job.objects.paused_queues(using=using))
     ready = {
@@ -45,7 +56,7 @@ def problems(limits: Limits, *, using: str, now: dt.datetime | None = None) -> l
         and row.oldest_ready_age is not None
         and row.queue not in paused
     }
-    alive = [w for w in RegisteredWorker.objects.using(using).all() if w.alive_at(now)]
+    alive = list(RegisteredWorker.objects.using(using).alive())
     found = []
     for queue, age in sorted(ready.items()):
         if not any(serves(worker, queue) for worker in alive):

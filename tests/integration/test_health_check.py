@@ -11,6 +11,7 @@ import sys
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import Client
 from django.utils import timezone
 
 from django_pgqueue.models import Job, RegisteredWorker
@@ -66,6 +67,26 @@ def test_a_queue_with_ready_jobs_and_no_live_worker_fails() -> None:
     assert len(lines) == 1
     assert lines[0].startswith("queue pdf: jobs are ready (the oldest waiting 7.")
     assert lines[0].endswith("s) and no live worker serves it")
+
+
+def test_alive_or_gone_is_the_database_clocks_word(
+    monkeypatch: pytest.MonkeyPatch, admin_client: Client
+) -> None:
+    """Workers write alive_until with the database's clock; a host whose clock is a
+    minute ahead called them gone (``--check`` failed with "no live worker"), and so
+    did queuestats and the admin."""
+    worker("w1", ["mail"])  # alive for one more minute
+    ready_since("mail", 5)
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + dt.timedelta(minutes=2))
+    assert check() == (0, ["ok"])
+    out = io.StringIO()
+    call_command("queuestats", stdout=out)
+    assert " alive " in out.getvalue(), out.getvalue()
+    assert " gone " not in out.getvalue()
+    page = admin_client.get("/admin/django_pgqueue/registeredworker/").content.decode()
+    assert 'class="pgqueue-worker-alive"' in page
+    assert "pgqueue-worker-gone" not in page
 
 
 def test_an_old_ready_job_fails_with_its_queue_and_age() -> None:

@@ -10,7 +10,6 @@ import sys
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
-from django.utils import timezone
 
 from django_pgqueue import conf
 from django_pgqueue.management.arguments import PgQueueCommand, duration, non_negative_int
@@ -59,7 +58,7 @@ class Command(PgQueueCommand):
             return
         stats = Job.objects.stats(using=alias)
         paused = Job.objects.paused_queues(using=alias)
-        now = timezone.now()
+        now = health.database_now(alias)  # the clock alive_until is written with
         workers = list(RegisteredWorker.objects.using(alias).all())
         alive = {w.id for w in workers if w.alive_at(now)}
         gone = {w.id for w in workers} - alive

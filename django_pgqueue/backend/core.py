@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import reprlib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.db import transaction
@@ -30,10 +30,14 @@ from django_pgqueue.backend.compat import (
     task_enqueued,
 )
 from django_pgqueue.backend.enqueueing import check_call, encode, plan
-from django_pgqueue.backend.results import build_result, job_result, load_job
+from django_pgqueue.backend.results import build_result, job_result
 from django_pgqueue.backend.task import PgQueueTask, validate_extras
+from django_pgqueue.dberrors import first_line
 from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments
 from django_pgqueue.installed import NOT_INSTALLED, job_model
+
+if TYPE_CHECKING:
+    from django_pgqueue.models import Job
 
 
 class PgQueueBackend(BaseTaskBackend):
@@ -234,3 +238,42 @@ def _checked(
     except InvalidJobArguments as exc:
         raise InvalidJobArguments(f"calls[{index}] of enqueue_many: {exc}") from None
     return encoded
+
+
+MAX_JOB_ID = 2**63 - 1  # bigint
+
+
+def parse_id(result_id: object) -> int | None:
+    """The job id in ``result_id`` (canonical decimal), or None if it cannot be one."""
+    if isinstance(result_id, int) and not isinstance(result_id, bool):
+        job_id = result_id
+    elif isinstance(result_id, str) and result_id.isascii() and result_id.isdigit():
+        job_id = int(result_id)
+        if str(job_id) != result_id:  # "007" would read job 7 under another id
+            return None
+    else:
+        return None
+    return job_id if 0 < job_id <= MAX_JOB_ID else None
+
+
+def load_job(result_id: object, database: str) -> Job:
+    """The job a result id names, or TaskResultDoesNotExist (also for malformed ids).
+    InvalidJob, naming it, for a row whose JSON Python cannot read (a number past
+    int's 4,300 digits, nesting past the recursion limit: written by another
+    program), since a TaskResult holds its arguments and return value."""
+    job_id = parse_id(result_id)
+    try:
+        job = (
+            None
+            if job_id is None
+            else job_model().objects.using(database).filter(id=job_id).first()
+        )
+    except (ValueError, RecursionError) as exc:
+        raise InvalidJob(
+            f"job {job_id} holds JSON in its args, kwargs or result that Python cannot read "
+            f"({first_line(exc)}), so there is no TaskResult for it (the admin shows the "
+            "row as stored)"
+        ) from None
+    if job is None:
+        raise TaskResultDoesNotExist(result_id)
+    return job

@@ -20,7 +20,6 @@ from django_pgqueue.backend.compat import (
 from django_pgqueue.backend.task import PgQueueTask
 from django_pgqueue.control import CANCELLED, Cancel
 from django_pgqueue.exceptions import LeaseExpired, OutcomeNotStored, UnknownTask, WorkerShutdown
-from django_pgqueue.installed import job_model
 from django_pgqueue.records import JobStatus
 
 if TYPE_CHECKING:
@@ -43,29 +42,6 @@ _OURS = {
     cls.__name__: f"{cls.__module__}.{cls.__qualname__}"
     for cls in (LeaseExpired, WorkerShutdown, OutcomeNotStored)
 }
-MAX_JOB_ID = 2**63 - 1  # bigint
-
-
-def parse_id(result_id: object) -> int | None:
-    """The job id in ``result_id`` (canonical decimal), or None if it cannot be one."""
-    if isinstance(result_id, int) and not isinstance(result_id, bool):
-        job_id = result_id
-    elif isinstance(result_id, str) and result_id.isascii() and result_id.isdigit():
-        job_id = int(result_id)
-        if str(job_id) != result_id:  # "007" would read job 7 under another id
-            return None
-    else:
-        return None
-    return job_id if 0 < job_id <= MAX_JOB_ID else None
-
-
-def load_job(result_id: object, database: str) -> Job:
-    """The job a result id names, or TaskResultDoesNotExist (also for malformed ids)."""
-    job_id = parse_id(result_id)
-    job = None if job_id is None else job_model().objects.using(database).filter(id=job_id).first()
-    if job is None:
-        raise TaskResultDoesNotExist(result_id)
-    return job
 
 
 def module_task(job: Job) -> Task[Any, Any]:

@@ -320,6 +320,27 @@ def test_a_live_unique_key_returns_the_live_job_without_a_second_insert(
     assert len(enqueued) == 1  # nothing new was enqueued
 
 
+def test_a_live_job_whose_json_python_cannot_read_is_named_not_a_valueerror(
+    enqueued: list[tuple[type, TaskResult[Any, Any]]],
+) -> None:
+    """A row another program wrote with a 5,000-digit number: a duplicate enqueue
+    and get_result raised Python's "Exceeds the limit (4300 digits)" ValueError."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_job (task, args, kwargs, status, unique_key, errors, worker_ids) "
+            "VALUES (%s, '[1e5000]'::jsonb, '{}', 'queued', 'huge', '[]', '[]') RETURNING id",
+            [djtasks.noop_task.module_path],
+        )
+        planted = cursor.fetchone()[0]
+    cannot = rf"^job {planted} holds JSON in its args, kwargs or result that Python cannot read"
+    with pytest.raises(InvalidJob, match=cannot):
+        options(djtasks.noop_task, unique_key="huge").enqueue(1)
+    with pytest.raises(InvalidJob, match=cannot):
+        task_backends["default"].get_result(str(planted))
+    assert Job.objects.count() == 1
+    assert enqueued == []
+
+
 def test_a_unique_key_held_by_a_direct_api_job_is_refused_with_the_reason(
     enqueued: list[tuple[type, TaskResult[Any, Any]]],
 ) -> None:

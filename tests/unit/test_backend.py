@@ -27,7 +27,8 @@ from django_pgqueue.backend.compat import (
     task,
     task_backends,
 )
-from django_pgqueue.backend.results import parse_id, task_error
+from django_pgqueue.backend.core import parse_id
+from django_pgqueue.backend.results import task_error
 from tests.testapp import djtasks
 from tests.testapp.djtasks import pgq
 

@@ -176,9 +176,13 @@ class PgQueueCommand(BaseCommand):
     from the shell; we raise ``CommandError`` instead, which it prints as one line.
     """
 
+    #: Set by the command line, whose values argparse has converted already.
+    _parsed = False
+
     def run_from_argv(self, argv: list[str]) -> None:
         # Django parses the arguments before the block that prints CommandError
         # as one line, so a parse error would escape as a traceback.
+        self._parsed = True
         try:
             super().run_from_argv(argv)
         except CommandError as exc:
@@ -188,7 +192,8 @@ class PgQueueCommand(BaseCommand):
             sys.exit(exc.returncode)
 
     def execute(self, *args: Any, **options: Any) -> Any:
-        self._check_given(options)
+        if not self._parsed:  # call_command(): its values skipped the converters
+            self._check_given(options)
         # A database that cannot be reached, or lacks the tables, is one line too.
         try:
             return super().execute(*args, **options)

@@ -59,14 +59,7 @@ def framework_defaults(found: Any) -> dict[str, Any] | None:
     if not hasattr(type(found), "module_path") or not hasattr(found, "queue_name"):
         return None
     defaults = {"queue": found.queue_name, "priority": found.priority}
-    for name in (
-        "max_attempts",
-        "unique_key",
-        "concurrency_key",
-        "backoff",
-        "retry_on",
-        "discard_on",
-    ):
+    for name in validation.TASK_EXTRAS:
         if getattr(found, name, None) is not None:
             defaults[name] = getattr(found, name)
     return defaults

@@ -208,6 +208,9 @@ OPTION_RULES: dict[str, Rule[Any]] = {
     "discard_on": EXCEPTIONS,
 }
 _OPTION_NAMES = frozenset(OPTION_RULES)
+#: Those a Tasks-framework Task has no field for, which a PgQueueTask carries beside
+#: Django's ``queue_name``, ``priority`` and ``run_after``.
+TASK_EXTRAS = ("max_attempts", "unique_key", "concurrency_key", "backoff", "retry_on", "discard_on")
 
 
 def check_options(options: dict[str, Any], *, values: bool = True) -> None:

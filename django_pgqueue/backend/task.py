@@ -86,7 +86,7 @@ def backend_named(alias: str) -> BaseTaskBackend:
     return found
 
 
-EXTRAS = ("max_attempts", "unique_key", "concurrency_key", "backoff", "retry_on", "discard_on")
+EXTRAS = validation.TASK_EXTRAS
 ExceptionClasses = type[BaseException] | tuple[type[BaseException], ...]
 
 

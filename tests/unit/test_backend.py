@@ -564,3 +564,14 @@ def test_check_names_a_key_of_the_entry_no_backend_reads() -> None:
         "A TASKS entry has BACKEND, QUEUES, OPTIONS; the backend's own settings go in OPTIONS."
     )
     assert error_ids(backend_with(QUEUES=["default"], OPTIONS={})) == []
+
+
+def test_the_task_extras_are_the_fields_pgqueuetask_adds_to_djangos_task() -> None:
+    """One list (validation.TASK_EXTRAS): the backend's error messages and the direct
+    API's defaults for a Tasks-framework Task enqueued by its path both read it."""
+    from django_pgqueue import validation
+
+    added = {f.name for f in dataclasses.fields(PgQueueTask)} - {
+        f.name for f in dataclasses.fields(Task)
+    }
+    assert added == set(validation.TASK_EXTRAS)

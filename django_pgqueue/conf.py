@@ -275,8 +275,12 @@ class OnJobDatabase(models.Manager[_M]):
     model, so reads (the admin's, your code's) look there too."""
 
     def get_queryset(self) -> models.QuerySet[_M]:
-        queryset = super().get_queryset()
-        return queryset if self._db is not None else queryset.using(database())
+        return super().get_queryset().using(self._alias(None))
+
+    def _alias(self, using: str | None) -> str:
+        """Where a method of the manager acts: ``using``, else the ``db_manager()``
+        alias, else :func:`database`."""
+        return using or self._db or database()
 
 
 def _reset(*, setting: str, **kwargs: Any) -> None:

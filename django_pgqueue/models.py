@@ -3,8 +3,7 @@
 A job moves ``queued -> running -> done``; a failed run goes back to ``queued``
 with a later ``run_at`` until its attempts are spent, then to ``dead``. The
 claim, the reaper and the operators' actions are the only ways out of each state;
-docs/concepts.md draws the machine. The states themselves are
-:class:`~django_pgqueue.records.JobStatus`.
+docs/concepts.md draws the machine (the states: :class:`~django_pgqueue.records.JobStatus`).
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from django_pgqueue import conf, schema
+from django_pgqueue.basemodel import OnJobDatabaseModel
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.monitoring.models import QueueGauge, RegisteredWorker
 from django_pgqueue.periodic.models import Schedule
@@ -201,7 +201,7 @@ class JobManager(QueueOperations, conf.OnJobDatabase["Job"], _JobManagerBase["Jo
         return enqueue.insert_many(specs, self._alias(using))
 
 
-class Job(models.Model):
+class Job(OnJobDatabaseModel):
     id = models.BigAutoField(primary_key=True)
     task = models.CharField(max_length=MAX_KEY, help_text="Dotted path of a registered task.")
     args = models.JSONField(default=list, blank=True)
@@ -310,7 +310,7 @@ class Job(models.Model):
         return f"#{self.id} {self.task} ({self.status})"
 
 
-class Queue(models.Model):
+class Queue(OnJobDatabaseModel):
     """A queue an operator paused (``Job.objects.pause_queue(name)``): while
     ``paused_at`` is set, no worker claims its jobs, which stay ``queued``.
     Rows exist only for queues that were paused at some time."""

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from django_pgqueue import conf
 from django_pgqueue.models import Job
 from django_pgqueue.records import FINISHED, JobStatus
 
@@ -110,7 +111,7 @@ def retry_jobs(
 ) -> None:
     """Dead and cancelled jobs, and queued ones waiting for a later run_at, run again now."""
     ids = selected_ids(queryset)
-    with transaction.atomic():
+    with transaction.atomic(using=conf.database()):  # the job table's database
         retried = Job.objects.retry(ids)
         log_change(request, retried, "Retried: queued now, attempts reset.")
     report(
@@ -134,7 +135,7 @@ def cancel_jobs(
     operator's reason and name."""
     reason = f"{given_reason(request)} (by {request.user.get_username()} in the admin)"
     ids = selected_ids(queryset)
-    with transaction.atomic():
+    with transaction.atomic(using=conf.database()):  # the job table's database
         acted = Job.objects.cancel(ids, reason=reason)
         stopping = set(
             Job.objects.filter(pk__in=acted, status=JobStatus.RUNNING).values_list("id", flat=True)
@@ -166,7 +167,7 @@ def delete_finished_jobs(
 ) -> None:
     """Done and dead jobs are deleted; queued and running ones are left alone."""
     ids = selected_ids(queryset)
-    with transaction.atomic():
+    with transaction.atomic(using=conf.database()):  # the job table's database
         # Lock the finished rows first, so that a job retried meanwhile is neither
         # logged nor deleted; log before deleting, as log_deletions requires.
         deleted = set(

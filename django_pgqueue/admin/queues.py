@@ -19,7 +19,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_POST
 
-from django_pgqueue import validation
+from django_pgqueue import conf, validation
 from django_pgqueue.models import Job, Queue
 
 PERMISSION = "django_pgqueue.pause_queue"
@@ -46,7 +46,7 @@ def change_queue(
         raise PermissionDenied
     if verb not in VERBS or not validation.QUEUE.is_valid(name):
         raise Http404(f"no {verb!r} action for queue {name!r}")
-    with transaction.atomic():
+    with transaction.atomic(using=conf.database()):  # the job table's database
         if verb == "pause":
             changed = Job.objects.pause_queue(name)
         else:

@@ -16,16 +16,13 @@ from django.db import models
 from django.db.models.functions import Now
 
 from django_pgqueue import conf
+from django_pgqueue.basemodel import OnJobDatabaseModel
 from django_pgqueue.queue import gauges, presence
 from django_pgqueue.queue.gauges import QueueGaugeRow
 from django_pgqueue.queue.presence import Registration
 
 #: A gone worker's row is kept this long (seconds) so operators see it, then deleted.
 FORGET_AFTER = 3600.0
-
-
-def _alias(using: str | None) -> str:
-    return using or conf.database()
 
 
 class WorkerQuerySet(models.QuerySet["RegisteredWorker"]):
@@ -55,16 +52,16 @@ class WorkerManager(conf.OnJobDatabase["RegisteredWorker"], _WorkerManagerBase["
         starting: bool = False,
         using: str | None = None,
     ) -> None:
-        presence.register(entry, running, done, starting=starting, alias=_alias(using))
+        presence.register(entry, running, done, starting=starting, alias=self._alias(using))
 
     def leave(self, worker: str, *, using: str | None = None) -> bool:
-        return presence.leave(worker, _alias(using))
+        return presence.leave(worker, self._alias(using))
 
     def forget(self, after: float = FORGET_AFTER, *, using: str | None = None) -> list[str]:
-        return presence.forget(after, _alias(using))
+        return presence.forget(after, self._alias(using))
 
 
-class RegisteredWorker(models.Model):
+class RegisteredWorker(OnJobDatabaseModel):
     """A running worker process, as its heartbeat last described it."""
 
     id = models.CharField(
@@ -114,18 +111,18 @@ class GaugeManager(conf.OnJobDatabase["QueueGauge"]):
     def refresh(self, max_age: float, *, using: str | None = None) -> list[QueueGaugeRow]:
         """The queue gauges, recomputed first when older than ``max_age`` seconds
         (by one caller at a time: the others read what it wrote)."""
-        return gauges.refresh(max_age, _alias(using))
+        return gauges.refresh(max_age, self._alias(using))
 
     def compute(self, *, using: str | None = None) -> list[QueueGaugeRow]:
         """The queue gauges computed now, written nowhere."""
-        return gauges.compute(_alias(using))
+        return gauges.compute(self._alias(using))
 
     def dead_since(self, seconds: float, *, using: str | None = None) -> dict[str, int]:
         """Jobs buried dead in the last ``seconds``, by queue."""
-        return gauges.dead_since(seconds, _alias(using))
+        return gauges.dead_since(seconds, self._alias(using))
 
 
-class QueueGauge(models.Model):
+class QueueGauge(OnJobDatabaseModel):
     """One queue and status, counted (or estimated) when ``refreshed_at`` says."""
 
     queue = models.CharField(max_length=64)

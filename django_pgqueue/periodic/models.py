@@ -19,6 +19,7 @@ from django.db.models import F, OuterRef, Subquery
 from django.db.models.functions import Greatest, Now
 
 from django_pgqueue import conf
+from django_pgqueue.basemodel import OnJobDatabaseModel
 from django_pgqueue.exceptions import InvalidSchedule
 from django_pgqueue.periodic.spec import MAX_EXPRESSION, MAX_NAME
 from django_pgqueue.validation import MAX_KEY
@@ -53,7 +54,7 @@ class ScheduleManager(conf.OnJobDatabase["Schedule"], _ScheduleManagerBase["Sche
         row here, so it can be switched before the first worker starts.
         InvalidSchedule for a name neither the settings nor the table know."""
         wanted = sorted(set(names))
-        alias = using or conf.database()
+        alias = self._alias(using)
         known = set(self.using(alias).filter(name__in=wanted).values_list("name", flat=True))
         declared = {spec.name: spec for spec in conf.get().schedules}
         unknown = [name for name in wanted if name not in known and name not in declared]
@@ -91,7 +92,7 @@ class ScheduleManager(conf.OnJobDatabase["Schedule"], _ScheduleManagerBase["Sche
         return sorted(changed)
 
 
-class Schedule(models.Model):
+class Schedule(OnJobDatabaseModel):
     """A periodic job's schedule, its operator switch and its last tick."""
 
     name = models.CharField(primary_key=True, max_length=MAX_NAME)

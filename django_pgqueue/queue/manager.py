@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.db import models
 
@@ -43,12 +43,9 @@ Jobs = Iterable[_OneJob] | models.QuerySet[Any] | _OneJob
 
 
 class QueueOperations:
-    _db: str | None
+    if TYPE_CHECKING:  # conf.OnJobDatabase's, beside this in JobManager's bases
 
-    def _alias(self, using: str | None) -> str:
-        # Where workers claim (PGQUEUE["DATABASE"], or the routers' choice): jobs must
-        # be written there.
-        return using or self._db or conf.database()
+        def _alias(self, using: str | None) -> str: ...
 
     # -- the worker's operations --------------------------------------------------------
 

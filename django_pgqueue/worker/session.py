@@ -63,6 +63,9 @@ class WorkerSession:
         self.channel = channel
         self.poll_interval = poll_interval
         self.conn: psycopg.Connection[Any] | None = None
+        #: Whether the open session's id lock proves no other live process has the
+        #: id: not through a pooler (its server connection is shared or swapped).
+        self.lock_holds = False
         self._said_pooled = False
 
     @property
@@ -109,7 +112,7 @@ class WorkerSession:
         except BaseException:
             conn.close()
             raise
-        self.conn = conn
+        self.conn, self.lock_holds = conn, not pooled
 
     def close(self) -> None:
         """Close the connection: the lock and the LISTEN end with it."""

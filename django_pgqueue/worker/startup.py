@@ -52,7 +52,7 @@ def start_problem(
     if problem:
         return problem, False
     problem, has_session = open_at_start(session, database)
-    if problem is None and session.is_open:
+    if problem is None and session.is_open and session.lock_holds:
         expire_orphans(session.worker_id, database)
     return problem, has_session
 

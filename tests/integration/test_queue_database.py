@@ -1,11 +1,12 @@
 """``PGQUEUE["DATABASE"]`` names another alias than ``default``: every table of the
-app is read there too (the admin, ``Job.objects.filter()``), not only where
-enqueue writes and workers claim. A subprocess whose ``default`` is a database of
-its own and whose ``jobs`` alias is the test database."""
+app is read and written there too (the admin, ``Job.objects.filter()``, an instance
+saved), not only where enqueue writes and workers claim. Subprocesses whose
+``default`` is a database of its own and whose ``jobs`` alias is the test database."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -15,7 +16,37 @@ from tests.worker.conftest import django_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PROBE = """
+
+@pytest.fixture
+def jobs_elsewhere(db_url: str) -> Iterator[dict[str, str]]:
+    """The environment of such a subprocess, its ``default`` database migrated."""
+    other = f"{connection.settings_dict['NAME']}_web"
+    server = db_url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{other}"')
+        admin.execute(f'CREATE DATABASE "{other}"')
+    env = {
+        # "jobs" is the test database; "default" (users, sessions) is another one.
+        "PGQUEUE_TEST_DATABASES": json.dumps({"jobs": {}, "default": {"NAME": other}}),
+        "PGQUEUE_TEST_PGQUEUE": json.dumps({"DATABASE": "jobs"}),
+    }
+    try:
+        migrated = django_command(db_url, "migrate", "-v", "0", env=env)
+        assert migrated.returncode == 0, migrated.stderr
+        yield env
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{other}" WITH (FORCE)')
+
+
+def probe(db_url: str, env: dict[str, str], script: str) -> list[str]:
+    """The lines ``script`` prints, run by ``manage.py shell`` in the subprocess."""
+    done = django_command(db_url, "shell", "-v", "0", "-c", script, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.strip().splitlines()
+
+
+READS = """
 from django.contrib.auth.models import User
 from django.test import Client
 from django_pgqueue.models import Job, Queue, RegisteredWorker, Schedule
@@ -44,28 +75,46 @@ print(page.status_code, "jobs-worker" in client.get(f"{admin}registeredworker/")
 """
 
 
-def test_the_admin_and_the_managers_read_the_queue_database(db_url: str) -> None:
-    test_db = connection.settings_dict["NAME"]
-    other = f"{test_db}_web"
-    server = db_url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{other}"')
-        admin.execute(f'CREATE DATABASE "{other}"')
-    env = {
-        # "jobs" is the test database; "default" (users, sessions) is another one.
-        "PGQUEUE_TEST_DATABASES": json.dumps({"jobs": {}, "default": {"NAME": other}}),
-        "PGQUEUE_TEST_PGQUEUE": json.dumps({"DATABASE": "jobs"}),
-    }
-    try:
-        migrated = django_command(db_url, "migrate", "-v", "0", env=env)
-        assert migrated.returncode == 0, migrated.stderr
-        done = django_command(db_url, "shell", "-v", "0", "-c", PROBE, env=env)
-        assert done.returncode == 0, done.stderr
-        # Before, only the first read found what enqueue and the registry wrote;
-        # the admin's job page redirected, its lists were empty.
-        assert done.stdout.split("\n")[:2] == ["True True True True", "200 True True True"], (
-            done.stdout + done.stderr
-        )
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{other}" WITH (FORCE)')
+def test_the_admin_and_the_managers_read_the_queue_database(
+    db_url: str, jobs_elsewhere: dict[str, str]
+) -> None:
+    # Before, only the first read found what enqueue and the registry wrote; the
+    # admin's job page redirected, its lists were empty.
+    assert probe(db_url, jobs_elsewhere, READS) == ["True True True True", "200 True True True"]
+
+
+WRITES = """
+from django.contrib.auth.models import User
+from django.db.models.functions import Now
+from django.test import Client
+from django_pgqueue.models import Job, Queue, RegisteredWorker
+from django_pgqueue.queue.presence import Registration
+from tests.testapp.tasks import add
+
+# An admin action: its transaction was default's, its select_for_update the jobs
+# database's, outside any transaction there (a 500).
+job = add.enqueue(1, 2)
+Job.objects.filter(pk=job.pk).update(status="done", done_at=Now())
+client = Client(raise_request_exception=False)
+client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+page = client.post("/admin/django_pgqueue/job/",
+                   {"action": "delete_finished_jobs", "_selected_action": [job.pk]})
+print(page.status_code, Job.objects.filter(pk=job.pk).exists())
+# A manager's own methods act where db_manager() says, as its querysets read.
+manager = RegisteredWorker.objects.db_manager("default")
+manager.register(
+    Registration(worker="w-default", hostname="h", pid=1, queues=None, concurrency=1,
+                 version="x", gone_after=3600.0),
+    starting=True,
+)
+print(manager.filter(pk="w-default").exists(), manager.db)
+# An instance saved (and deleted) goes where the manager reads.
+Queue(name="saved").save()
+print(Queue.objects.filter(pk="saved").exists(), Queue.objects.get(pk="saved").delete()[0])
+"""
+
+
+def test_the_admin_actions_managers_and_instances_write_the_queue_database(
+    db_url: str, jobs_elsewhere: dict[str, str]
+) -> None:
+    assert probe(db_url, jobs_elsewhere, WRITES) == ["302 False", "True default", "True 1"]

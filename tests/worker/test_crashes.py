@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import signal
 import time
 from collections.abc import Callable
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from django_pgqueue.models import Job
 from django_pgqueue.records import JobSpec
+from django_pgqueue.worker import session as session_module
+from django_pgqueue.worker import startup
+from django_pgqueue.worker.session import WorkerSession
 from tests.conftest import run_counts, status_counts
 from tests.testapp.tasks import tracked
 from tests.worker.conftest import WorkerProcess, restart_database, running_count, wait_for
@@ -70,6 +75,28 @@ def test_a_worker_restarted_under_its_id_returns_the_dead_processs_jobs_at_once(
     assert restarted.wait(15) == 128 + signal.SIGTERM
     assert "1 job still held by an earlier process with worker id 'fixed'" in (restarted.output)
     assert f"their leases end now, and the reaper returns them: [{job.pk}]" in restarted.output
+
+
+def test_behind_a_pooled_listen_database_a_starting_worker_ends_no_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through a pooler the id's lock proves nothing (its server connection is shared):
+    a second process under a live worker's id ended that worker's leases, and the
+    reaper handed its running jobs out again, to run twice at once."""
+    job = tracked.enqueue("held")
+    assert len(Job.objects.claim("fixed", limit=1, lease=300)) == 1  # a live process's
+    monkeypatch.setattr(session_module, "through_pooler", lambda conn: True)
+    session = WorkerSession("fixed", "default", "default", None, 1.0)
+    try:
+        assert startup.start_problem("default", session, wait_for_database=False) == (None, True)
+        assert session.is_open
+        assert not session.lock_holds
+    finally:
+        session.close()
+    row = Job.objects.get(pk=job.pk)
+    assert row.status == "running"
+    assert row.locked_until is not None
+    assert row.locked_until > timezone.now() + dt.timedelta(seconds=200)
 
 
 def test_sigterm_lets_running_jobs_finish_and_exits_zero(start_worker: Start) -> None:

@@ -20,7 +20,7 @@ from django.utils.safestring import SafeString
 from django_pgqueue import conf
 from django_pgqueue.admin.display import ColumnFilter, duration
 from django_pgqueue.models import Job, RegisteredWorker
-from django_pgqueue.monitoring import health
+from django_pgqueue.queue import presence
 from django_pgqueue.records import JobStatus
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def lease_note(job: Job, site: str) -> SafeString:
         if job.locked_by:
             return format_html("none (last held by {})", job.locked_by)
         return format_html("{}", "none")
-    now = health.database_now(job._state.db or conf.database())  # locked_until's clock
+    now = presence.database_now(job._state.db or conf.database())  # locked_until's clock
     seconds = (job.locked_until - now).total_seconds()
     holder = RegisteredWorker.objects.filter(pk=job.locked_by).first()
     # A link to the worker's row when it has one (an older worker may not).

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from django.db import connections
 from django.db.models.functions import Now
 
 from django_pgqueue import conf, wording
@@ -27,16 +26,6 @@ DEAD_WINDOW = 3600.0
 class Limits:
     max_ready_age: float | None = None  # seconds
     max_dead: int | None = None  # jobs dead in the last hour
-
-
-def database_now(using: str) -> dt.datetime:
-    """The database's clock, which writes ``alive_until`` and ``locked_until``: a
-    host whose clock is off would call live workers gone, or leases expired."""
-    with connections[using].cursor() as cursor:
-        cursor.execute("SELECT now()")
-        row = cursor.fetchone()
-    assert row is not None
-    return row[0]  # type: ignore[no-any-return]
 
 
 def serves(worker: RegisteredWorker, queue: str) -> bool:

@@ -4,8 +4,11 @@ and the rows of workers long gone forgotten."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 from collections.abc import Sequence
+
+from django.db import connections
 
 from django_pgqueue.sql import runner
 
@@ -56,3 +59,13 @@ def leave(worker: str, alias: str) -> bool:
 def forget(after: float, alias: str) -> list[str]:
     """Delete the rows of workers gone for more than ``after`` seconds; their ids."""
     return sorted(row["id"] for row in runner.fetch("workers_forget", {"after": after}, alias))
+
+
+def database_now(using: str) -> dt.datetime:
+    """The database's clock, which writes ``alive_until`` and ``locked_until``: a
+    host whose clock is off would call live workers gone, or leases expired."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT now()")
+        row = cursor.fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]

@@ -15,6 +15,7 @@ from django_pgqueue import conf
 from django_pgqueue.management.arguments import PgQueueCommand, duration, non_negative_int
 from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.monitoring import health
+from django_pgqueue.queue import presence
 
 WORKERS_HEADER = (
     "worker                           state queues           slots running     done  last seen"
@@ -58,7 +59,7 @@ class Command(PgQueueCommand):
             return
         stats = Job.objects.stats(using=alias)
         paused = Job.objects.paused_queues(using=alias)
-        now = health.database_now(alias)  # the clock alive_until is written with
+        now = presence.database_now(alias)  # the clock alive_until is written with
         workers = list(RegisteredWorker.objects.using(alias).all())
         alive = {w.id for w in workers if w.alive_at(now)}
         gone = {w.id for w in workers} - alive

@@ -87,6 +87,8 @@ class RetryPolicy:
         """Seconds before the run after ``attempt`` (1 for the first one)."""
         settings = conf.get()
         base = settings.BACKOFF_BASE if backoff is None else backoff
+        if not 0 <= base <= validation.MAX_BACKOFF:  # NaN, or 1e300 written by hand:
+            base = validation.MAX_BACKOFF  # as long as enqueue allows (no timestamp past it)
         # A job's own backoff may exceed the global cap: its first delay is honoured.
         return retry_delay(attempt, base, max(settings.BACKOFF_MAX, base), settings.BACKOFF_JITTER)
 

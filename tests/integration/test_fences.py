@@ -7,6 +7,7 @@ everyone, an error history that grew without bound.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from django_pgqueue.records import Failure, JobSpec, Success
 from django_pgqueue.schema import MAX_ERROR_COUNT
 from tests.conftest import status_counts
 from tests.testapp.tasks import add
+from tests.worker.inprocess import worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -144,6 +146,40 @@ def test_an_oversized_entry_written_by_hand_cannot_break_the_reaper_for_everyone
         row = Job.objects.get(pk=pk)
         assert row.status == "queued"
         assert [e["exception"] for e in row.errors] == ["LeaseExpired"]
+
+
+@pytest.mark.parametrize("backoff", ["1e300", "Infinity", "NaN"])
+def test_a_backoff_written_by_hand_past_enqueues_limit_breaks_no_reap_and_no_fail(
+    backoff: str,
+) -> None:
+    """The column only checks backoff >= 0: its reap delay (now() + 1e300 s) failed the
+    whole statement ("timestamp out of range"), and the row, oldest first, came back
+    in every batch, so no expired lease anywhere was reaped again; a failed run of
+    it was buried on its first attempt. It counts as the year enqueue allows."""
+    odd = plant(
+        status="running",
+        locked_until="2000-01-01T00:00:00Z",
+        locked_by="gone",
+        attempts=1,
+        max_attempts=3,
+        backoff=backoff,
+    )
+    ordinary = plant(
+        status="running", locked_until="2000-01-02T00:00:00Z", locked_by="gone", attempts=1
+    )
+    assert Job.objects.reap().returned == 2
+    assert status_counts() == {"queued": 2}
+    later = Job.objects.get(pk=odd)
+    assert later.run_at > later.created_at + dt.timedelta(days=300)  # about a year, jittered
+    Job.objects.filter(pk__in=[odd, ordinary]).delete()
+    failing = plant(
+        task="tests.testapp.tasks.always_fails", args='["odd"]', max_attempts=3, backoff=backoff
+    )
+    with worker_thread(burst=True) as worker:
+        assert worker.join(30) == 0
+    row = Job.objects.get(pk=failing)
+    assert (row.status, row.attempts, row.errors[0]["exception"]) == ("queued", 1, "ValueError")
+    assert row.run_at > row.created_at + dt.timedelta(days=300)
 
 
 def test_long_messages_and_tracebacks_are_cut_to_their_limits() -> None:

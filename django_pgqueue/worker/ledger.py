@@ -9,7 +9,8 @@ again by this same worker is a new entry that the older run cannot touch.
   refused by the fence): the heartbeat renews exactly these leases, so the row
   stays ``running`` and its concurrency key taken until then.
 - It is *busy* (takes a slot) from its claim until its thread returns, however
-  long that is, so the worker never runs more threads than its slots.
+  long that is, so the worker never runs more threads than its slots; a run that
+  never gets a thread (given back, or lost while it waited) frees it then.
 - An *overdue* run passed the job timeout. Python cannot stop a thread, so it
   keeps its slot, its lease and its key until the thread returns; then it is
   recorded as failed.
@@ -89,7 +90,11 @@ class Ledger:
         ours to run."""
         with self._lock:
             held = self._held.get(job.key)
-            if held is None or not held.ours:
+            if held is None:  # forgotten (given back unstarted): its slot is free already
+                return False
+            if not held.ours:  # lost while it waited (prefetched): no thread will run it
+                del self._held[job.key]
+                self.busy -= 1
                 return False
             held.started = time.monotonic()  # the job timeout counts from here
             return held.control

@@ -292,6 +292,23 @@ def test_pausing_a_queue_gives_back_its_jobs_claimed_ahead_at_once() -> None:
     assert worker.worker.ledger.claimed == 1  # given back unstarted: not counted
 
 
+def test_prefetched_runs_lost_before_a_thread_took_them_free_their_slots() -> None:
+    """Runs lost while they waited for a thread (another worker holds them now: a
+    reaper ran while this worker was frozen past its lease) were skipped by the
+    thread that took them without freeing their slot: each one took a slot away for
+    the life of the worker."""
+    long = mark.enqueue("long", sleep=1.0)
+    ahead = [mark.enqueue(f"ahead-{n}").pk for n in range(2)]
+    with worker_thread(concurrency=1, prefetch=2, poll_interval=5, lease=3) as worker:
+        worker.wait("started")
+        wait_for(lambda: running_count() == 3, 10, "two jobs claimed ahead")
+        Job.objects.filter(pk__in=ahead).update(locked_by="other")
+        worker.wait("heartbeat", where=lambda data: len(data["lost"]) == 2)
+        worker.wait("recorded", where=partial(ended, long.pk, "done"))
+        wait_for(lambda: worker.worker.ledger.busy == 0, 5, "every slot to be free")
+    assert run_counts("ahead-") == {}  # not run here: they are the other worker's
+
+
 def test_a_prefetched_job_that_shutdown_ends_cancelled_counts_as_claimed_and_cancelled() -> None:
     """A stop request the worker has not heard of yet (no NOTIFY, no heartbeat
     since) when it shuts down: giving the prefetched job back ends it cancelled,

@@ -109,7 +109,7 @@ class Listener(ServiceThread):
     def _control(self, payload: str) -> None:
         try:
             message = json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):  # (nested past what Python reads)
             return  # not ours: someone else's message on the channel
         if not isinstance(message, dict):
             return

@@ -69,6 +69,21 @@ def test_idle_worker_picks_up_a_job_within_100ms_of_commit() -> None:
     assert max(delays) < 0.1, delays
 
 
+def test_a_notification_nested_past_what_python_reads_does_not_stop_the_listener() -> None:
+    """Someone else's message on the channel: JSON nested deeper than Python's decoder
+    goes raised RecursionError, which dropped the session (and its id lock) and
+    restarted the listener thread."""
+    with worker_thread(poll_interval=5) as worker:
+        worker.wait("listening")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_notify('pgqueue_jobs', %s)", ['{"a":' + "[" * 3000 + "]" * 3000 + "}"]
+            )
+        delays = pickup_delays(worker, 2)  # still woken by NOTIFY: the same listener
+        assert worker.recorder.count("listening") == 1
+    assert max(delays) < 0.1, delays
+
+
 def test_without_notifications_the_poll_picks_up_within_the_interval() -> None:
     with worker_thread(listen=False, poll_interval=0.5) as worker:
         delays = pickup_delays(worker, 4)

@@ -92,7 +92,8 @@ def claim(
     text = variant(
         name,
         limit=max(1, min(limit, MAX_CLAIM)),
-        queues=tuple(validation.QUEUE(q) for q in queues) if queues else None,
+        # A queue named twice would be read twice, and its jobs fill the limit twice.
+        queues=tuple(dict.fromkeys(validation.QUEUE(q) for q in queues)) if queues else None,
     )
     # Each refusal means another claim took a key first, and the next snapshot sees
     # it running: n claimers racing for the jobs of the same keys need up to n - 1

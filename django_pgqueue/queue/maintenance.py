@@ -135,9 +135,12 @@ def prune(
         return int(runner.fetch_one("count_prunable", params, alias)["jobs"])
     deleted = 0
     while True:
-        count = int(runner.fetch_one("prune", params, alias)["deleted"])
-        deleted += count
-        if count < batch_size:
+        row = runner.fetch_one("prune", params, alias)
+        deleted += int(row["deleted"])
+        # The last batch is the one that found fewer rows than it could take. One
+        # that found a full batch and deleted some (a job retried meanwhile kept
+        # its row) is not; one that deleted none would only find them again.
+        if int(row["chosen"]) < batch_size or not row["deleted"]:
             return deleted
 
 

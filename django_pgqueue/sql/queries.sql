@@ -556,21 +556,23 @@ SELECT EXISTS (SELECT 1 FROM resumed) AS changed, (SELECT n FROM woken) AS woken
 SELECT name, paused_at FROM pgqueue_queue WHERE paused_at IS NOT NULL ORDER BY name;
 
 -- name: prune
--- One batch of finished jobs older than the bound, oldest first; the count.
--- The outer conditions are checked again on the row being deleted: a job
--- retried while the batch ran is queued again and must survive it.
-WITH deleted AS (
+-- One batch of finished jobs older than the bound, oldest first; how many it
+-- chose and how many it deleted. The conditions are checked again on the row
+-- being deleted: a job retried while the batch ran is queued again and must
+-- survive it (so a full batch may delete fewer, and is not the last).
+WITH batch AS MATERIALIZED (
+    SELECT id FROM pgqueue_job
+    WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz
+    ORDER BY done_at
+    LIMIT %(limit)s::int
+),
+deleted AS (
     DELETE FROM pgqueue_job
-    WHERE id IN (
-        SELECT id FROM pgqueue_job
-        WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz
-        ORDER BY done_at
-        LIMIT %(limit)s::int
-    )
+    WHERE id IN (SELECT id FROM batch)
       AND status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz
     RETURNING 1
 )
-SELECT count(*) AS deleted FROM deleted;
+SELECT (SELECT count(*) FROM batch) AS chosen, (SELECT count(*) FROM deleted) AS deleted;
 
 -- name: count_prunable
 SELECT count(*) AS jobs FROM pgqueue_job

@@ -324,3 +324,17 @@ def test_every_field_of_a_claimed_job_is_the_rows() -> None:
     untimed = {name: 0.0 for name in times}
     assert {**dataclasses.asdict(claimed), **untimed} == {**dataclasses.asdict(expected), **untimed}
     assert "ValueError" in policy
+
+
+def test_claim_with_a_queue_named_twice_still_claims_up_to_limit() -> None:
+    """claim(limit=2, queues=["a", "a"]) must lease 2 of the 2 ready jobs of "a".
+
+    Each listed queue's index range is read separately (claim_queues); a queue
+    listed twice is read twice, and rows this statement locked are not skipped
+    by its own SKIP LOCKED, so the merged LIMIT fills with the same ids and the
+    claim leases fewer jobs than asked (runworker --queues a,a does the same:
+    neither dedupes)."""
+    for i in range(2):
+        Job.objects.enqueue(add, [i, i], queue="a")
+    claimed = Job.objects.claim("w", limit=2, queues=["a", "a"])
+    assert len(claimed) == 2

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 
 import pytest
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from django_pgqueue.exceptions import InvalidJob
@@ -12,6 +14,7 @@ from django_pgqueue.models import Job
 from django_pgqueue.records import Failure, JobSpec
 from tests.conftest import status_counts
 from tests.testapp.tasks import add
+from tests.worker.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -133,3 +136,63 @@ def test_a_job_on_its_thousandth_attempt_is_reaped_with_the_others() -> None:
     Job.objects.filter(status="running").update(locked_until=timezone.now())
     assert Job.objects.reap().returned == 2
     assert status_counts() == {"queued": 2}
+
+
+def test_prune_keeps_going_after_a_batch_shortened_by_a_concurrent_retry() -> None:
+    """prune() deletes every finished job older than the bound, in batches.
+
+    A batch that loses a row to a concurrent retry (re-checked under its lock and
+    kept, rightly) deletes fewer rows than batch_size, and prune takes that as
+    the end: the other old jobs stay, and the count returned is short."""
+    for i in range(6):
+        Job.objects.enqueue(add, [i, i], max_attempts=1)
+        run = Job.objects.claim("w")[0]
+        Job.objects.fail("w", [Failure(run.id, run.run, "E", "boom", "", 0)])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE pgqueue_job SET done_at = now() - interval '1 day' - id * interval '1 second'"
+        )
+    oldest = Job.objects.order_by("done_at").values_list("id", flat=True)[0]
+
+    retried = threading.Event()
+    go_on = threading.Event()
+
+    def retry_and_hold() -> None:
+        try:
+            with transaction.atomic():
+                assert Job.objects.retry([oldest]) == [oldest]
+                retried.set()
+                go_on.wait(5)
+        finally:
+            connections.close_all()
+
+    pruned: dict[str, int] = {}
+
+    def prune() -> None:
+        try:
+            pruned["n"] = Job.objects.prune(3600, batch_size=2)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=retry_and_hold)
+    holder.start()
+    assert retried.wait(5)
+    pruner = threading.Thread(target=prune)
+    pruner.start()
+    wait_for(prune_waits, 5, "the prune's first batch to wait on the retried row")
+    go_on.set()
+    holder.join()
+    pruner.join()
+
+    assert Job.objects.dead().count() == 0  # the five other old dead jobs are gone
+    assert pruned["n"] == 5
+    assert list(Job.objects.values_list("id", flat=True)) == [oldest]
+
+
+def prune_waits() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE '%%DELETE FROM pgqueue_job%%'"
+        )
+        return bool(cursor.fetchone()[0])

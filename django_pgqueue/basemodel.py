@@ -18,12 +18,25 @@ class OnJobDatabaseModel(models.Model):
     class Meta:
         abstract = True
 
-    def save(self, *args: Any, using: str | None = None, **kwargs: Any) -> None:
-        super().save(*args, using=using or self._state.db or conf.database(), **kwargs)
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if len(args) < 3:  # Django 5.2 still takes using as the third positional argument
+            kwargs["using"] = self._where(kwargs.get("using"))
+        super().save(*args, **kwargs)
 
     def delete(
         self, using: str | None = None, keep_parents: bool = False
     ) -> tuple[int, dict[str, int]]:
-        return super().delete(
-            using=using or self._state.db or conf.database(), keep_parents=keep_parents
-        )
+        return super().delete(using=self._where(using), keep_parents=keep_parents)
+
+    def refresh_from_db(
+        self,
+        using: str | None = None,
+        fields: Any = None,
+        from_queryset: Any = None,
+    ) -> None:
+        if from_queryset is None:
+            using = self._where(using)
+        super().refresh_from_db(using=using, fields=fields, from_queryset=from_queryset)
+
+    def _where(self, using: str | None) -> str:
+        return using or self._state.db or conf.database()

@@ -139,5 +139,5 @@ def _decoded(text: str) -> RetryPolicy:
             None if retry_on is None else tuple(str(n) for n in retry_on),
             tuple(str(n) for n in discard_on),
         )
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError, RecursionError):
         return DEFAULT

@@ -73,6 +73,8 @@ class Housekeeping:
         )
         kept = renewal.kept
         lost = self.ledger.renewed(kept, keys, lease_until=sent + self.config.lease)
+        if lost:  # those still waiting for a thread (prefetched) free their slots now
+            self.ledger.drop_lost(self.pool.take_waiting(set(lost)))
         if renewal.cancel_requested:
             asked = renewal.cancel_requested
             for job in self.ledger.request_cancel(asked):

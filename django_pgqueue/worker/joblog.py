@@ -23,7 +23,7 @@ def worker_of(job: ClaimedJob) -> str:
     try:
         ids = json.loads(job.worker_ids)
         return str(ids[-1]) if ids else ""
-    except (ValueError, TypeError, IndexError):
+    except (ValueError, TypeError, IndexError, RecursionError):
         return ""
 
 

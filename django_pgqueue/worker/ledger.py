@@ -92,9 +92,8 @@ class Ledger:
             held = self._held.get(job.key)
             if held is None:  # forgotten (given back unstarted): its slot is free already
                 return False
-            if not held.ours:  # lost while it waited (prefetched): no thread will run it
-                del self._held[job.key]
-                self.busy -= 1
+            if not held.ours:  # lost while it waited, and the heartbeat did not drop it
+                self._drop(job.key)
                 return False
             held.started = time.monotonic()  # the job timeout counts from here
             return held.control
@@ -196,6 +195,20 @@ class Ledger:
                     if held.returned:
                         del self._held[key]
         return lost
+
+    def drop_lost(self, jobs: list[ClaimedJob]) -> None:
+        """Runs lost while they waited for a thread (taken from the pool): no thread
+        will run them, so their slots are free now, not when a thread reaches them
+        behind a long job. They stay counted as claimed."""
+        with self._lock:
+            for job in jobs:
+                held = self._held.get(job.key)
+                if held is not None and not held.ours and held.started is None:
+                    self._drop(job.key)
+
+    def _drop(self, key: Key) -> None:
+        del self._held[key]
+        self.busy -= 1
 
     def request_cancel(self, requests: dict[Key, str]) -> list[ClaimedJob]:
         """Tell these runs that an operator asked them to stop; the jobs told now

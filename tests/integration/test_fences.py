@@ -228,3 +228,51 @@ def test_retry_and_cancel_take_a_queryset_or_jobs_as_well_as_ids() -> None:
     assert Job.objects.cancel(Job.objects.queued(), reason="all") == sorted(
         [jobs[0].pk, jobs[2].pk]
     )
+
+
+NESTED = "[" * 3000 + "]" * 3000  # past what Python's JSON decoder reads
+
+
+def outcome(job_id: int) -> tuple[str, int, str]:
+    """Status, attempts and the last error's exception, read without decoding JSON."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT status, attempts, errors -> -1 ->> 'exception' FROM pgqueue_job WHERE id = %s",
+            [job_id],
+        )
+        status, attempts, exception = cursor.fetchone()
+        return str(status), int(attempts), str(exception)
+
+
+def test_a_retry_policy_nested_past_the_decoder_falls_back_to_the_default_policy() -> None:
+    """RetryPolicy.from_json: "the default for ... anything malformed: a row written by
+    hand cannot stop its job from running". It catches ValueError, not the
+    RecursionError of JSON nested too deep (the listener's fix): the executor's
+    backstop buries the job on its first failure instead of retrying it."""
+    failing = plant(
+        task="tests.testapp.tasks.always_fails",
+        args='["deep-policy"]',
+        max_attempts=3,
+        backoff=3600,  # the retry waits: the burst worker ends after one run
+        retry_policy='{"retry_on": ' + NESTED + "}",
+    )
+    with worker_thread(burst=True) as worker:
+        assert worker.join(30) == 0
+    # Not through the model: Django's JSONField cannot read the column either.
+    assert outcome(failing) == ("queued", 1, "ValueError"), outcome(failing)
+
+
+def test_worker_ids_nested_past_the_decoder_do_not_bury_the_job() -> None:
+    """joblog.worker_of catches (ValueError, TypeError, IndexError), not RecursionError:
+    a worker_ids column nested too deep (written by hand; the claim only appends to
+    it) makes logging the run's failure raise, and the backstop buries the job."""
+    failing = plant(
+        task="tests.testapp.tasks.always_fails",
+        args='["deep-ids"]',
+        max_attempts=3,
+        backoff=3600,  # the retry waits: the burst worker ends after one run
+        worker_ids="[" + NESTED + "]",
+    )
+    with worker_thread(burst=True) as worker:
+        assert worker.join(30) == 0
+    assert outcome(failing) == ("queued", 1, "ValueError"), outcome(failing)

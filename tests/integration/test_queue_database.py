@@ -118,3 +118,46 @@ def test_the_admin_actions_managers_and_instances_write_the_queue_database(
     db_url: str, jobs_elsewhere: dict[str, str]
 ) -> None:
     assert probe(db_url, jobs_elsewhere, WRITES) == ["302 False", "True default", "True 1"]
+
+
+REFRESH = """
+from django.test import override_settings
+from django_pgqueue.models import Job, Queue
+from tests.testapp.tasks import add
+
+
+class Everything:  # a project's router (say, a primary/replica one): all on "default"
+    def db_for_read(self, model, **hints):
+        return "default"
+
+    def db_for_write(self, model, **hints):
+        return "default"
+
+
+job = add.enqueue(1, 2)
+with override_settings(DATABASE_ROUTERS=[Everything()]):
+    row = Job.objects.get(pk=job.pk)
+    Job.objects.filter(pk=job.pk).update(priority=7)
+    try:
+        row.refresh_from_db()  # where it was read from, as save() and delete() go
+        print(row._state.db, row.priority)
+    except Exception as exc:
+        print(type(exc).__name__)
+    saved = Queue(name="q")
+    saved.save()  # to "jobs" (OnJobDatabaseModel)
+    try:
+        saved.refresh_from_db()
+        print(saved._state.db)
+    except Exception as exc:
+        print(type(exc).__name__)
+"""
+
+
+def test_refresh_from_db_reads_where_save_and_delete_write(
+    db_url: str,
+    jobs_elsewhere: dict[str, str],
+) -> None:
+    """OnJobDatabaseModel sends save() and delete() to the instance's database (else
+    PGQUEUE["DATABASE"]) whatever the routers say; refresh_from_db() still goes
+    through _base_manager and the routers: an instance just saved cannot be reloaded."""
+    assert probe(db_url, jobs_elsewhere, REFRESH) == ["jobs 7", "jobs"]

@@ -297,13 +297,17 @@ def test_prefetched_runs_lost_before_a_thread_took_them_free_their_slots() -> No
     reaper ran while this worker was frozen past its lease) were skipped by the
     thread that took them without freeing their slot: each one took a slot away for
     the life of the worker."""
-    long = mark.enqueue("long", sleep=1.0)
+    long = mark.enqueue("long", sleep=3.0)
     ahead = [mark.enqueue(f"ahead-{n}").pk for n in range(2)]
     with worker_thread(concurrency=1, prefetch=2, poll_interval=5, lease=3) as worker:
         worker.wait("started")
         wait_for(lambda: running_count() == 3, 10, "two jobs claimed ahead")
         Job.objects.filter(pk__in=ahead).update(locked_by="other")
         worker.wait("heartbeat", where=lambda data: len(data["lost"]) == 2)
+        # Freed by that heartbeat, while the long job still runs (not when a thread
+        # reaches them behind it).
+        assert worker.worker.ledger.busy == 1
+        assert Job.objects.get(pk=long.pk).status == "running"
         worker.wait("recorded", where=partial(ended, long.pk, "done"))
         wait_for(lambda: worker.worker.ledger.busy == 0, 5, "every slot to be free")
     assert run_counts("ahead-") == {}  # not run here: they are the other worker's

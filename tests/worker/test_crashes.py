@@ -192,13 +192,17 @@ def test_worker_survives_a_database_restart(start_worker: Start) -> None:
 def test_four_workers_drain_five_thousand_jobs_without_running_any_twice(
     start_worker: Start,
 ) -> None:
-    Job.objects.enqueue_many(JobSpec.build(tracked, [f"drain-{i}"]) for i in range(5000))
-    workers = [
-        start_worker("--burst", "--concurrency", "4", "--worker-id", f"w{n}") for n in range(4)
-    ]
+    # All four listen first, so that each has its share however slowly it started
+    # (burst workers started after the jobs: a late one found the queue drained).
+    workers = [start_worker("--concurrency", "4", "--worker-id", f"w{n}") for n in range(4)]
     for worker in workers:
-        assert worker.wait(180) == 0
-    assert status_counts() == {"done": 5000}
+        worker.wait_for_output("listening for new jobs")
+    Job.objects.enqueue_many(JobSpec.build(tracked, [f"drain-{i}"]) for i in range(5000))
+    wait_for(lambda: status_counts() == {"done": 5000}, 180, "every job to be done")
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait(30) == 0
     runs = run_counts("drain-")
     assert len(runs) == 5000
     assert max(runs.values()) == 1

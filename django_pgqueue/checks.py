@@ -124,7 +124,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 def backport_app_missing(alias: str) -> checks.CheckMessage:
     """E106: TASKS[alias] is on the django-tasks backport, whose app is not installed."""
     return checks.Error(
-        f"TASKS[{alias!r}] uses the django-tasks backport, but 'django_tasks' is not installed.",
+        f"TASKS[{alias!r}] uses the django-tasks backport, but 'django_tasks' is not in "
+        "INSTALLED_APPS.",
         hint="Add 'django_tasks' to INSTALLED_APPS.",
         id="django_pgqueue.E106",
     )
@@ -134,15 +135,30 @@ def _backport_app_problems() -> list[checks.CheckMessage]:
     """E106 on Django 5.2: the django-tasks backport registers the Tasks check (and
     with it the backend's E101 to E109) in its own app's ready(), so without
     ``django_tasks`` installed nothing would check TASKS at all: say it here."""
-    if find_spec("django.tasks") is not None or find_spec("django_tasks") is None:
-        return []  # Django 6.0+ (no app to install), or no Tasks framework at all
+    if find_spec("django.tasks") is not None:
+        return []  # Django 6.0+: no app to install
     tasks = getattr(django_settings, "TASKS", None)
-    if apps.is_installed("django_tasks") or not isinstance(tasks, Mapping):
+    if not isinstance(tasks, Mapping):
+        return []
+    entries = [(alias, e) for alias, e in tasks.items() if isinstance(e, Mapping)]
+    if find_spec("django_tasks") is None:  # no Tasks framework: nothing reads TASKS
+        return [
+            checks.Error(
+                f"TASKS[{alias!r}] uses PgQueueBackend, but this Django has no Tasks "
+                "framework: Django 5.2 needs the django-tasks backport.",
+                hint="pip install \"django-pgqueue[backport]\", and add 'django_tasks' to "
+                "INSTALLED_APPS.",
+                id="django_pgqueue.E106",
+            )
+            for alias, entry in entries
+            if str(entry.get("BACKEND", "")).startswith("django_pgqueue.")
+        ]
+    if apps.is_installed("django_tasks"):
         return []
     return [
         backport_app_missing(alias)
-        for alias, entry in tasks.items()
-        if isinstance(entry, Mapping) and is_our_backend(entry.get("BACKEND"))
+        for alias, entry in entries
+        if is_our_backend(entry.get("BACKEND"))
     ]
 
 

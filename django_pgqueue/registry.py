@@ -123,10 +123,13 @@ def check_importable(path: str, module: str | None = None) -> None:
             f"tasks.py, say)"
         )
     if not importable(module):
+        # An app's tasks.py whose app is missing from INSTALLED_APPS (a new user's slip).
+        app = module.removesuffix(".tasks") if module.endswith(".tasks") else None
+        add_app = f"add {app!r} to INSTALLED_APPS if it is an app of yours, " if app else ""
         raise UnknownTask(
             f"task {path!r} is defined in {module!r}, which is not in an installed app, so "
-            f"workers would not import it and would refuse the job: move it into an installed "
-            f"app (its tasks.py, say), or add {module!r} to PGQUEUE['TASK_MODULES']"
+            f"workers would not import it and would refuse the job: {add_app}move it into an "
+            f"installed app (its tasks.py, say), or add {module!r} to PGQUEUE['TASK_MODULES']"
         )
 
 

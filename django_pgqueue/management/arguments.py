@@ -179,6 +179,12 @@ class PgQueueCommand(BaseCommand):
     #: Set by the command line, whose values argparse has converted already.
     _parsed = False
 
+    def get_version(self) -> str:
+        """``--version``: django-pgqueue's, not Django's."""
+        from django_pgqueue import __version__
+
+        return __version__
+
     def run_from_argv(self, argv: list[str]) -> None:
         # Django parses the arguments before the block that prints CommandError
         # as one line, so a parse error would escape as a traceback.

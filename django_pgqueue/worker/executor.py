@@ -191,9 +191,10 @@ def cancel_outcome(job: ClaimedJob, reason: str, trace: str = "") -> Failure:
 
 
 def refused(job: ClaimedJob, exc: BaseException) -> Failure:
-    """A final failure (the job cannot succeed by retrying), logged."""
+    """A final failure (the job cannot succeed by retrying), logged with the exception
+    but not its traceback: the frames are the queue's own, not the task's."""
     outcome = failure(job, exc, final=True, trace="")
-    joblog.failed(job, outcome, exc)
+    joblog.failed(job, outcome, exc.with_traceback(None))
     return outcome
 
 

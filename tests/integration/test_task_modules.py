@@ -24,6 +24,8 @@ def test_a_tasks_framework_task_outside_the_apps_is_refused_at_enqueue_with_the_
     with pytest.raises(InvalidTask, match="which is not in an installed app") as caught:
         framework_double.enqueue(2)
     assert FIX in str(caught.value)
+    # tests/outside/tasks.py: an app's tasks module, maybe of an app left out.
+    assert "add 'tests.outside' to INSTALLED_APPS if it is an app of yours" in str(caught.value)
     assert Job.objects.count() == 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from django.conf import settings
 from django.test import override_settings
 
@@ -105,7 +106,8 @@ def test_on_django_5_2_the_backports_app_missing_is_e106_from_our_own_check() ->
     assert said == [
         (
             "django_pgqueue.E106",
-            "TASKS['default'] uses the django-tasks backport, but 'django_tasks' is not installed.",
+            "TASKS['default'] uses the django-tasks backport, but 'django_tasks' is not in "
+            "INSTALLED_APPS.",
             "Add 'django_tasks' to INSTALLED_APPS.",
         )
     ]
@@ -119,6 +121,25 @@ def test_on_django_5_2_the_backports_app_missing_is_e106_from_our_own_check() ->
     ]:
         with override_settings(INSTALLED_APPS=without, TASKS={"default": {"BACKEND": backend}}):
             assert [m.id for m in check_settings() if m.id == "django_pgqueue.E106"] == expected
+
+
+def test_on_django_5_2_without_the_backport_installed_tasks_naming_ours_is_e106(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Django 5.2 without django-tasks: nothing read TASKS, check said nothing, and a
+    worker died on the import of a task module (as Django 5.2 has no django.tasks)."""
+    from django_pgqueue import checks as our_checks
+
+    monkeypatch.setattr(our_checks, "find_spec", lambda name: None)  # neither framework
+    said = [(m.id, m.msg, m.hint) for m in check_settings() if m.id == "django_pgqueue.E106"]
+    assert said == [
+        (
+            "django_pgqueue.E106",
+            "TASKS['default'] uses PgQueueBackend, but this Django has no Tasks framework: "
+            "Django 5.2 needs the django-tasks backport.",
+            "pip install \"django-pgqueue[backport]\", and add 'django_tasks' to INSTALLED_APPS.",
+        )
+    ]
 
 
 def test_tasks_on_another_backend_are_w003_and_marked_in_the_workers_banner() -> None:

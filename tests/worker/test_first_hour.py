@@ -138,6 +138,13 @@ def test_the_banner_lists_queues_and_tasks_and_a_queue_nobody_uses_is_named(db_u
     assert "may wait for ever" not in output
 
 
+def test_version_is_django_pgqueues_own(db_url: str) -> None:
+    from django_pgqueue import __version__
+
+    for command in ("runworker", "reapjobs", "queuestats"):
+        assert manage(db_url, command, "--version").strip() == __version__  # not Django's
+
+
 def test_help_shows_every_default_and_what_each_verbosity_prints(db_url: str) -> None:
     output = manage(db_url, "runworker", "--help")
     flat = " ".join(output.split())

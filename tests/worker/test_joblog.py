@@ -106,6 +106,10 @@ def test_jobs_buried_without_a_retry_are_logged_at_error_too() -> None:
         assert "buried dead: it cannot succeed by retrying: " in record.getMessage()
         assert what in record.getMessage()
         assert record.exc_info is not None
+        # A refusal: the exception for error trackers, without the queue's own frames
+        # (a traceback through the executor and the registry told nothing).
+        assert record.exc_info[2] is None
+        assert "Traceback" not in logging.Formatter().format(record)
 
 
 def test_a_job_buried_for_its_timeout_or_its_snoozes_errs_with_the_exception_and_fields() -> None:

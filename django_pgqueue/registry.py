@@ -123,14 +123,29 @@ def check_importable(path: str, module: str | None = None) -> None:
             f"tasks.py, say)"
         )
     if not importable(module):
-        # An app's tasks.py whose app is missing from INSTALLED_APPS (a new user's slip).
-        app = module.removesuffix(".tasks") if module.endswith(".tasks") else None
-        add_app = f"add {app!r} to INSTALLED_APPS if it is an app of yours, " if app else ""
         raise UnknownTask(
             f"task {path!r} is defined in {module!r}, which is not in an installed app, so "
-            f"workers would not import it and would refuse the job: {add_app}move it into an "
-            f"installed app (its tasks.py, say), or add {module!r} to PGQUEUE['TASK_MODULES']"
+            f"workers would not import it and would refuse the job: {_app_hint(module)}move "
+            f"it into an installed app (its tasks.py, say), or add {module!r} to "
+            "PGQUEUE['TASK_MODULES']"
         )
+
+
+def _app_hint(module: str) -> str:
+    """For an app's tasks.py outside the installed apps: the app installed under a
+    longer path (``example_project.shop`` for ``shop.tasks``, the same module under
+    another name), else the app to add (a new user's slip)."""
+    if not module.endswith(".tasks"):
+        return ""
+    app = module.removesuffix(".tasks")
+    same = [
+        config.name
+        for config in apps.get_app_configs()
+        if config.name.endswith("." + app) or config.label == app.rpartition(".")[2]
+    ]
+    if same:
+        return f"the app is installed as {same[0]!r}: import the task from {same[0]}.tasks, "
+    return f"add {app!r} to INSTALLED_APPS if it is an app of yours, "
 
 
 @cache

@@ -137,10 +137,10 @@ def prune(
     while True:
         row = runner.fetch_one("prune", params, alias)
         deleted += int(row["deleted"])
-        # The last batch is the one that found fewer rows than it could take. One
-        # that found a full batch and deleted some (a job retried meanwhile kept
-        # its row) is not; one that deleted none would only find them again.
-        if int(row["chosen"]) < batch_size or not row["deleted"]:
+        # The last batch is the one that found fewer rows than it could take. A full
+        # one that deleted fewer, or none (jobs retried meanwhile keep their rows),
+        # is not: a row it kept has changed, so the next batch does not choose it.
+        if int(row["chosen"]) < batch_size:
             return deleted
 
 

@@ -196,3 +196,53 @@ def prune_waits() -> bool:
             "AND query LIKE '%%DELETE FROM pgqueue_job%%'"
         )
         return bool(cursor.fetchone()[0])
+
+
+def test_prune_keeps_going_after_a_full_batch_that_concurrent_retries_emptied() -> None:
+    """maintenance.prune stops when a full batch deleted none (`or not row["deleted"]`,
+    "one that deleted none would only find them again"). But a chosen row that the
+    DELETE skipped was changed under it (retried: queued now; or deleted by another
+    pruner): the next batch would not find it again. A full batch every row of which
+    an operator retried meanwhile ends the prune, and every other old job stays."""
+    for i in range(6):
+        Job.objects.enqueue(add, [i, i], max_attempts=1)
+        run = Job.objects.claim("w")[0]
+        Job.objects.fail("w", [Failure(run.id, run.run, "E", "boom", "", 0)])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE pgqueue_job SET done_at = now() - interval '1 day' - id * interval '1 second'"
+        )
+    two_oldest = list(Job.objects.order_by("done_at").values_list("id", flat=True)[:2])
+
+    retried = threading.Event()
+    go_on = threading.Event()
+
+    def retry_and_hold() -> None:
+        try:
+            with transaction.atomic():
+                assert sorted(Job.objects.retry(two_oldest)) == sorted(two_oldest)
+                retried.set()
+                go_on.wait(5)
+        finally:
+            connections.close_all()
+
+    pruned: dict[str, int] = {}
+
+    def prune() -> None:
+        try:
+            pruned["n"] = Job.objects.prune(3600, batch_size=2)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=retry_and_hold)
+    holder.start()
+    assert retried.wait(5)
+    pruner = threading.Thread(target=prune)
+    pruner.start()
+    wait_for(prune_waits, 5, "the prune's first batch to wait on the retried rows")
+    go_on.set()
+    holder.join()
+    pruner.join()
+
+    assert sorted(Job.objects.values_list("id", flat=True)) == sorted(two_oldest)
+    assert pruned["n"] == 4

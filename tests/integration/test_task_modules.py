@@ -7,8 +7,9 @@ import json
 import pytest
 from django.test import override_settings
 
+from django_pgqueue import registry
 from django_pgqueue.backend.compat import InvalidTask
-from django_pgqueue.exceptions import InvalidJob
+from django_pgqueue.exceptions import InvalidJob, UnknownTask
 from django_pgqueue.models import Job
 from tests.outside.tasks import direct_double, framework_double
 from tests.testapp import djtasks
@@ -129,3 +130,17 @@ def test_a_tasks_framework_task_enqueued_by_path_keeps_its_own_options() -> None
         *fields
     ).get(pk=int(itself.id))
     assert Job.objects.get(pk=by_path.pk).max_attempts == 3
+
+
+def test_the_add_app_hint_does_not_name_an_app_installed_under_a_longer_path() -> None:
+    """check_importable's new hint: for "shop.tasks" it says "add 'shop' to
+    INSTALLED_APPS". The example project installs "example_project.shop" (label
+    "shop"): a task imported as shop.tasks (example_project/ on sys.path) is the
+    same app imported under a second name, and adding 'shop' makes Django fail
+    at startup ("Application labels aren't unique, duplicates: shop"). The hint
+    should point at the installed app (import it as example_project.shop.tasks)."""
+    with pytest.raises(UnknownTask) as caught:
+        registry.check_importable("shop.tasks.send_receipt")
+    message = str(caught.value)
+    assert "add 'shop' to INSTALLED_APPS" not in message, message
+    assert "example_project.shop" in message, message

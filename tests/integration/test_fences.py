@@ -244,35 +244,29 @@ def outcome(job_id: int) -> tuple[str, int, str]:
         return str(status), int(attempts), str(exception)
 
 
-def test_a_retry_policy_nested_past_the_decoder_falls_back_to_the_default_policy() -> None:
-    """RetryPolicy.from_json: "the default for ... anything malformed: a row written by
-    hand cannot stop its job from running". It catches ValueError, not the
-    RecursionError of JSON nested too deep (the listener's fix): the executor's
-    backstop buries the job on its first failure instead of retrying it."""
+@pytest.mark.parametrize(
+    "column",
+    [
+        # RetryPolicy.from_json falls back to the default for a malformed policy.
+        {"retry_policy": '{"retry_on": ' + NESTED + "}"},
+        # joblog.worker_of names no worker when it cannot read the list.
+        {"worker_ids": "[" + NESTED + "]"},
+    ],
+    ids=["retry_policy", "worker_ids"],
+)
+def test_json_nested_past_the_decoder_in_a_row_does_not_bury_its_job(
+    column: dict[str, str],
+) -> None:
+    """Written by hand: RecursionError (not the ValueError those caught) escaped to
+    the executor's backstop, which buried the job on its first failure."""
     failing = plant(
         task="tests.testapp.tasks.always_fails",
-        args='["deep-policy"]',
+        args='["deep"]',
         max_attempts=3,
         backoff=3600,  # the retry waits: the burst worker ends after one run
-        retry_policy='{"retry_on": ' + NESTED + "}",
+        **column,
     )
     with worker_thread(burst=True) as worker:
         assert worker.join(30) == 0
     # Not through the model: Django's JSONField cannot read the column either.
-    assert outcome(failing) == ("queued", 1, "ValueError"), outcome(failing)
-
-
-def test_worker_ids_nested_past_the_decoder_do_not_bury_the_job() -> None:
-    """joblog.worker_of catches (ValueError, TypeError, IndexError), not RecursionError:
-    a worker_ids column nested too deep (written by hand; the claim only appends to
-    it) makes logging the run's failure raise, and the backstop buries the job."""
-    failing = plant(
-        task="tests.testapp.tasks.always_fails",
-        args='["deep-ids"]',
-        max_attempts=3,
-        backoff=3600,  # the retry waits: the burst worker ends after one run
-        worker_ids="[" + NESTED + "]",
-    )
-    with worker_thread(burst=True) as worker:
-        assert worker.join(30) == 0
     assert outcome(failing) == ("queued", 1, "ValueError"), outcome(failing)

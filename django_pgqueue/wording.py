@@ -48,3 +48,10 @@ def closest(name: str, known: Iterable[str]) -> str | None:
     by_fold = {k.casefold(): k for k in known}
     close = difflib.get_close_matches(str(name).casefold(), list(by_fold), n=1, cutoff=0.75)
     return by_fold[close[0]] if close else None
+
+
+def alike(name: str, known: Iterable[str]) -> str | None:
+    """``'emails'`` or ``'emails' or 'email'``: the known queue names that ``name``
+    looks like (a typo), for a "did you mean"; None if none does."""
+    close = difflib.get_close_matches(name, sorted(known), n=3)
+    return " or ".join(map(repr, close)) if close else None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from django.apps import apps
 from django.db import transaction
 
-from django_pgqueue import conf, validation
+from django_pgqueue import conf, validation, wording
 from django_pgqueue.backend.checks import (
     OPTION_RULES,
     PARAMS,
@@ -95,10 +95,14 @@ class PgQueueBackend(BaseTaskBackend):
                 f"priority must be a whole number between -100 and 100, not {task.priority!r}"
             )
         if self.queues and task.queue_name not in self.queues:
+            meant = wording.alike(task.queue_name, self.queues)
+            fix = f"add {task.queue_name!r} there."
+            if meant is not None:  # a typo: adding it to QUEUES would be the wrong fix
+                fix = f"did you mean {meant}? If not, {fix}"
             raise InvalidTask(  # Django's words first, then which task and the fix
                 f"Queue {task.queue_name!r} is not valid for backend. Task "
                 f"{task.module_path} uses it, and TASKS[{self.alias!r}]['QUEUES'] is "
-                f"{sorted(self.queues)}: add {task.queue_name!r} there."
+                f"{sorted(self.queues)}: {fix}"
             )
         super().validate_task(task)
         if not validation.QUEUE.is_valid(task.queue_name):

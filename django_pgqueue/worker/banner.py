@@ -10,7 +10,6 @@ alike.
 
 from __future__ import annotations
 
-import difflib
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -132,8 +131,8 @@ def unknown_queues(queues: Iterable[str], alias: str) -> dict[str, str]:
         unknown = [q for q in unknown if q not in waiting]
     hints = {}
     for queue in unknown:
-        alike = difflib.get_close_matches(queue, sorted(known), n=3)
-        hints[queue] = f" (did you mean {' or '.join(map(repr, alike))}?)" if alike else ""
+        meant = wording.alike(queue, known)
+        hints[queue] = f" (did you mean {meant}?)" if meant else ""
     return hints
 
 

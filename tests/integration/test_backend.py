@@ -193,6 +193,16 @@ def test_the_task_is_validated_again_on_enqueue() -> None:
     assert Job.objects.count() == 0
 
 
+def test_a_queue_name_like_a_listed_one_asks_did_you_mean_before_add_it() -> None:
+    """A typo of 'emails' was told to be added to QUEUES, typo and all."""
+    with pytest.raises(InvalidTask) as caught:
+        djtasks.noop_task.using(queue_name="emial")
+    assert str(caught.value).endswith(
+        "['default', 'emails', 'payments', 'queue_1', 'reports']: did you mean 'emails'? "
+        "If not, add 'emial' there."
+    )
+
+
 def test_get_result_returns_what_enqueue_returned() -> None:
     tasks: list[Task[..., Any]] = [
         djtasks.noop_task,

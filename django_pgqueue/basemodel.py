@@ -39,4 +39,4 @@ class OnJobDatabaseModel(models.Model):
         super().refresh_from_db(using=using, fields=fields, from_queryset=from_queryset)
 
     def _where(self, using: str | None) -> str:
-        return using or self._state.db or conf.database()
+        return conf.where(using, self._state.db)

@@ -278,9 +278,15 @@ class OnJobDatabase(models.Manager[_M]):
         return super().get_queryset().using(self._alias(None))
 
     def _alias(self, using: str | None) -> str:
-        """Where a method of the manager acts: ``using``, else the ``db_manager()``
-        alias, else :func:`database`."""
-        return using or self._db or database()
+        """Where a method of the manager acts: see :func:`where`."""
+        return where(using, self._db)
+
+
+def where(using: str | None, current: str | None) -> str:
+    """The alias an app's manager or model instance acts on: the ``using`` its caller
+    named, else the alias it already has (a ``db_manager()``'s, or the one an instance
+    was read from), else :func:`database`."""
+    return using or current or database()
 
 
 def _reset(*, setting: str, **kwargs: Any) -> None:

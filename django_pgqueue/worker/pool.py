@@ -103,9 +103,13 @@ class JobPool:
                 waiting = list(self._waiting)
                 self._waiting.clear()
                 return waiting
-            taken = [job for job in self._waiting if job.key in keys]
-            for job in taken:
-                self._waiting.remove(job)
+            taken: list[ClaimedJob] = []
+            kept: list[ClaimedJob] = []
+            for job in self._waiting:
+                (taken if job.key in keys else kept).append(job)
+            if taken:
+                self._waiting.clear()
+                self._waiting.extend(kept)
             return taken
 
     def settle_waiting(

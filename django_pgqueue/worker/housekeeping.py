@@ -24,6 +24,7 @@ from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.pool import JobPool
 from django_pgqueue.worker.prefetch import give_back
 from django_pgqueue.worker.services import Timer
+from django_pgqueue.worker.waker import Waker
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -32,11 +33,19 @@ NAMED_LONG_RUNS = 5
 
 
 class Housekeeping:
-    def __init__(self, config: WorkerConfig, ledger: Ledger, events: Events, pool: JobPool) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        ledger: Ledger,
+        events: Events,
+        pool: JobPool,
+        waker: Waker,
+    ) -> None:
         self.config = config
         self.ledger = ledger
         self.events = events
         self.pool = pool
+        self.waker = waker  # the claim loop's: woken when a heartbeat frees slots
         self.latency = Latency(events)
         self._window_start = time.monotonic()
 
@@ -75,6 +84,7 @@ class Housekeeping:
         lost = self.ledger.renewed(kept, keys, lease_until=sent + self.config.lease)
         if lost:  # those still waiting for a thread (prefetched) free their slots now
             self.ledger.drop_lost(self.pool.take_waiting(set(lost)))
+            self.waker.set()
         if renewal.cancel_requested:
             asked = renewal.cancel_requested
             for job in self.ledger.request_cancel(asked):
@@ -87,6 +97,7 @@ class Housekeeping:
             waiting = self.pool.take_waiting(renewal.paused)
             released = give_back(self.config, self.ledger, self.events, waiting) if waiting else []
             if released:
+                self.waker.set()
                 logger.info(
                     "gave back %s of paused queues, claimed ahead and not started: %s",
                     wording.count(len(released), "job"),

@@ -99,7 +99,7 @@ class Worker:
             on_abort=lambda: self.heartbeat.hurry("heartbeat"),
         )
         self.scheduler = scheduler_thread(config, supervision, self.events)
-        self.housekeeping = Housekeeping(config, self.ledger, self.events, self.pool)
+        self.housekeeping = Housekeeping(config, self.ledger, self.events, self.pool, self.waker)
         self.presence = Presence(config, self.ledger, self.events)
         self.maintenance = Timers(
             config.database,

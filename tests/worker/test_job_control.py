@@ -296,17 +296,27 @@ def test_prefetched_runs_lost_before_a_thread_took_them_free_their_slots() -> No
     """Runs lost while they waited for a thread (another worker holds them now: a
     reaper ran while this worker was frozen past its lease) were skipped by the
     thread that took them without freeing their slot: each one took a slot away for
-    the life of the worker."""
-    long = mark.enqueue("long", sleep=3.0)
+    the life of the worker. The heartbeat that frees them wakes the claim loop, which
+    fills them with the jobs waiting in the queue at once, not at its next poll."""
+    long = mark.enqueue("long", sleep=6.0)
     ahead = [mark.enqueue(f"ahead-{n}").pk for n in range(2)]
-    with worker_thread(concurrency=1, prefetch=2, poll_interval=5, lease=3) as worker:
+    with worker_thread(
+        concurrency=1, prefetch=2, poll_interval=30, lease=3, listen=False
+    ) as worker:
         worker.wait("started")
         wait_for(lambda: running_count() == 3, 10, "two jobs claimed ahead")
+        # Two more, ready while every slot is taken (no NOTIFY: the worker polls).
+        behind = [mark.enqueue(f"behind-{n}").pk for n in range(2)]
         Job.objects.filter(pk__in=ahead).update(locked_by="other")
         worker.wait("heartbeat", where=lambda data: len(data["lost"]) == 2)
         # Freed by that heartbeat, while the long job still runs (not when a thread
-        # reaches them behind it).
-        assert worker.worker.ledger.busy == 1
+        # reaches them behind it), and filled with the two jobs behind them.
+        wait_for(
+            lambda: Job.objects.filter(pk__in=behind, status="running").count() == 2,
+            4,
+            "the freed slots to take the jobs behind",
+        )
+        assert worker.worker.ledger.busy == 3
         assert Job.objects.get(pk=long.pk).status == "running"
         worker.wait("recorded", where=partial(ended, long.pk, "done"))
         wait_for(lambda: worker.worker.ledger.busy == 0, 5, "every slot to be free")

@@ -17,7 +17,7 @@ from django.db import connections
 from django.utils.module_loading import import_string
 from psycopg.conninfo import conninfo_to_dict
 
-from django_pgqueue import conf, registry
+from django_pgqueue import conf, declared, registry
 from django_pgqueue.dberrors import is_transient
 from django_pgqueue.pooler import alias_through_pooler, is_dsn
 
@@ -182,7 +182,7 @@ def _declaration_problems() -> list[checks.CheckMessage]:
     try:
         registry.discover()
     except Exception as exc:
-        problem = registry.declaration_problem(exc)
+        problem = declared.declaration_problem(exc)
         if problem is None:
             # Anything else (a dependency only the workers' image has, say) is the
             # worker's to report, with its traceback, not every check's.

@@ -244,17 +244,6 @@ def discover() -> None:
                     register(path, value, kind.invoke)
 
 
-def declaration_problem(exc: BaseException) -> str | None:
-    """One line for a Tasks-framework task that its backend refused as it was declared
-    (``InvalidTask``: a queue the backend does not list, say), found while importing
-    the tasks modules; None for any other error."""
-    # By name, without importing either: Django's InvalidTask, or the backport's
-    # InvalidTaskError (django-tasks 0.12, on Django 5.2).
-    if type(exc).__name__ not in {"InvalidTask", "InvalidTaskError"}:
-        return None
-    return f"a task in the tasks modules cannot be declared: {exc}"
-
-
 def loaded(path: str, *, importing: bool = False) -> Any | None:
     """What ``path`` names in this process: its registered runnable, or an object of
     a registered kind (a Tasks-framework Task, say) in a module imported here; None

@@ -17,7 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
-from django_pgqueue import registry, wording
+from django_pgqueue import declared, registry, wording
 from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.jobdb import worker_in_transaction
 from django_pgqueue.queue import claims
@@ -41,10 +41,10 @@ def start_problem(
         return problem, False
     try:
         registry.discover()
-    except ImproperlyConfigured as exc:  # a TASK_MODULES entry that does not exist
-        return str(exc), False
+    except ImproperlyConfigured as exc:  # a TASK_MODULES entry or TASKS alias that does not exist
+        return declared.declaration_problem(exc) or str(exc), False
     except Exception as exc:
-        problem = registry.declaration_problem(exc)
+        problem = declared.declaration_problem(exc)
         if problem is None:
             raise  # a bug in a tasks module: its traceback says where
         return problem, False

@@ -89,6 +89,29 @@ def test_a_task_its_backend_refuses_is_reported_by_check() -> None:
     assert message.msg == REFUSED
 
 
+def test_a_misspelt_default_tasks_alias_is_reported_by_check() -> None:
+    """TASKS with 'defualt' for 'default': every @task declared without backend=
+    fails to import, and check said nothing (the worker stopped at start on "The
+    connection 'default' doesn't exist")."""
+    ours = settings.TASKS["default"]
+    modules = {"TASK_MODULES": ["tests.outside.on_default"]}
+    with override_settings(PGQUEUE=modules, TASKS={"defualt": ours}):
+        (message,) = check_settings()
+    assert message.id == "django_pgqueue.E005"
+    assert message.msg == (
+        "a task in the tasks modules names a TASKS entry that does not exist: The "
+        "connection 'default' doesn't exist. (TASKS has no 'default' entry, the backend "
+        "of every task declared without backend=: did you mean 'defualt'?)"
+    )
+    with override_settings(PGQUEUE=modules, TASKS={"queue": ours}):
+        (message,) = check_settings()
+    assert message.msg.endswith(
+        "(TASKS has no 'default' entry, the backend of every task declared without backend=)"
+    )
+    with override_settings(PGQUEUE=modules):
+        assert ids() == []
+
+
 def test_the_pooler_check_connects_only_when_asked_for_the_database() -> None:
     assert check_pooler() == []  # no databases: Django runs it without, and it must not connect
     assert check_pooler(databases=["other"]) == []

@@ -1,0 +1,40 @@
+"""What went wrong when importing the tasks modules refused a task's declaration,
+in one line: told by ``check`` (E005) and by a worker that cannot start."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from django.conf import settings
+
+from django_pgqueue import wording
+
+
+def declaration_problem(exc: BaseException) -> str | None:
+    """One line for a Tasks-framework task that its backend refused as it was declared
+    (``InvalidTask``: a queue the backend does not list, say), or that names a TASKS
+    alias that does not exist (``InvalidTaskBackend``), found while importing the tasks
+    modules; None for any other error."""
+    # By name, without importing either: Django's InvalidTask and InvalidTaskBackend,
+    # or the backport's InvalidTaskError and InvalidTaskBackendError (django-tasks
+    # 0.12, on Django 5.2).
+    kind = type(exc).__name__
+    if kind in {"InvalidTaskBackend", "InvalidTaskBackendError"}:
+        return f"a task in the tasks modules names a TASKS entry that does not exist: {exc}" + (
+            _no_default_entry() if "'default'" in str(exc) else ""
+        )
+    if kind not in {"InvalidTask", "InvalidTaskError"}:
+        return None
+    return f"a task in the tasks modules cannot be declared: {exc}"
+
+
+def _no_default_entry() -> str:
+    """Why the ``'default'`` backend is missing: TASKS lacks it (a misspelt alias)."""
+    configured = getattr(settings, "TASKS", None)
+    if not isinstance(configured, Mapping) or "default" in configured:
+        return ""
+    aliases = [alias for alias in configured if isinstance(alias, str)]
+    alike = wording.alike("default", aliases)
+    return " (TASKS has no 'default' entry, the backend of every task declared without backend=" + (
+        f": did you mean {alike}?)" if alike else ")"
+    )

@@ -175,6 +175,19 @@ def is_our_backend(path: object) -> bool:
     )
 
 
+def no_backend_ours() -> bool:
+    """Whether no TASKS entry is PgQueueBackend (TASKS left out, say: Django's
+    ImmediateBackend then declares and runs every task)."""
+    configured = getattr(django_settings, "TASKS", None)
+    return not (
+        isinstance(configured, Mapping)
+        and any(
+            isinstance(entry, Mapping) and is_our_backend(entry.get("BACKEND"))
+            for entry in configured.values()
+        )
+    )
+
+
 def _declaration_problems() -> list[checks.CheckMessage]:
     """E005: a task the worker would find refused as it is declared (a queue its
     backend does not list): the worker imports every tasks module at start, so say
@@ -187,6 +200,15 @@ def _declaration_problems() -> list[checks.CheckMessage]:
             # Anything else (a dependency only the workers' image has, say) is the
             # worker's to report, with its traceback, not every check's.
             return []
+        if no_backend_ours() and not problem.startswith(declared.NO_SUCH_ENTRY):
+            # Not ours refused it: the likely mistake is TASKS itself (W003's case).
+            problem += (
+                " No TASKS entry is PgQueueBackend"
+                + ("" if django_settings.is_overridden("TASKS") else " (TASKS is not set)")
+                + ", so another backend declares these tasks, and no worker would run "
+                "them: set TASKS['default']['BACKEND'] to "
+                "'django_pgqueue.backend.PgQueueBackend' and list the queues in its QUEUES."
+            )
         return [
             checks.Error(
                 problem,

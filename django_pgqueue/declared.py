@@ -9,6 +9,9 @@ from django.conf import settings
 
 from django_pgqueue import wording
 
+#: How the problem of a task naming a TASKS alias that does not exist begins.
+NO_SUCH_ENTRY = "a task in the tasks modules names a TASKS entry that does not exist"
+
 
 def declaration_problem(exc: BaseException) -> str | None:
     """One line for a Tasks-framework task that its backend refused as it was declared
@@ -20,9 +23,7 @@ def declaration_problem(exc: BaseException) -> str | None:
     # 0.12, on Django 5.2).
     kind = type(exc).__name__
     if kind in {"InvalidTaskBackend", "InvalidTaskBackendError"}:
-        return f"a task in the tasks modules names a TASKS entry that does not exist: {exc}" + (
-            _no_default_entry() if "'default'" in str(exc) else ""
-        )
+        return f"{NO_SUCH_ENTRY}: {exc}" + (_no_default_entry() if "'default'" in str(exc) else "")
     if kind not in {"InvalidTask", "InvalidTaskError"}:
         return None
     return f"a task in the tasks modules cannot be declared: {exc}"

@@ -14,10 +14,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import traceback
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
 from django.core import checks
 from django.dispatch import Signal
 from django.utils import timezone
@@ -37,7 +35,7 @@ from django_pgqueue.backend.compat import (
 from django_pgqueue.backend.core import PgQueueBackend
 from django_pgqueue.backend.results import running_result
 from django_pgqueue.backend.task import PgQueueTaskContext, backend_named
-from django_pgqueue.checks import is_our_backend
+from django_pgqueue.checks import no_backend_ours
 from django_pgqueue.control import (
     Cancel,
     Snooze,
@@ -90,11 +88,7 @@ def check_unqueued_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.
     ImmediateBackend runs them in the caller's process): no worker runs them, and
     a project that meant to queue them would not notice. A project that set up
     our backend too chose where each task goes, and DummyBackend is for tests."""
-    configured = getattr(settings, "TASKS", None)
-    if isinstance(configured, Mapping) and any(
-        isinstance(entry, Mapping) and is_our_backend(entry.get("BACKEND"))
-        for entry in configured.values()
-    ):
+    if not no_backend_ours():
         return []
     try:
         registry.discover()

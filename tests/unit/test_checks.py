@@ -112,6 +112,20 @@ def test_a_misspelt_default_tasks_alias_is_reported_by_check() -> None:
         assert ids() == []
 
 
+def test_a_task_another_backend_refuses_says_no_tasks_entry_is_ours() -> None:
+    from django_pgqueue.backend.compat import BaseTaskBackend
+
+    package = BaseTaskBackend.__module__.rpartition(".")[0]  # django.tasks.backends
+    immediate = {"default": {"BACKEND": f"{package}.immediate.ImmediateBackend"}}
+    with override_settings(PGQUEUE={"TASK_MODULES": ["tests.outside.refused"]}, TASKS=immediate):
+        (message,) = [m for m in check_settings() if m.id == "django_pgqueue.E005"]
+    assert message.msg.endswith(
+        "No TASKS entry is PgQueueBackend, so another backend declares these tasks, and no "
+        "worker would run them: set TASKS['default']['BACKEND'] to "
+        "'django_pgqueue.backend.PgQueueBackend' and list the queues in its QUEUES."
+    ), message.msg
+
+
 def test_the_pooler_check_connects_only_when_asked_for_the_database() -> None:
     assert check_pooler() == []  # no databases: Django runs it without, and it must not connect
     assert check_pooler(databases=["other"]) == []

@@ -87,6 +87,23 @@ def test_the_app_missing_is_reported_by_check_and_at_enqueue(db_url: str, tmp_pa
     assert output.strip() == f"ImproperlyConfigured: {NOT_INSTALLED}"
 
 
+def test_tasks_left_unset_makes_e005_say_that_no_backend_is_ours(
+    db_url: str, tmp_path: Path
+) -> None:
+    """TASKS left out: Django's ImmediateBackend declares every task and refuses a
+    queue it does not list. E005 gave Django's bare "Queue 'emails' is not valid for
+    backend." and the mistake (TASKS itself) went unsaid."""
+    env = settings_module(tmp_path, "fh_no_tasks", "del TASKS")
+    output = manage(db_url, "check", env=env)
+    (line,) = [line for line in output.splitlines() if "django_pgqueue.E005" in line]
+    assert line.endswith(
+        "is not valid for backend. No TASKS entry is PgQueueBackend (TASKS is not set), so "
+        "another backend declares these tasks, and no worker would run them: set "
+        "TASKS['default']['BACKEND'] to 'django_pgqueue.backend.PgQueueBackend' and list the "
+        "queues in its QUEUES."
+    ), line
+
+
 def test_the_app_missing_is_reported_by_a_urlconf_that_mounts_the_metrics_view(
     db_url: str, tmp_path: Path
 ) -> None:

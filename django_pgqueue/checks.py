@@ -188,6 +188,12 @@ def no_backend_ours() -> bool:
     )
 
 
+def _set_by_project(name: str) -> bool:
+    """Whether the project's settings set ``name`` (not Django's default)."""
+    # LazySettings forwards is_overridden to its settings; django-stubs omit it.
+    return bool(django_settings.is_overridden(name))  # type: ignore[misc]
+
+
 def _declaration_problems() -> list[checks.CheckMessage]:
     """E005: a task the worker would find refused as it is declared (a queue its
     backend does not list): the worker imports every tasks module at start, so say
@@ -204,7 +210,7 @@ def _declaration_problems() -> list[checks.CheckMessage]:
             # Not ours refused it: the likely mistake is TASKS itself (W003's case).
             problem += (
                 " No TASKS entry is PgQueueBackend"
-                + ("" if django_settings.is_overridden("TASKS") else " (TASKS is not set)")
+                + ("" if _set_by_project("TASKS") else " (TASKS is not set)")
                 + ", so another backend declares these tasks, and no worker would run "
                 "them: set TASKS['default']['BACKEND'] to "
                 "'django_pgqueue.backend.PgQueueBackend' and list the queues in its QUEUES."

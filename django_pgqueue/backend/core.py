@@ -87,7 +87,9 @@ class PgQueueBackend(BaseTaskBackend):
         the app registry is ready it cannot be told, and enqueue says it instead.
         """
         if apps.ready and "django_pgqueue" not in apps.app_configs:
-            raise InvalidTask(f"{NOT_INSTALLED} (TASKS[{self.alias!r}] uses PgQueueBackend)")
+            raise InvalidTask(
+                f"{NOT_INSTALLED} (django_pgqueue.E101: TASKS[{self.alias!r}] uses PgQueueBackend)"
+            )
         if (problem := shape_problem(self.alias, self.options, self.queues_setting)) is not None:
             raise InvalidTask(problem)
         if isinstance(task.priority, bool) or not isinstance(task.priority, int | float):

@@ -87,7 +87,10 @@ def test_enqueue_without_the_app_says_what_to_add() -> None:
     with override_settings(INSTALLED_APPS=[*WITHOUT_THE_APP, "example_project.shop"]):
         with pytest.raises(InvalidTask, match="django_pgqueue is not in INSTALLED_APPS") as raised:
             djtasks.noop_task.enqueue()
-        assert str(raised.value) == f"{NOT_INSTALLED} (TASKS['default'] uses PgQueueBackend)"
+        assert (
+            str(raised.value)
+            == f"{NOT_INSTALLED} (django_pgqueue.E101: TASKS['default'] uses PgQueueBackend)"
+        )
         with pytest.raises(ImproperlyConfigured, match="django_pgqueue is not in INSTALLED_APPS"):
             add.enqueue(1, 2)
         with pytest.raises(ImproperlyConfigured, match="django_pgqueue is not in INSTALLED_APPS"):

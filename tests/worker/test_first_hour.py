@@ -76,7 +76,10 @@ def test_the_app_missing_is_reported_by_check_and_at_enqueue(db_url: str, tmp_pa
     output = manage(db_url, "check", env=env)
     # Django's InvalidTask; on Django 5.2 the backport's, which some releases name
     # InvalidTaskError.
-    expected = f"{InvalidTask.__name__}: {NOT_INSTALLED} (TASKS['default'] uses PgQueueBackend)"
+    expected = (
+        f"{InvalidTask.__name__}: {NOT_INSTALLED} "
+        "(django_pgqueue.E101: TASKS['default'] uses PgQueueBackend)"
+    )
     assert expected in output
     script = (
         "from django_pgqueue import enqueue\n"

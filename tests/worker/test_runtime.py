@@ -283,3 +283,36 @@ def test_a_tasks_framework_job_with_a_malformed_error_history_still_runs() -> No
     assert status_counts() == {"done": 3}
     results = sorted(map(str, Job.objects.values_list("result", flat=True)))
     assert results == ["None", "{'args': [1, 2], 'kwargs': {}}", "{'args': [1, 2], 'kwargs': {}}"]
+
+
+def test_a_worker_run_in_a_test_thread_as_the_docs_show() -> None:
+    """docs/tasks.md, "Testing": the worker's classes from ``django_pgqueue.worker``,
+    run in a thread of the test and waited on through its events."""
+    from django.db import connections
+
+    from django_pgqueue.worker import Events, Worker, WorkerConfig
+
+    events = Events()
+    started = threading.Event()
+    events.subscribe("started", lambda job: started.set())
+    recorded: list[dict[str, Any]] = []
+    events.subscribe("recorded", lambda **data: recorded.append(data))
+    worker = Worker(WorkerConfig.from_settings(queues=["emails"], concurrency=2), events)
+    status: list[int] = []
+
+    def run() -> None:
+        try:
+            status.append(worker.run())
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    result = djtasks.pgq(djtasks.echo).using(queue_name="emails").enqueue(42)
+    assert started.wait(10)
+    wait_for(lambda: sum(r["succeeded"] for r in recorded) == 1, 10, "the job to be recorded")
+    worker.request_stop()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert status == [0]
+    assert Job.objects.get(pk=int(result.id)).status == "done"

@@ -143,19 +143,19 @@ class QueueOperations:
         _check_batch_size(batch_size)
         return maintenance.reap(batch_size, self._alias(using))
 
-    def retry(self, jobs: Jobs, *, using: str | None = None) -> list[int]:
+    def retry(self, ids: Jobs, *, using: str | None = None) -> list[int]:
         """Dead and cancelled jobs (or queued ones waiting for a later run_at) become
         ready now, with fresh attempts.
 
-        ``jobs`` is ids, Job instances or a queryset. Returns the ids retried; a
+        ``ids`` is job ids, Job instances or a queryset. Returns the ids retried; a
         job whose ``unique_key`` another live job holds is left as it is.
         """
-        return maintenance.retry(_ids(jobs), self._alias(using))
+        return maintenance.retry(_ids(ids), self._alias(using))
 
     def cancel(
-        self, jobs: Jobs, *, reason: str = "no reason given", using: str | None = None
+        self, ids: Jobs, *, reason: str = "no reason given", using: str | None = None
     ) -> list[int]:
-        """Cancel jobs (ids, Job instances or a queryset): queued ones become
+        """Cancel jobs (``ids``: job ids, Job instances or a queryset): queued ones become
         ``cancelled`` at once, with the reason; running ones are asked to stop.
 
         The request is stored on the row, and the worker holding the job learns it
@@ -169,7 +169,7 @@ class QueueOperations:
             raise InvalidJob(
                 f"reason must be a string PostgreSQL can store (UTF-8, no NUL), not {reason!r}"
             )
-        return sorted(maintenance.cancel(_ids(jobs), reason, self._alias(using)))
+        return sorted(maintenance.cancel(_ids(ids), reason, self._alias(using)))
 
     def pause_queue(self, name: str, *, using: str | None = None) -> bool:
         """Pause queue ``name``: from the commit on, no worker claims its jobs (they

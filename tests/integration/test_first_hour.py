@@ -254,6 +254,9 @@ def test_retry_and_cancel_take_ids_jobs_a_queryset_or_one_job() -> None:
             Job.objects.cancel(given, reason="bytes")
     # A Tasks-framework result's id (the job's id as text) is taken as that id.
     assert Job.objects.cancel([str(jobs[3].pk)], reason="by id") == [jobs[3].pk]
+    # By keyword too, as the issue spells it: cancel(ids, reason=...).
+    assert Job.objects.retry(ids=[jobs[3].pk]) == [jobs[3].pk]
+    assert Job.objects.cancel(ids=[jobs[3].pk], reason="named") == [jobs[3].pk]
 
 
 # -- 3: a queue nothing names, looked for in the job table -------------------------------

@@ -129,6 +129,15 @@ def test_the_command_lists_switches_and_says_what_it_cannot_find(
         "schedule 'report' was enabled",
         "schedule 'ping' was already enabled",
     ]
+    # Enabled again, it goes on from now: a start point, not a tick it enqueued.
+    assert Schedule.objects.get(pk="report").last_tick is not None
+    report = next(line for line in run(periodic=periodic).splitlines() if line.startswith("report"))
+    assert report.split()[8:10] == ["-", "-"], report  # no last tick, no last job
+    data = json.loads(run("--json", periodic=periodic))
+    assert [(d["name"], d["last_tick"], d["ticks"]) for d in data] == [
+        ("ping", None, 0),
+        ("report", None, 0),
+    ]
     with pytest.raises(CommandError, match="no schedule named 'nope'"):
         run("--enable", "nope", periodic=periodic)
 

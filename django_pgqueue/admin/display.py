@@ -55,7 +55,7 @@ def moment(value: dt.datetime | str | None) -> str:
 def moment_field(field: str) -> Callable[[Any, Any], str]:
     """A read-only admin field that shows the datetime column ``field`` as a moment."""
 
-    @admin.display(description=field.replace("_", " "))
+    @admin.display(description=field.replace("_", " "), ordering=field)
     def show(model_admin: Any, obj: Any) -> str:
         return moment(getattr(obj, field))
 

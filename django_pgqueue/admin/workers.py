@@ -18,7 +18,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from django_pgqueue import conf
-from django_pgqueue.admin.display import ColumnFilter, duration
+from django_pgqueue.admin.display import ColumnFilter, duration, moment_field
 from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.queue import presence
 from django_pgqueue.records import JobStatus
@@ -95,6 +95,9 @@ class WorkerFilter(ColumnFilter):
         return [(worker_id, worker_id) for worker_id in sorted(ids)]
 
 
+MOMENTS = ("started_at", "last_seen", "alive_until")
+
+
 class WorkerAdmin(_ModelAdmin):
     """Read-only: rows are written by the workers' heartbeats."""
 
@@ -108,12 +111,24 @@ class WorkerAdmin(_ModelAdmin):
         "running_jobs",
         "jobs_done",
         "version",
-        "started_at",
-        "last_seen",
+        "started_at_display",
+        "last_seen_display",
     )
     ordering = ("hostname", "id")
     search_fields = ("id", "hostname")
-    readonly_fields = (*(f.name for f in RegisteredWorker._meta.fields), "state", "running_jobs")
+    # Its times as the job pages show them, with seconds and the zone.
+    exclude = MOMENTS
+    readonly_fields = (
+        *(
+            f"{f.name}_display" if f.name in MOMENTS else f.name
+            for f in RegisteredWorker._meta.fields
+        ),
+        "state",
+        "running_jobs",
+    )
+    started_at_display = moment_field("started_at")
+    last_seen_display = moment_field("last_seen")
+    alive_until_display = moment_field("alive_until")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from django_pgqueue.admin import display
 from django_pgqueue.models import Job, RegisteredWorker
 from tests.testapp.tasks import add
 
@@ -45,7 +46,16 @@ def test_the_workers_list_is_read_only_and_links_to_their_running_jobs(
     assert "every queue" in html
     assert f'href="{JOBS}?status__exact=running&amp;worker=w-alive"' in html
     assert "Add worker" not in html
+    # Times as the job pages show them: with seconds and the zone, on the list and
+    # on the worker's page (Django's "Dec. 4, 2026, 5:32 p.m." had neither).
+    seen = display.moment(RegisteredWorker.objects.get(pk="w-alive").last_seen)
+    assert seen in html
+    assert "p.m." not in html
+    assert "a.m." not in html
     page = admin_client.get(f"{WORKERS}w-gone/change/").content.decode()
+    assert display.moment(RegisteredWorker.objects.get(pk="w-gone").alive_until) in page
+    assert "p.m." not in page
+    assert "a.m." not in page
     assert 'name="_save"' not in page
     assert admin_client.post(f"{WORKERS}w-gone/delete/", {"post": "yes"}).status_code == 403
     assert RegisteredWorker.objects.count() == 2

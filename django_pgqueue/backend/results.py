@@ -61,16 +61,17 @@ def job_task(base: Task[Any, Any], job: Job, alias: str) -> Task[Any, Any]:
     """``base`` with the options the job row ``job`` was enqueued with.
 
     The row keeps no separate "run after": ``run_at`` is when the job (or its
-    pending retry) may next run. A job enqueued to run at once gets the
-    transaction's ``now()``, which is not later than ``created_at``, so a
-    ``run_at`` that is not later than ``created_at`` reads back as ``None``.
+    pending retry) may next run. A job enqueued to run at once gets ``created_at``
+    as its ``run_at`` (both the transaction's ``now()``), so a ``run_at`` equal to
+    ``created_at`` reads back as ``None``, and any other as itself: a ``run_after``
+    already past when it was enqueued (``timezone.now()``, say) too.
     """
     return task_with(
         base,
         alias,
         job.priority,
         job.queue,
-        job.run_at if job.run_at > job.created_at else None,
+        job.run_at if job.run_at != job.created_at else None,
         job.max_attempts,
         job.unique_key,
         job.concurrency_key,
@@ -119,7 +120,7 @@ def _moment(epoch: float) -> datetime:
 def running_result(task: Task[Any, Any], job: ClaimedJob, alias: str) -> TaskResult[Any, Any]:
     """The RUNNING TaskResult of a run this worker just claimed, built from the claim
     alone: no read of the row."""
-    run_after = _moment(job.run_at) if job.run_at > job.enqueued_at else None
+    run_after = _moment(job.run_at) if job.run_at != job.enqueued_at else None
     return build_result(
         task_with(
             task,

@@ -11,15 +11,21 @@
 -- One job, one round trip. The NOTIFY is part of the statement, so it travels
 -- with the caller's transaction and is delivered only if that transaction
 -- commits. "notified" is a throw-away column: it exists so that pg_notify() is
--- evaluated at all (removing it as unused would remove the NOTIFY).
+-- evaluated at all (removing it as unused would remove the NOTIFY). created_at is
+-- the transaction's now(), as is the run_at of a job given none: run_at =
+-- created_at is how a row says "run at once", so any other run_at is the
+-- run_after it was enqueued with (or a later run's time). now(), not the
+-- statement's time: a claim in the same transaction (run_jobs() in a TestCase)
+-- must find the job ready.
 WITH inserted AS (
     INSERT INTO pgqueue_job (
         task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
-        last_error, errors, worker_ids, unique_key, concurrency_key, backoff, retry_policy
+        created_at, last_error, errors, worker_ids, unique_key, concurrency_key, backoff,
+        retry_policy
     )
     VALUES (
         %(task)s::text, %(args)s::jsonb, %(kwargs)s::jsonb, %(queue)s::text, %(priority)s::int, 'queued', 0,
-        %(max_attempts)s::int, COALESCE(%(run_at)s::timestamptz, now()),
+        %(max_attempts)s::int, COALESCE(%(run_at)s::timestamptz, now()), now(),
         '', '[]', '[]', %(unique_key)s::text, %(concurrency_key)s::text, %(backoff)s::float8,
         %(retry_policy)s::jsonb
     )
@@ -33,14 +39,16 @@ FROM inserted AS i;
 
 -- name: enqueue_many
 -- N jobs in one statement: the columns arrive as arrays and are unnested in order.
--- "woken" is read only so that its pg_notify() calls are evaluated.
+-- "woken" is read only so that its pg_notify() calls are evaluated. created_at and
+-- a missing run_at are now(), as in enqueue.
 WITH inserted AS (
     INSERT INTO pgqueue_job (
         task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
-        last_error, errors, worker_ids, unique_key, concurrency_key, backoff, retry_policy
+        created_at, last_error, errors, worker_ids, unique_key, concurrency_key, backoff,
+        retry_policy
     )
-    SELECT t, a::jsonb, k::jsonb, q, p, 'queued', 0, m, COALESCE(r, now()), '', '[]', '[]', u, c, b,
-           rp::jsonb
+    SELECT t, a::jsonb, k::jsonb, q, p, 'queued', 0, m, COALESCE(r, now()), now(), '', '[]',
+           '[]', u, c, b, rp::jsonb
     FROM unnest(
         %(tasks)s::text[], %(args)s::text[], %(kwargs)s::text[], %(queues)s::text[],
         %(priorities)s::int[], %(max_attempts)s::int[], %(run_ats)s::timestamptz[],
@@ -57,15 +65,15 @@ woken AS (
     FROM (SELECT DISTINCT queue FROM inserted) AS q
     WHERE %(notify)s::bool
 )
--- "now" is the rows' created_at (its default, statement_timestamp()).
+-- "now" is the rows' created_at.
 SELECT COALESCE((SELECT array_agg(id ORDER BY id) FROM inserted), '{}') AS ids,
-       statement_timestamp() AS now, (SELECT n FROM woken) AS woken;
+       now() AS now, (SELECT n FROM woken) AS woken;
 
 -- name: reserve_ids
 -- Ids for a COPY of many jobs, and one moment for their created_at and (when
--- they have none) their run_at, as a plain INSERT's defaults would give them.
+-- they have none) their run_at: now(), as enqueue gives them.
 SELECT array_agg(nextval(pg_get_serial_sequence('pgqueue_job', 'id'))) AS ids,
-       statement_timestamp() AS now
+       now() AS now
 FROM generate_series(1, %(count)s::int);
 
 -- name: copy_jobs

@@ -34,9 +34,11 @@ from django_pgqueue.backend.compat import (
     TaskResultStatus,
     task_backends,
     task_enqueued,
+    task_started,
 )
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.models import Job
+from django_pgqueue.testing import run_jobs
 from tests.testapp import djtasks
 from tests.testapp.djtasks import pgq
 from tests.testapp.tasks import add
@@ -107,6 +109,41 @@ def test_priority_queue_and_run_after_become_the_jobs_columns() -> None:
     assert (job.priority, job.queue, job.run_at) == (-7, "queue_1", when)
     assert djtasks.noop_task.get_result(result.id) == result
     assert Job.objects.claim("w") == []  # not before run_after
+
+
+def test_a_run_after_already_past_reads_back_as_it_was_enqueued() -> None:
+    """``run_after=timezone.now()`` (or any past moment): get_result() said None, so
+    the result no longer equalled the enqueue's, as Django's contract has it. A job
+    enqueued without one still reads back None, also from a transaction that began
+    before it."""
+    past = timezone.now() - dt.timedelta(minutes=5)
+    for when in (timezone.now(), past):
+        result = djtasks.noop_task.using(run_after=when).enqueue()
+        assert task_backends["default"].get_result(result.id) == result
+        assert task_backends["default"].get_result(result.id).task.run_after == when
+    with transaction.atomic():
+        djtasks.noop_task.enqueue()  # from here on now() is behind the statements' time
+        late = djtasks.noop_task.enqueue()
+        at_once = djtasks.noop_task.using(run_after=timezone.now()).enqueue()
+    assert task_backends["default"].get_result(late.id).task.run_after is None
+    assert task_backends["default"].get_result(late.id) == late
+    assert task_backends["default"].get_result(at_once.id) == at_once
+    # Through enqueue_many too, and by the worker's claim (task_started's result).
+    bulk = enqueue_many(djtasks.noop_task.using(run_after=past), [call(), call()])
+    assert [task_backends["default"].get_result(r.id) for r in bulk] == bulk
+    started: list[Any] = []
+
+    def collect(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        started.append(task_result)
+
+    task_started.connect(collect)
+    try:
+        run_jobs()
+    finally:
+        task_started.disconnect(collect)
+    by_id = {r.id: r.task.run_after for r in started}
+    assert by_id[result.id] == past
+    assert by_id[late.id] is None
 
 
 def test_with_use_tz_off_a_naive_run_after_is_read_in_time_zone_as_django_does() -> None:

@@ -55,6 +55,11 @@ class ClaimedRun(Protocol):
 #: executor does not check again.
 Invoke = Callable[[Any, Any], Any]
 
+#: Told, inside the executor's ``except`` block, that a claimed job was refused before
+#: it ran (its arguments do not fit the registered object): the Tasks backend sends
+#: ``task_started`` and ``task_finished`` (FAILED) for it, as Django's workers do.
+Refuse = Callable[[Any, Any, BaseException], None]
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Runnable:
@@ -62,6 +67,7 @@ class Runnable:
 
     target: Any
     invoke: Invoke
+    refuse: Refuse | None = None
 
     def __call__(self, job: ClaimedRun) -> Any:
         return self.invoke(self.target, job)
@@ -71,21 +77,24 @@ class Runnable:
 class _Kind:
     recognise: Callable[[Any], bool]
     invoke: Invoke
+    refuse: Refuse | None
 
 
 _registry: dict[str, Runnable] = {}
 _kinds: list[_Kind] = []
 
 
-def register(path: str, target: Any, invoke: Invoke) -> None:
+def register(path: str, target: Any, invoke: Invoke, refuse: Refuse | None = None) -> None:
     """Allow the worker to run ``target`` (through ``invoke``) for jobs naming ``path``."""
-    _registry[path] = Runnable(target, invoke)
+    _registry[path] = Runnable(target, invoke, refuse)
 
 
-def register_kind(recognise: Callable[[Any], bool], invoke: Invoke) -> None:
+def register_kind(
+    recognise: Callable[[Any], bool], invoke: Invoke, refuse: Refuse | None = None
+) -> None:
     """Accept module attributes that ``recognise`` approves, run through ``invoke``."""
     if all(kind.recognise is not recognise for kind in _kinds):
-        _kinds.append(_Kind(recognise, invoke))
+        _kinds.append(_Kind(recognise, invoke, refuse))
 
 
 def _within(module: str, package: str) -> bool:
@@ -241,7 +250,7 @@ def discover() -> None:
             for kind in _kinds:
                 # Defined here, not imported from elsewhere: a Task knows its own path.
                 if value.module_path == path and kind.recognise(value):
-                    register(path, value, kind.invoke)
+                    register(path, value, kind.invoke, kind.refuse)
 
 
 def loaded(path: str, *, importing: bool = False) -> Any | None:
@@ -302,6 +311,6 @@ def resolve(path: str) -> Runnable:
     candidate = getattr(module, attribute, None)
     for kind in _kinds:
         if candidate is not None and kind.recognise(candidate):
-            register(path, candidate, kind.invoke)
+            register(path, candidate, kind.invoke, kind.refuse)
             return _registry[path]
     raise UnknownTask(f"{path!r} is not a registered task")

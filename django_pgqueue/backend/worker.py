@@ -55,7 +55,7 @@ logger = logging.getLogger("django_pgqueue")
 def register_task_kind() -> None:
     """Let the worker run Tasks-framework Tasks, and check that they are queued
     (idempotent)."""
-    registry.register_kind(is_task, invoke)
+    registry.register_kind(is_task, invoke, refuse)
     checks.register(check_unqueued_tasks, checks.Tags.compatibility)
 
 
@@ -175,6 +175,18 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
 
 
 _TASK_CALL = Task.call
+
+
+def refuse(task: Task[Any, Any], job: ClaimedJob, exc: BaseException) -> None:
+    """A job refused before it ran (arguments that no longer fit the task, say after
+    a deploy changed its signature): reported as a run that failed at once, with
+    ``task_started`` then ``task_finished`` (FAILED, the TypeError as its error), so
+    that receivers watching for failures hear of it. Called inside an ``except``
+    block, as Django's log receiver wants for its traceback."""
+    backend = _backend_for(task)
+    result = running_result(task, job, backend.alias)
+    _send(task_started, backend, result)
+    _finished(backend, result, exc)
 
 
 def _backend_for(task: Task[Any, Any]) -> BaseTaskBackend:

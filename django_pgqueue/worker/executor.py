@@ -155,6 +155,8 @@ def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Fai
     try:
         registry.check_arguments(runnable.target, job.args, job.kwargs)
     except TypeError as exc:
+        if runnable.refuse is not None:  # the Tasks backend's signals, without our frames
+            runnable.refuse(runnable.target, job, exc.with_traceback(None))
         return refused(job, exc)
     if control is None:  # run outside a worker's pool (tests): current_job() still works
         control = RunningJob(job)

@@ -34,6 +34,7 @@ from django_pgqueue.backend.compat import (
     TaskResultStatus,
     task_backends,
     task_enqueued,
+    task_finished,
     task_started,
 )
 from django_pgqueue.exceptions import InvalidJob
@@ -422,3 +423,38 @@ def test_max_attempts_comes_from_the_task_then_options_then_pgqueue() -> None:
         djtasks.noop_task.enqueue()
         pgq(djtasks.noop_task).using(max_attempts=1).enqueue()
     assert list(Job.objects.order_by("id").values_list("max_attempts", flat=True)) == [3, 5, 1]
+
+
+def test_a_job_whose_arguments_no_longer_fit_is_reported_failed_by_the_signals() -> None:
+    """Its arguments changed under it (a deploy changed the signature): the worker
+    refuses it before it runs, and sent no signal, so a receiver alerting on
+    task_finished FAILED never heard of it. It gets task_started then task_finished
+    FAILED, with the TypeError, as Django's database worker does."""
+    result = djtasks.calculate_meaning_of_life.enqueue()
+    Job.objects.filter(pk=result.id).update(args=[1])
+    seen: list[tuple[str, Any, str]] = []
+
+    def started(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append(("started", sender, task_result.status))
+
+    def finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append(("finished", sender, task_result.status))
+        seen.append(("error", None, task_result.errors[-1].exception_class_path))
+
+    task_started.connect(started)
+    task_finished.connect(finished)
+    try:
+        ran = run_jobs()
+    finally:
+        task_started.disconnect(started)
+        task_finished.disconnect(finished)
+    assert ran.dead == [int(result.id)]
+    backend = type(task_backends["default"])
+    assert seen == [
+        ("started", backend, TaskResultStatus.RUNNING),
+        ("finished", backend, TaskResultStatus.FAILED),
+        ("error", None, "builtins.TypeError"),
+    ]
+    stored = djtasks.calculate_meaning_of_life.get_result(result.id)
+    assert stored.status == TaskResultStatus.FAILED
+    assert stored.errors[-1].exception_class_path == "builtins.TypeError"

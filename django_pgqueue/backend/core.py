@@ -92,7 +92,11 @@ class PgQueueBackend(BaseTaskBackend):
             )
         if (problem := shape_problem(self.alias, self.options, self.queues_setting)) is not None:
             raise InvalidTask(problem)
-        if isinstance(task.priority, bool) or not isinstance(task.priority, int | float):
+        if (
+            isinstance(task.priority, bool)
+            or not isinstance(task.priority, int | float)
+            or task.priority != task.priority  # NaN: Django's int() would raise ValueError
+        ):
             raise InvalidTask(  # Django's own check would compare it, and raise TypeError
                 f"priority must be a whole number between -100 and 100, not {task.priority!r}"
             )
@@ -184,6 +188,10 @@ def enqueue_many[**P, R](
     another backend (Django's ImmediateBackend in tests, say) it calls
     ``task.enqueue()`` once per pair.
     """
+    if not isinstance(task, Task):
+        raise TypeError(
+            f"enqueue_many() takes a Task (a function declared with @task), not {task!r}"
+        )
     backend = task_backends[task.backend]
     pairs = [_pair(task, index, item) for index, item in enumerate(calls)]
     if not isinstance(backend, PgQueueBackend):

@@ -124,6 +124,14 @@ def test_a_call_of_the_wrong_shape_is_refused_by_its_index(calls: list[Any], ind
     assert Job.objects.count() == 0
 
 
+def test_something_that_is_not_a_task_is_refused_with_what_to_pass() -> None:
+    """A plain function (the task's .func, say) gave AttributeError: 'function' object
+    has no attribute 'backend'."""
+    with pytest.raises(TypeError, match=r"enqueue_many\(\) takes a Task \(a function declared "):
+        enqueue_many(djtasks.noop_task.func, [call()])  # type: ignore[arg-type]
+    assert Job.objects.count() == 0
+
+
 def test_a_call_that_does_not_fit_the_signature_is_named_by_its_index() -> None:
     with pytest.raises(InvalidJobArguments, match=r"calls\[2\] of enqueue_many: "):
         enqueue_many(djtasks.fails_with, [call("a"), call("b"), call("a", "b")])

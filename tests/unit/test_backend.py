@@ -115,6 +115,10 @@ def test_options_turns_a_task_of_any_backend_into_ours() -> None:
         ({"run_after": dt.datetime(2030, 1, 1)}, "run_after must be an aware datetime"),
         ({"priority": "5"}, "priority must be a whole number between -100 and 100, not '5'"),
         (
+            {"priority": float("nan")},
+            "priority must be a whole number between -100 and 100, not nan",
+        ),
+        (
             {"run_after": 60},
             r"run_after 60 must be an aware datetime or a timedelta: for 60 seconds from now, "
             r"pass run_after=timedelta\(seconds=60\)",

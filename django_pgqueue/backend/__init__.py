@@ -9,8 +9,16 @@ raises ImportError saying what to install.
 
 from __future__ import annotations
 
-from django_pgqueue.backend.core import PgQueueBackend, enqueue_many
+from django_pgqueue.backend.core import PgQueueBackend, aenqueue_many, enqueue_many
 from django_pgqueue.backend.enqueueing import call
 from django_pgqueue.backend.task import PgQueueTask, PgQueueTaskContext, options
 
-__all__ = ["PgQueueBackend", "PgQueueTask", "PgQueueTaskContext", "call", "enqueue_many", "options"]
+__all__ = [
+    "PgQueueBackend",
+    "PgQueueTask",
+    "PgQueueTaskContext",
+    "aenqueue_many",
+    "call",
+    "enqueue_many",
+    "options",
+]

@@ -6,6 +6,7 @@ import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
 from django.apps import apps
 from django.db import transaction
 
@@ -172,6 +173,15 @@ class PgQueueBackend(BaseTaskBackend):
             *check_backend(self.alias, self.options, self.queues, self.queues_setting),
             *unknown_params_problem(self.alias, self.unknown_params),
         ]
+
+
+async def aenqueue_many[**P, R](
+    task: Task[P, R], calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
+) -> list[TaskResult[P, R]]:
+    """:func:`enqueue_many` from async code, as Django's ``aenqueue()`` runs
+    ``enqueue()``: in the thread that holds the caller's database connection, so
+    it joins the same transaction."""
+    return await sync_to_async(enqueue_many, thread_sensitive=True)(task, calls)
 
 
 def enqueue_many[**P, R](

@@ -124,6 +124,20 @@ def test_a_call_of_the_wrong_shape_is_refused_by_its_index(calls: list[Any], ind
     assert Job.objects.count() == 0
 
 
+def test_aenqueue_many_joins_the_callers_transaction() -> None:
+    from asgiref.sync import async_to_sync
+
+    from django_pgqueue.backend import aenqueue_many
+
+    results = async_to_sync(aenqueue_many)(djtasks.echo, [call(1), call(2)])
+    assert [(r.args, r.status) for r in results] == [([1], "READY"), ([2], "READY")]
+    assert Job.objects.filter(pk__in=[r.id for r in results]).count() == 2
+    with pytest.raises(RuntimeError), transaction.atomic():
+        async_to_sync(aenqueue_many)(djtasks.echo, [call(3)])
+        raise RuntimeError("rolled back")
+    assert Job.objects.count() == 2
+
+
 def test_something_that_is_not_a_task_is_refused_with_what_to_pass() -> None:
     """A plain function (the task's .func, say) gave AttributeError: 'function' object
     has no attribute 'backend'."""

@@ -311,12 +311,16 @@ def test_prefetched_runs_lost_before_a_thread_took_them_free_their_slots() -> No
         worker.wait("heartbeat", where=lambda data: len(data["lost"]) == 2)
         # Freed by that heartbeat, while the long job still runs (not when a thread
         # reaches them behind it), and filled with the two jobs behind them.
+        # The rows are running once the claim commits; the worker's ledger records
+        # them a moment later, in the claim loop's thread.
         wait_for(
-            lambda: Job.objects.filter(pk__in=behind, status="running").count() == 2,
+            lambda: (
+                Job.objects.filter(pk__in=behind, status="running").count() == 2
+                and worker.worker.ledger.busy == 3
+            ),
             4,
             "the freed slots to take the jobs behind",
         )
-        assert worker.worker.ledger.busy == 3
         assert Job.objects.get(pk=long.pk).status == "running"
         worker.wait("recorded", where=partial(ended, long.pk, "done"))
         wait_for(lambda: worker.worker.ledger.busy == 0, 5, "every slot to be free")

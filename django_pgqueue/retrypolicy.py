@@ -135,9 +135,14 @@ def _decoded(text: str) -> RetryPolicy:
     try:
         found = json.loads(text)
         retry_on, discard_on = found.get("retry_on"), found.get("discard_on") or []
-        return RetryPolicy(
-            None if retry_on is None else tuple(str(n) for n in retry_on),
-            tuple(str(n) for n in discard_on),
-        )
+        return RetryPolicy(None if retry_on is None else _names(retry_on), _names(discard_on))
     except (ValueError, TypeError, AttributeError, RecursionError):
         return DEFAULT
+
+
+def _names(value: object) -> tuple[str, ...]:
+    """A stored list of exception paths; TypeError for anything else (a list of lists
+    would match no exception, and bury every failure of its job)."""
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise TypeError(f"not a list of exception paths: {value!r:.80}")
+    return tuple(value)

@@ -77,6 +77,10 @@ def _toggle(enabled: bool) -> Any:
     return action
 
 
+#: The row's moments its pages show in the schedule's own time zone, as its cron reads.
+_IN_ITS_ZONE = ("last_tick", "restarted_at")
+
+
 class ScheduleAdmin(_ModelAdmin):
     """Read-only but for the switch: rows are written by the workers' schedulers."""
 
@@ -94,10 +98,10 @@ class ScheduleAdmin(_ModelAdmin):
     search_fields = ("name", "task")
     ordering = ("name",)
     actions = (_toggle(False), _toggle(True))
-    exclude = ("last_tick",)  # shown as last_tick_display
+    exclude = _IN_ITS_ZONE  # shown as last_tick_display, restarted_at_display
     readonly_fields = (
         # The last tick as the list shows it, in the schedule's own zone.
-        *(f.name if f.name != "last_tick" else "last_tick_display" for f in Schedule._meta.fields),
+        *(f"{f.name}_display" if f.name in _IN_ITS_ZONE else f.name for f in Schedule._meta.fields),
         "state",
         "last_job",
         "next_tick",
@@ -171,6 +175,11 @@ class ScheduleAdmin(_ModelAdmin):
     def last_tick_display(self, obj: Schedule) -> str:
         view = self._view(obj)
         return local_moment(view.last_tick, view.timezone)
+
+    @admin.display(description="restarted at")
+    def restarted_at_display(self, obj: Schedule) -> str:
+        """When it was enabled again or changed: it went on from its next tick."""
+        return local_moment(obj.restarted_at, self._view(obj).timezone)
 
     @admin.display(description="next tick")
     def next_tick(self, obj: Schedule) -> str:

@@ -15,8 +15,8 @@ from typing import ClassVar
 
 from django.apps import apps
 from django.db import models
-from django.db.models import F, OuterRef, Subquery
-from django.db.models.functions import Greatest, Now
+from django.db.models import OuterRef, Subquery
+from django.db.models.functions import Now
 
 from django_pgqueue import conf
 from django_pgqueue.basemodel import OnJobDatabaseModel
@@ -85,7 +85,7 @@ class ScheduleManager(conf.OnJobDatabase["Schedule"], _ScheduleManagerBase["Sche
             .values_list("name", flat=True)
         )
         # Enabled again, it goes on from its next tick: the ticks it skipped are not due.
-        restart = {"last_tick": Greatest(F("last_tick"), Now())} if enabled else {}
+        restart = {"restarted_at": Now()} if enabled else {}
         self.using(alias).filter(name__in=changed).update(
             enabled=enabled, updated_at=Now(), **restart
         )
@@ -117,7 +117,15 @@ class Schedule(OnJobDatabaseModel):
         help_text='The settings\' "enabled", as the latest worker to start read them.',
     )
     last_tick = models.DateTimeField(
-        null=True, blank=True, help_text="The latest tick enqueued (its job's run_at)."
+        null=True,
+        blank=True,
+        help_text="The latest tick taken: enqueued (its job's run_at), or passed while disabled.",
+    )
+    restarted_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When it was last enabled again or changed: it goes on from its next tick "
+        "after this, and no tick before it is enqueued.",
     )
     last_job_id = models.BigIntegerField(
         null=True, blank=True, help_text="The job of the latest tick (it may have been pruned)."

@@ -83,9 +83,7 @@ def describe(
         expression=source.expression if source is not None else "",
         timezone=source.timezone if source is not None else "",
         state=state,
-        # The row's last_tick is where ticking goes on from: before the first job it
-        # is a start point (a schedule enabled again, or changed), never a tick.
-        last_tick=row.last_tick if row and row.ticks else None,
+        last_tick=row.last_tick if row else None,
         last_job_id=row.last_job_id if row else None,
         last_job_status=last_job_status,
         next_tick=spec.next_after(now) if spec is not None and state == ACTIVE else None,

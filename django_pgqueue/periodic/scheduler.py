@@ -99,7 +99,7 @@ class Scheduler(ServiceThread):
         self._up_since = min(since, self.started) if since is not None else self.started
         for plan in self.planned:
             row = rows[plan.spec.name]
-            plan.cursor = row.last_tick or row.created_at
+            plan.cursor = row.resume_from or row.created_at
             plan.due = result.now  # looked at in this first step
         if result.removed:
             logger.info(

@@ -30,7 +30,8 @@ class Synced:
 
     name: str
     enabled: bool
-    last_tick: dt.datetime | None
+    #: Where its ticking goes on: the later of its last tick and its restart, if any.
+    resume_from: dt.datetime | None
     created_at: dt.datetime
 
 
@@ -58,7 +59,7 @@ def sync(declared: Sequence[Declared], alias: str) -> Sync:
     )
     return Sync(
         rows=[
-            Synced(r["name"], r["enabled"], r["last_tick"], r["created_at"])
+            Synced(r["name"], r["enabled"], r["resume_from"], r["created_at"])
             for r in rows
             if r["name"] is not None
         ],

@@ -811,10 +811,12 @@ ORDER BY queue;
 -- after the latest worker to start had it off (or before any worker wrote it: a row
 -- `schedules --enable` made), or given another expression or time zone, goes on
 -- from its next tick: the ticks that fell while no worker ticked it, or that the
--- old expression did not have, are not due. Its last tick
--- moves to two seconds ago, not to now, so that a tick a worker still on older
--- settings (which tick it) is about to take is not lost: a scheduler looks once a
--- second. The settings' "enabled" is kept in the row for that, and nothing else.
+-- old expression did not have, are not due. Its restarted_at (no tick before it
+-- is taken; last_tick keeps the last real one, for people to read) moves to two
+-- seconds ago, not to now, so that a tick a worker still on older settings (which
+-- tick it) is about to take is not lost: a scheduler looks once a second. The
+-- settings' "enabled" is kept in the row for that, and nothing else. Each row
+-- comes back with resume_from, the later of the two, where its ticking goes on.
 WITH declared AS (
     SELECT name, task, expression, timezone, on_in_settings
     FROM unnest(%(names)s::text[], %(tasks)s::text[], %(expressions)s::text[],
@@ -833,18 +835,19 @@ upserted AS (
     SET task = EXCLUDED.task, expression = EXCLUDED.expression, timezone = EXCLUDED.timezone,
         configured = true,
         settings_enabled = EXCLUDED.settings_enabled,
-        last_tick = CASE WHEN NOT s.configured
-                           OR (EXCLUDED.settings_enabled AND NOT s.settings_enabled)
-                           OR (s.expression, s.timezone)
-                              IS DISTINCT FROM (EXCLUDED.expression, EXCLUDED.timezone)
-                         THEN GREATEST(s.last_tick, now() - interval '2 seconds')
-                         ELSE s.last_tick END,
+        restarted_at = CASE WHEN NOT s.configured
+                              OR (EXCLUDED.settings_enabled AND NOT s.settings_enabled)
+                              OR (s.expression, s.timezone)
+                                 IS DISTINCT FROM (EXCLUDED.expression, EXCLUDED.timezone)
+                            THEN GREATEST(s.restarted_at, now() - interval '2 seconds')
+                            ELSE s.restarted_at END,
         updated_at = CASE
             WHEN (s.task, s.expression, s.timezone, s.configured, s.settings_enabled)
                  IS DISTINCT FROM (EXCLUDED.task, EXCLUDED.expression, EXCLUDED.timezone, true,
                                    EXCLUDED.settings_enabled)
             THEN now() ELSE s.updated_at END
-    RETURNING s.name, s.enabled, s.last_tick, s.created_at
+    RETURNING s.name, s.enabled, GREATEST(s.last_tick, s.restarted_at) AS resume_from,
+              s.created_at
 ),
 removed AS (
     UPDATE pgqueue_schedule
@@ -852,7 +855,7 @@ removed AS (
     WHERE configured AND name <> ALL (%(names)s::text[])
     RETURNING name
 )
-SELECT name, enabled, last_tick, created_at, now() AS now,
+SELECT name, enabled, resume_from, created_at, now() AS now,
        (SELECT count(*) FROM removed) AS removed
 FROM upserted
 UNION ALL
@@ -870,7 +873,8 @@ WHERE NOT EXISTS (SELECT FROM declared);
 -- Each worker ticks the definition its own settings give (the row
 -- shows the one the latest worker to start wrote): a worker with other settings
 -- must never stop the others' schedules. The job's run_at is the tick, so every
--- job says which tick it belongs to. A live job
+-- job says which tick it belongs to (its created_at is now(), as every enqueue's, so
+-- the Tasks backend reports the tick as its run_after). A live job
 -- holding the task's unique_key makes the tick enqueue nothing: the tick is
 -- taken, its id comes back NULL, and last_job_id and ticks stay as they were
 -- (the last job is still the live one). Should such a job be enqueued between
@@ -890,18 +894,19 @@ ticked AS (
         ticks = ticks + CASE WHEN enabled AND NOT (SELECT live FROM held) THEN 1 ELSE 0 END
     WHERE name = %(name)s::text
       AND (last_tick IS NULL OR last_tick < %(tick)s::timestamptz)
+      AND (restarted_at IS NULL OR restarted_at < %(tick)s::timestamptz)
     RETURNING enabled, last_job_id
 ),
 inserted AS (
     INSERT INTO pgqueue_job (
         id, task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
         last_error, errors, worker_ids, unique_key, concurrency_key, backoff, retry_policy,
-        schedule
+        schedule, created_at
     )
     SELECT t.last_job_id, %(job_task)s::text, %(args)s::jsonb, %(kwargs)s::jsonb, %(queue)s::text,
            %(priority)s::int, 'queued', 0, %(max_attempts)s::int, %(tick)s::timestamptz,
            '', '[]', '[]', %(unique_key)s::text, %(concurrency_key)s::text, %(backoff)s::float8,
-           %(retry_policy)s::jsonb, %(name)s::text
+           %(retry_policy)s::jsonb, %(name)s::text, now()
     FROM ticked AS t
     WHERE t.enabled AND NOT (SELECT live FROM held)
     ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL

@@ -129,8 +129,9 @@ def test_the_command_lists_switches_and_says_what_it_cannot_find(
         "schedule 'report' was enabled",
         "schedule 'ping' was already enabled",
     ]
-    # Enabled again, it goes on from now: a start point, not a tick it enqueued.
-    assert Schedule.objects.get(pk="report").last_tick is not None
+    # Enabled again, it goes on from now: a start point, kept apart from its ticks.
+    row = Schedule.objects.get(pk="report")
+    assert (row.last_tick, row.restarted_at is not None) == (None, True)
     report = next(line for line in run(periodic=periodic).splitlines() if line.startswith("report"))
     assert report.split()[8:10] == ["-", "-"], report  # no last tick, no last job
     data = json.loads(run("--json", periodic=periodic))

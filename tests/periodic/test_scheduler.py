@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from django_pgqueue.models import Job, Schedule
 from django_pgqueue.periodic.calls import job_spec
+from django_pgqueue.periodic.overview import overview
 from django_pgqueue.periodic.scheduler import Scheduler, declared
 from django_pgqueue.periodic.spec import MAX_TICKS, parse
 from django_pgqueue.queue import schedules
@@ -250,12 +251,44 @@ def test_enabled_again_after_no_worker_ran_it_starts_from_its_next_tick(
     Schedule.objects.set_enabled(["minutely"], False)
     latest = outage("minutely", 5)
     Schedule.objects.set_enabled(["minutely"], True)
-    restart = Schedule.objects.get(pk="minutely").last_tick
-    assert restart is not None
-    assert restart >= latest  # it restarts from now
+    row = Schedule.objects.get(pk="minutely")
+    assert row.restarted_at is not None
+    assert row.restarted_at >= latest  # it restarts from now
+    assert row.last_tick == latest - dt.timedelta(minutes=5)  # its last tick stays
     restarted = scheduler({"minutely": every})
     restarted.step()
     assert ran_at("minutely") == []
+
+
+def test_a_restart_is_never_shown_as_a_tick(scheduler: Callable[..., Scheduler]) -> None:
+    """A schedule that enqueued a tick, then was enabled again and given another
+    expression: operators still read that tick as its last one, not the moment it
+    restarted from, and ticking goes on from the restart."""
+    s = scheduler({"minutely": MINUTELY})
+    s.step()
+    (plan,) = s.planned
+    tick = next(plan.spec.at_or_before(timezone.now()))  # a tick already past
+    ticked, job_id = schedules.tick(plan.declared, plan.job, tick, "default")
+    assert ticked
+    assert job_id is not None
+    Schedule.objects.set_enabled(["minutely"], False)
+    Schedule.objects.set_enabled(["minutely"], True)
+    changed = scheduler({"minutely": {**MINUTELY, "every": 120}})
+    changed.step()
+    row = Schedule.objects.get(pk="minutely")
+    assert row.restarted_at is not None
+    assert row.restarted_at > tick
+    assert (row.last_tick, row.last_job_id, row.ticks) == (tick, job_id, 1)
+    (view,) = overview()
+    assert (view.last_tick, view.last_job_id, view.ticks) == (tick, job_id, 1)
+    # A moment after the last tick but before the restart is not taken, even by a
+    # worker still on the old definition; the next tick after the restart is.
+    between = tick + (row.restarted_at - tick) / 2
+    assert schedules.tick(plan.declared, plan.job, between, "default") == (False, None)
+    nxt = changed.planned[0].spec.next_after(row.restarted_at)
+    changed._enqueue_due(changed.planned[0], nxt)
+    assert ran_at("minutely") == [tick, nxt]
+    assert Schedule.objects.get(pk="minutely").last_tick == nxt
 
 
 def test_a_schedule_switched_on_in_the_settings_starts_from_its_next_tick(
@@ -364,9 +397,10 @@ def test_a_changed_expression_starts_from_its_next_tick_not_from_the_old_last_ti
     ticks = ran_at("report")
     assert len(ticks) <= 1, ticks  # a tick of the last two seconds, at most
     assert all(t > before - dt.timedelta(seconds=2.05) for t in ticks), ticks
-    last_tick = Schedule.objects.get(pk="report").last_tick
-    assert last_tick is not None
-    assert last_tick > before - dt.timedelta(seconds=2.05)
+    row = Schedule.objects.get(pk="report")
+    assert row.restarted_at is not None
+    assert row.restarted_at > before - dt.timedelta(seconds=2.05)
+    assert row.last_tick == (ticks[-1] if ticks else three_hours_ago)  # a real tick
 
 
 @pytest.mark.parametrize("catch_up", ["latest", "all"])

@@ -179,10 +179,11 @@ _TASK_CALL = Task.call
 
 def refuse(task: Task[Any, Any], job: ClaimedJob, exc: BaseException) -> None:
     """A job refused before it ran (arguments that no longer fit the task, say after
-    a deploy changed its signature): reported as a run that failed at once, with
-    ``task_started`` then ``task_finished`` (FAILED, the TypeError as its error), so
-    that receivers watching for failures hear of it. Called inside an ``except``
-    block, as Django's log receiver wants for its traceback."""
+    a deploy changed its signature, or stored arguments Python cannot decode):
+    reported as a run that failed at once, with ``task_started`` then
+    ``task_finished`` (FAILED, the exception as its error), so that receivers
+    watching for failures hear of it. The TypeError's refusal is made inside its
+    ``except`` block, so Django's log receiver logs it with the exception."""
     backend = _backend_for(task)
     result = running_result(task, job, backend.alias)
     _send(task_started, backend, result)

@@ -24,6 +24,7 @@ from django_pgqueue.control import CANCELLED, Cancel, RunningJob, Snooze, runnin
 from django_pgqueue.exceptions import JobTimeout, TooManySnoozes, UnknownTask
 from django_pgqueue.jsonargs import Encoded, dumps_result
 from django_pgqueue.records import ClaimedJob, Failure, Success
+from django_pgqueue.registry import Runnable
 from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, policy_of
 from django_pgqueue.validation import storable
 from django_pgqueue.worker import joblog
@@ -146,18 +147,16 @@ def policy_for(job: ClaimedJob) -> RetryPolicy:
 def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Failure:
     """Run ``job`` in this thread and return its outcome; ``control`` is the job's
     line to the worker (``current_job()`` while it runs)."""
-    if job.problem is not None:
-        return refused(job, UndecodableJob(job.problem))
     try:
         runnable = registry.resolve(job.task)
     except UnknownTask as exc:
         return refused(job, exc)
+    if job.problem is not None:
+        return _told_refused(runnable, job, UndecodableJob(job.problem))
     try:
         registry.check_arguments(runnable.target, job.args, job.kwargs)
     except TypeError as exc:
-        if runnable.refuse is not None:  # the Tasks backend's signals, without our frames
-            runnable.refuse(runnable.target, job, exc.with_traceback(None))
-        return refused(job, exc)
+        return _told_refused(runnable, job, exc)
     if control is None:  # run outside a worker's pool (tests): current_job() still works
         control = RunningJob(job)
     asked = control.cancel_reason
@@ -190,6 +189,14 @@ def cancel_outcome(job: ClaimedJob, reason: str, trace: str = "") -> Failure:
     """``cancelled(...)``, logged: the run ends because it was asked to stop."""
     logger.info("job %s (%s) cancelled on attempt %s: %s", job.id, job.task, job.attempt, reason)
     return cancelled(job, reason, trace)
+
+
+def _told_refused(runnable: Runnable, job: ClaimedJob, exc: BaseException) -> Failure:
+    """:func:`refused`, for a job of a known task: its kind hears of it first (the
+    Tasks backend sends its signals), with the exception but not our frames."""
+    if runnable.refuse is not None:
+        runnable.refuse(runnable.target, job, exc.with_traceback(None))
+    return refused(job, exc)
 
 
 def refused(job: ClaimedJob, exc: BaseException) -> Failure:

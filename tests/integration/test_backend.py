@@ -425,6 +425,41 @@ def test_max_attempts_comes_from_the_task_then_options_then_pgqueue() -> None:
     assert list(Job.objects.order_by("id").values_list("max_attempts", flat=True)) == [3, 5, 1]
 
 
+def test_a_job_whose_arguments_cannot_be_decoded_is_reported_failed_by_the_signals() -> None:
+    """A row whose stored arguments Python cannot read (a 5,001-digit number, past
+    Python's limit for int(), planted by hand) is buried at once, and, as one whose
+    arguments no longer fit, reported FAILED by task_started then task_finished: it
+    sent no signal."""
+    result = djtasks.calculate_meaning_of_life.enqueue()
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE pgqueue_job SET args = '[1e5000]' WHERE id = %s", [int(result.id)])
+    seen: list[tuple[str, Any]] = []
+
+    def started(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append(("started", task_result.status))
+
+    def finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append(("finished", task_result.status))
+        seen.append(("error", task_result.errors[-1].exception_class_path))
+
+    task_started.connect(started)
+    task_finished.connect(finished)
+    try:
+        ran = run_jobs()
+    finally:
+        task_started.disconnect(started)
+        task_finished.disconnect(finished)
+    assert ran.dead == [int(result.id)]
+    assert seen == [
+        ("started", TaskResultStatus.RUNNING),
+        ("finished", TaskResultStatus.FAILED),
+        ("error", "django_pgqueue.worker.executor.UndecodableJob"),
+    ]
+    # (Only these columns: Django itself cannot decode those arguments either.)
+    attempts, error = Job.objects.values_list("attempts", "last_error").get(pk=result.id)
+    assert (attempts, error.split(":")[0]) == (1, "django_pgqueue.worker.executor.UndecodableJob")
+
+
 def test_a_job_whose_arguments_no_longer_fit_is_reported_failed_by_the_signals() -> None:
     """Its arguments changed under it (a deploy changed the signature): the worker
     refuses it before it runs, and sent no signal, so a receiver alerting on

@@ -213,7 +213,8 @@ def _declaration_problems() -> list[checks.CheckMessage]:
                 + ("" if _set_by_project("TASKS") else " (TASKS is not set)")
                 + ", so another backend declares these tasks, and no worker would run "
                 "them: set TASKS['default']['BACKEND'] to "
-                "'django_pgqueue.backend.PgQueueBackend' and list the queues in its QUEUES."
+                "'django_pgqueue.backend.PgQueueBackend'"
+                + (" and list the queues in its QUEUES." if "queue" in problem.lower() else ".")
             )
         return [
             checks.Error(

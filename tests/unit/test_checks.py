@@ -124,6 +124,14 @@ def test_a_task_another_backend_refuses_says_no_tasks_entry_is_ours() -> None:
         "worker would run them: set TASKS['default']['BACKEND'] to "
         "'django_pgqueue.backend.PgQueueBackend' and list the queues in its QUEUES."
     ), message.msg
+    # A refusal that is not about a queue is not told to list queues.
+    modules = {"TASK_MODULES": ["tests.outside.refused_priority"]}
+    with override_settings(PGQUEUE=modules, TASKS=immediate):
+        (message,) = [m for m in check_settings() if m.id == "django_pgqueue.E005"]
+    assert "priority" in message.msg
+    assert message.msg.endswith(
+        "set TASKS['default']['BACKEND'] to 'django_pgqueue.backend.PgQueueBackend'."
+    ), message.msg
 
 
 def test_the_pooler_check_connects_only_when_asked_for_the_database() -> None:

@@ -84,7 +84,8 @@ def database_problem() -> tuple[str, str | None] | None:
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E001: PGQUEUE is invalid. E002: the job table's database is missing or not
     PostgreSQL. E003: its LISTEN_DATABASE is. E004: a TASK_MODULES entry cannot be
-    imported. E005: a task is refused as it is declared. E106 (Django 5.2): the
+    imported. E005: a task is refused as it is declared. W004: importing the tasks
+    modules fails otherwise. E106 (Django 5.2): the
     backport's app is missing, so no check of TASKS runs."""
     if not apps.is_installed("django_pgqueue"):
         return []  # imported by the Tasks backend without the app: E101 says so
@@ -203,9 +204,18 @@ def _declaration_problems() -> list[checks.CheckMessage]:
     except Exception as exc:
         problem = declared.declaration_problem(exc)
         if problem is None:
-            # Anything else (a dependency only the workers' image has, say) is the
-            # worker's to report, with its traceback, not every check's.
-            return []
+            # Anything else (an import that fails in an app's tasks.py, say) stops a
+            # worker at start, with its traceback: a warning, as it may be a
+            # dependency only the workers' environment has.
+            return [
+                checks.Warning(
+                    declared.import_failure(exc),
+                    hint="A worker started in this environment stops at start. If only "
+                    "the workers' environment can import these modules, silence "
+                    "django_pgqueue.W004 here.",
+                    id="django_pgqueue.W004",
+                )
+            ]
         if no_backend_ours() and not problem.startswith(declared.NO_SUCH_ENTRY):
             # Not ours refused it: the likely mistake is TASKS itself (W003's case).
             problem += (

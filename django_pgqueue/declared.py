@@ -3,9 +3,13 @@ in one line: told by ``check`` (E005) and by a worker that cannot start."""
 
 from __future__ import annotations
 
+import importlib
+import os
+import traceback
 from collections.abc import Mapping
 
 from django.conf import settings
+from django.utils import module_loading
 
 from django_pgqueue import wording
 
@@ -39,3 +43,25 @@ def _no_default_entry() -> str:
     return " (TASKS has no 'default' entry, the backend of every task declared without backend=" + (
         f": did you mean {alike}?)" if alike else ")"
     )
+
+
+def import_failure(exc: BaseException) -> str:
+    """One line for any other error raised while importing the tasks modules (an
+    import inside an app's ``tasks.py`` that fails, say): the exception, and the
+    line of the project's code that the import machinery was running."""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not frame.filename.startswith(_MACHINERY) and not frame.filename.startswith("<")
+    ]
+    where = f" ({frames[0].filename}, line {frames[0].lineno})" if frames else ""
+    return f"importing the tasks modules failed: {type(exc).__name__}: {exc}{where}"
+
+
+#: Where the frames of the import itself come from (importlib, Django's autodiscovery,
+#: this package), before the project's own module.
+_MACHINERY = (
+    os.path.dirname(importlib.__file__) + os.sep,
+    module_loading.__file__,
+    os.path.dirname(__file__) + os.sep,
+)

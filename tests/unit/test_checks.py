@@ -11,6 +11,7 @@ from django.test import override_settings
 from django_pgqueue.backend.compat import TASKS_APP
 from django_pgqueue.checks import check_pooler, check_settings
 from django_pgqueue.pooler import shown
+from tests import outside
 
 
 def ids() -> list[str]:
@@ -132,6 +133,20 @@ def test_a_task_another_backend_refuses_says_no_tasks_entry_is_ours() -> None:
     assert message.msg.endswith(
         "set TASKS['default']['BACKEND'] to 'django_pgqueue.backend.PgQueueBackend'."
     ), message.msg
+
+
+def test_a_tasks_module_that_fails_to_import_is_a_warning_saying_where() -> None:
+    """An import that fails in a tasks module: check said "no issues", and the
+    worker then stopped at start with a traceback. It is a warning (the module may
+    need what only the workers' environment has), naming the module's line."""
+    with override_settings(PGQUEUE={"TASK_MODULES": ["tests.outside.broken_import"]}):
+        (message,) = check_settings()
+    assert message.id == "django_pgqueue.W004"
+    assert message.msg == (
+        "importing the tasks modules failed: ModuleNotFoundError: No module named "
+        f"'a_dependency_that_is_not_installed' ({outside.__path__[0]}/broken_import.py, "
+        "line 6)"
+    )
 
 
 def test_the_pooler_check_connects_only_when_asked_for_the_database() -> None:

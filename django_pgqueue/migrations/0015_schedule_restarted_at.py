@@ -1,16 +1,23 @@
 """Where a schedule goes on from after it was enabled again or changed is kept in
 its own column, ``restarted_at``: it was written into ``last_tick``, which the
 admin and ``manage.py schedules`` then showed as a tick the schedule never had.
-Rows that have enqueued no tick yet move that moment over (for them the two
-cannot be told apart, and ticking goes on from the same point either way); a
-schedule that has ticks keeps its last tick. Adding a nullable column is
-instant."""
+
+Rows written before keep their ``last_tick`` (a worker still on the previous
+code, during a rolling deploy, goes on from it), and those where it may be such a
+restart point get it copied into ``restarted_at`` too; listings do not show a
+``last_tick`` equal to ``restarted_at`` as a tick. May be: a schedule that has
+enqueued no tick yet (its ``last_tick`` is a restart point, or a tick skipped
+while disabled, which was not shown either), or one whose ``last_tick`` is not a
+whole second (every tick of a cron expression or of a whole number of seconds
+is; a restart point, a moment of the database's clock, is not). Adding a
+nullable column is instant.
+"""
 
 from django.db import migrations, models
 
-MOVE = """
-UPDATE pgqueue_schedule SET restarted_at = last_tick, last_tick = NULL
-WHERE ticks = 0 AND last_tick IS NOT NULL;
+COPY = """
+UPDATE pgqueue_schedule SET restarted_at = last_tick
+WHERE last_tick IS NOT NULL AND (ticks = 0 OR date_trunc('second', last_tick) <> last_tick);
 """
 
 MOVE_BACK = """
@@ -45,5 +52,5 @@ class Migration(migrations.Migration):
                 null=True,
             ),
         ),
-        migrations.RunSQL(MOVE, reverse_sql=MOVE_BACK),
+        migrations.RunSQL(COPY, reverse_sql=MOVE_BACK),
     ]

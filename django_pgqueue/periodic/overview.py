@@ -83,7 +83,9 @@ def describe(
         expression=source.expression if source is not None else "",
         timezone=source.timezone if source is not None else "",
         state=state,
-        last_tick=row.last_tick if row else None,
+        # A last_tick equal to restarted_at is a restart point that an earlier
+        # version wrote there (migration 0015): never a tick.
+        last_tick=row.last_tick if row and row.last_tick != row.restarted_at else None,
         last_job_id=row.last_job_id if row else None,
         last_job_status=last_job_status,
         next_tick=spec.next_after(now) if spec is not None and state == ACTIVE else None,

@@ -867,7 +867,8 @@ WHERE NOT EXISTS (SELECT FROM declared);
 -- compare-and-set on last_tick and the job's insert are one statement: both
 -- happen or neither, so a worker that dies cannot leave a tick marked and its job
 -- missing. A second worker with the same tick waits on the first one's row lock,
--- then finds last_tick already there and inserts nothing. A disabled schedule's
+-- then finds last_tick already there and inserts nothing. No tick at or before
+-- the schedule's restarted_at is taken. A disabled schedule's
 -- tick is taken and enqueues nothing (not counted in ticks), so that when it is
 -- enabled again it goes on from its next tick, not from the ticks it skipped.
 -- Each worker ticks the definition its own settings give (the row
@@ -877,41 +878,40 @@ WHERE NOT EXISTS (SELECT FROM declared);
 -- the Tasks backend reports the tick as its run_after). A live job
 -- holding the task's unique_key makes the tick enqueue nothing: the tick is
 -- taken, its id comes back NULL, and last_job_id and ticks stay as they were
--- (the last job is still the live one). Should such a job be enqueued between
--- the look and the insert, the insert does nothing and last_job_id names no job.
-WITH held AS (
-    SELECT EXISTS (
-        SELECT FROM pgqueue_job
-        WHERE unique_key = %(unique_key)s::text AND status IN ('queued', 'running')
-    ) AS live
-),
-ticked AS (
-    UPDATE pgqueue_schedule
-    SET last_tick = %(tick)s::timestamptz,
-        last_job_id = CASE WHEN enabled AND NOT (SELECT live FROM held)
-                           THEN nextval(pg_get_serial_sequence('pgqueue_job', 'id'))
-                           ELSE last_job_id END,
-        ticks = ticks + CASE WHEN enabled AND NOT (SELECT live FROM held) THEN 1 ELSE 0 END
+-- (the last job is still the live one). The row is counted from what the insert
+-- did, so a job holding the key enqueued (and committed) while the insert waited
+-- on it counts the same way.
+WITH taken AS (
+    SELECT name, enabled FROM pgqueue_schedule
     WHERE name = %(name)s::text
       AND (last_tick IS NULL OR last_tick < %(tick)s::timestamptz)
       AND (restarted_at IS NULL OR restarted_at < %(tick)s::timestamptz)
-    RETURNING enabled, last_job_id
+    FOR UPDATE
 ),
 inserted AS (
     INSERT INTO pgqueue_job (
-        id, task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
+        task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
         last_error, errors, worker_ids, unique_key, concurrency_key, backoff, retry_policy,
         schedule, created_at
     )
-    SELECT t.last_job_id, %(job_task)s::text, %(args)s::jsonb, %(kwargs)s::jsonb, %(queue)s::text,
+    SELECT %(job_task)s::text, %(args)s::jsonb, %(kwargs)s::jsonb, %(queue)s::text,
            %(priority)s::int, 'queued', 0, %(max_attempts)s::int, %(tick)s::timestamptz,
            '', '[]', '[]', %(unique_key)s::text, %(concurrency_key)s::text, %(backoff)s::float8,
            %(retry_policy)s::jsonb, %(name)s::text, now()
-    FROM ticked AS t
-    WHERE t.enabled AND NOT (SELECT live FROM held)
+    FROM taken AS t
+    WHERE t.enabled
     ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
     DO NOTHING
     RETURNING id, queue
+),
+ticked AS (
+    UPDATE pgqueue_schedule AS s
+    SET last_tick = %(tick)s::timestamptz,
+        last_job_id = COALESCE((SELECT id FROM inserted), s.last_job_id),
+        ticks = s.ticks + (SELECT count(*) FROM inserted)
+    FROM taken AS t
+    WHERE s.name = t.name
+    RETURNING s.enabled
 )
 SELECT (SELECT count(*) FROM ticked WHERE enabled) AS ticked, i.id,
        (SELECT pg_notify(%(channel)s::text, i.queue) WHERE %(notify)s::bool) IS NULL AS notified

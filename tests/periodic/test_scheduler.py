@@ -21,6 +21,7 @@ from django_pgqueue.periodic.scheduler import Scheduler, declared
 from django_pgqueue.periodic.spec import MAX_TICKS, parse
 from django_pgqueue.queue import schedules
 from django_pgqueue.sql import query
+from tests.worker.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -472,6 +473,55 @@ def test_a_unique_key_skips_a_tick_while_the_previous_job_is_live(
         1,
         live.pk,
     )
+
+
+def test_a_job_holding_the_key_committed_while_the_tick_waited_is_not_counted_as_its(
+    scheduler: Callable[..., Scheduler], db_url: str
+) -> None:
+    """Someone enqueues the same unique task, and commits while the tick's insert
+    waits on it: the tick enqueues nothing. The row counted a tick all the same and
+    named a job id that never existed (listed as "pruned")."""
+    s = scheduler({"minutely": {**MINUTELY, "task": "tests.testapp.tasks.one_at_a_time"}})
+    s.step()
+    (plan,) = s.planned
+    tick = plan.spec.next_after(plan.cursor)
+    outcome: list[tuple[bool, int | None]] = []
+
+    def tick_it() -> None:
+        try:
+            outcome.append(schedules.tick(plan.declared, plan.job, tick, "default"))
+        finally:
+            connections.close_all()
+
+    with psycopg.connect(db_url) as other:
+        manual = other.execute(
+            "INSERT INTO pgqueue_job (task, args, kwargs, status, errors, worker_ids, "
+            "last_error, unique_key) VALUES ('tests.testapp.tasks.one_at_a_time', '[]', "
+            "'{\"label\": \"by hand\"}', 'queued', '[]', '[]', '', 'one-at-a-time') "
+            "RETURNING id"
+        ).fetchone()
+        ticking = threading.Thread(target=tick_it)
+        ticking.start()
+        with psycopg.connect(db_url, autocommit=True) as watcher:
+            wait_for(
+                lambda: (
+                    watcher.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE '%pgqueue_schedule%'"
+                    ).fetchone()
+                    == (1,)
+                ),
+                10,
+                "the tick to wait on the uncommitted job",
+            )
+        other.commit()
+        ticking.join(10)
+    assert outcome == [(True, None)]  # taken, and nothing enqueued
+    assert ran_at("minutely") == []
+    row = Schedule.objects.get(pk="minutely")
+    assert (row.last_tick, row.ticks, row.last_job_id) == (tick, 0, None)
+    assert manual is not None
+    assert Job.objects.filter(pk=manual[0]).exists()
 
 
 @pytest.mark.parametrize(

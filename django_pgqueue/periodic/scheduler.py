@@ -10,7 +10,9 @@ Missed ticks: when the scheduler starts, the ticks since a schedule's last one
 that came before any worker still alive was up (the registry tells) were
 missed; ``catch_up`` says how many of them to enqueue ("latest", the default:
 the most recent one; "none"; "all": up to ``MAX_TICKS``). Later ticks, due while
-some scheduler was up, are all enqueued.
+some scheduler was up, are all enqueued (up to ``MAX_TICKS`` at once). A scheduler
+that looks more than a minute late (the database unreachable, the process paused)
+counts the ticks since its last look as missed, as one starting then would.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ logger = logging.getLogger("django_pgqueue")
 
 #: The longest the thread sleeps: the clock may be set while it does.
 LONGEST_PAUSE = 60.0
+#: A look later than planned by more than this finds the ticks since the last look
+#: missed, not due (see Scheduler._ticks): the scheduler looks at least this often.
+FELL_BEHIND = dt.timedelta(seconds=LONGEST_PAUSE)
 #: How many missed ticks each catch_up value enqueues.
 CATCH_UP_LIMITS = {"none": 0, "latest": 1, "all": MAX_TICKS}
 
@@ -110,8 +115,17 @@ class Scheduler(ServiceThread):
 
     def _ticks(self, plan: Planned, now: dt.datetime) -> list[dt.datetime]:
         """The ticks to enqueue now: those due while some worker was up, and as many
-        missed ones (due before) as catch_up allows."""
+        missed ones (due before) as catch_up allows. A look later than planned by
+        more than ``FELL_BEHIND`` (every statement failing while the database was
+        unreachable, the process paused) finds the ticks since the last one missed
+        too, as a scheduler starting then would."""
         spec, start, boundary = plan.spec, plan.cursor, self._up_since
+        while_ = "while no worker was up"
+        if now - plan.due > FELL_BEHIND:
+            boundary = max(boundary, now)
+            while_ = (
+                f"while this scheduler could not look ({(now - plan.due).total_seconds():.0f} s)"
+            )
         missed: list[dt.datetime] = []
         if start < boundary:
             limit = CATCH_UP_LIMITS[spec.catch_up]
@@ -120,15 +134,24 @@ class Scheduler(ServiceThread):
             skipped = spec.between(start, min(boundary, now), MAX_TICKS + 1)
             if len(skipped) > len(missed):
                 logger.info(
-                    "schedule %s: %s missed while no worker was up, catch_up=%r enqueues %d",
+                    "schedule %s: %s missed %s, catch_up=%r enqueues %d",
                     spec.name,
                     f"more than {MAX_TICKS} ticks"
                     if len(skipped) > MAX_TICKS
                     else f"{len(skipped)} ticks",
+                    while_,
                     spec.catch_up,
                     len(missed),
                 )
-        return missed + spec.between(max(start, boundary), now, MAX_TICKS)
+        due = spec.between(max(start, boundary), now, MAX_TICKS + 1)
+        if len(due) > MAX_TICKS:
+            logger.warning(
+                "schedule %s: more than %d ticks due at once; the oldest are not enqueued",
+                spec.name,
+                MAX_TICKS,
+            )
+            due = due[1:]
+        return missed + due
 
     def _enqueue_due(self, plan: Planned, now: dt.datetime) -> None:
         for tick in self._ticks(plan, now):

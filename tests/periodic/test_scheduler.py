@@ -4,6 +4,7 @@ after an outage as ``catch_up`` says, and settings changes applied at start."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -176,6 +177,49 @@ def test_catch_up_all_is_bounded(scheduler: Callable[..., Scheduler]) -> None:
     ticks = ran_at("minutely")
     assert len(ticks) == MAX_TICKS
     assert ticks[-1] == latest
+
+
+@pytest.mark.parametrize(("catch_up", "expected"), [("none", 0), ("latest", 1), ("all", 100)])
+def test_a_scheduler_that_looks_late_counts_the_ticks_meanwhile_as_missed(
+    scheduler: Callable[..., Scheduler],
+    caplog: pytest.LogCaptureFixture,
+    catch_up: str,
+    expected: int,
+) -> None:
+    """A worker up all along whose statements failed for ten minutes (the database
+    unreachable): an every-second schedule enqueued the newest 100 of the 600 ticks,
+    whatever catch_up said, and dropped the rest without a word."""
+    every_second = {**MINUTELY, "every": 1, "catch_up": catch_up}
+    s = scheduler({"ping": every_second})
+    s.step()
+    (plan,) = s.planned
+    back = plan.due + dt.timedelta(minutes=10)  # its next look, ten minutes late
+    with caplog.at_level(logging.INFO, logger="django_pgqueue"):
+        s._enqueue_due(plan, back)
+    ticks = ran_at("ping")
+    assert len(ticks) == expected
+    assert all(back - dt.timedelta(seconds=expected) < t <= back for t in ticks), ticks
+    assert "missed while this scheduler could not look (600 s)" in caplog.text
+    assert plan.cursor == back
+
+
+def test_more_than_100_ticks_due_at_once_are_capped_with_a_warning(
+    scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture
+) -> None:
+    every_second = {**MINUTELY, "every": 1, "catch_up": "none"}
+    scheduler({"ping": every_second}).step()  # the row
+    with connection.cursor() as cursor:  # its last tick five minutes ago
+        cursor.execute(
+            "UPDATE pgqueue_schedule SET last_tick = date_trunc('second', now()) "
+            "- interval '5 minutes' WHERE name = 'ping'"
+        )
+    worker_up_for_an_hour()  # so those ticks were due, not missed
+    with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
+        scheduler({"ping": every_second}).step()
+    ticks = ran_at("ping")
+    assert len(ticks) == MAX_TICKS
+    assert ticks == [ticks[-1] - dt.timedelta(seconds=n) for n in range(MAX_TICKS - 1, -1, -1)]
+    assert "more than 100 ticks due at once; the oldest are not enqueued" in caplog.text
 
 
 def test_ticks_due_while_another_worker_was_up_are_not_missed(

@@ -18,8 +18,9 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from django_pgqueue import conf, validation
+from django_pgqueue import conf, validation, wording
 from django_pgqueue.backoff import retry_delay
+from django_pgqueue.exceptions import TooManySnoozes
 
 Classes = tuple[type[BaseException], ...]
 Paths = tuple[str, ...]
@@ -118,6 +119,18 @@ class RetryPolicy:
 
 
 DEFAULT = RetryPolicy()
+
+
+def snooze_refused(snoozes: int, snooze: BaseException) -> TooManySnoozes | None:
+    """Why a job that snoozed ``snoozes`` times before is buried instead of snoozing
+    once more (``snooze``, the request); None while it may snooze."""
+    if RetryPolicy.may_snooze(snoozes):
+        return None
+    return TooManySnoozes(
+        f"the job snoozed {wording.count(snoozes, 'time')}, the most "
+        "PGQUEUE['MAX_SNOOZES'] allows; "
+        f"it asked to snooze again ({snooze}) and is buried instead"
+    )
 
 
 def policy_of(target: Any) -> RetryPolicy:

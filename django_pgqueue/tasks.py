@@ -26,7 +26,7 @@ from django_pgqueue.installed import job_model
 from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.jsonargs import Encoded, dumps_result
 from django_pgqueue.records import RunOutcome
-from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy
+from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, snooze_refused
 from django_pgqueue.signals import job_finished, job_started
 
 if TYPE_CHECKING:
@@ -87,6 +87,13 @@ def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
         outcome = _raised(target, job, exc)
         _send(job_finished, target, job=job, outcome=outcome, result=None, exception=exc)
         raise
+    running = current_job()
+    if running is not None and running.stopped_by_request and running.cancel_reason is not None:
+        # It saw the request and returned: the executor ends the job cancelled.
+        _send(
+            job_finished, target, job=job, outcome=RunOutcome.CANCELLED, result=None, exception=None
+        )
+        return result
     try:
         encoded = dumps_result(result)
     except TypeError as exc:
@@ -106,7 +113,7 @@ def _raised(target: TaskFunction[..., Any], job: ClaimedJob, exc: BaseException)
         return RunOutcome.CANCELLED
     if isinstance(exc, Snooze):
         # Back to queued, the attempt not spent; buried past MAX_SNOOZES (executor.snoozed).
-        return RunOutcome.RETRIED if DEFAULT.may_snooze(job.snoozes) else RunOutcome.DEAD
+        return RunOutcome.RETRIED if snooze_refused(job.snoozes, exc) is None else RunOutcome.DEAD
     policy = (
         target.retry_policy if job.retry_policy is None else RetryPolicy.from_json(job.retry_policy)
     )

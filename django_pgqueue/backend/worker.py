@@ -45,6 +45,7 @@ from django_pgqueue.control import (
 )
 from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.jsonargs import Encoded, dumps_result
+from django_pgqueue.retrypolicy import snooze_refused
 
 if TYPE_CHECKING:
     from django_pgqueue.records import ClaimedJob
@@ -151,9 +152,15 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
     else:
         snoozed = None
     if snoozed is not None:
-        # It runs again: reported READY outside the except block, so that Django's
-        # log line for it (INFO) carries no traceback, as nothing failed.
-        _finished(backend, result, None, TaskResultStatus.READY)
+        # Outside the except block, so that Django's log line carries no traceback:
+        # READY when it runs again (INFO, as nothing failed); FAILED when the
+        # executor ends it instead, cancelled as asked, or buried past MAX_SNOOZES.
+        asked = control.cancel_reason if control is not None else None
+        ends = Cancel(asked) if asked is not None else snooze_refused(job.snoozes, snoozed)
+        if ends is not None:
+            _finished(backend, result, ends)
+        else:
+            _finished(backend, result, None, TaskResultStatus.READY)
         raise snoozed
     if control is not None and control.stopped_by_request:
         # It saw the request and returned: the job ends cancelled, not done.

@@ -19,13 +19,13 @@ import logging
 import traceback
 from typing import Any
 
-from django_pgqueue import registry, wording
+from django_pgqueue import registry
 from django_pgqueue.control import CANCELLED, Cancel, RunningJob, Snooze, running
-from django_pgqueue.exceptions import JobTimeout, TooManySnoozes, UnknownTask
+from django_pgqueue.exceptions import JobTimeout, UnknownTask
 from django_pgqueue.jsonargs import Encoded, dumps_result
 from django_pgqueue.records import ClaimedJob, Failure, Success
 from django_pgqueue.registry import Runnable
-from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, policy_of
+from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, policy_of, snooze_refused
 from django_pgqueue.validation import storable
 from django_pgqueue.worker import joblog
 
@@ -112,23 +112,17 @@ def timed_out(job: ClaimedJob, why: str) -> Failure:
 
 def snoozed(job: ClaimedJob, snooze: Snooze) -> Failure:
     """Back to the queue after the snooze, or buried if it snoozed too often."""
-    if DEFAULT.may_snooze(job.snoozes):
-        return Failure(
-            job_id=job.id,
-            run=job.run,
-            exception=class_path(snooze),
-            message=str(snooze),
-            traceback="",
-            delay=snooze.seconds,
-            snooze=True,
-        )
-    return refused(
-        job,
-        TooManySnoozes(
-            f"the job snoozed {wording.count(job.snoozes, 'time')}, the most "
-            "PGQUEUE['MAX_SNOOZES'] allows; "
-            f"it asked to snooze again ({snooze}) and is buried instead"
-        ),
+    too_many = snooze_refused(job.snoozes, snooze)
+    if too_many is not None:
+        return refused(job, too_many)
+    return Failure(
+        job_id=job.id,
+        run=job.run,
+        exception=class_path(snooze),
+        message=str(snooze),
+        traceback="",
+        delay=snooze.seconds,
+        snooze=True,
     )
 
 

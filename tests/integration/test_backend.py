@@ -425,6 +425,40 @@ def test_max_attempts_comes_from_the_task_then_options_then_pgqueue() -> None:
     assert list(Job.objects.order_by("id").values_list("max_attempts", flat=True)) == [3, 5, 1]
 
 
+@pytest.mark.parametrize(
+    ("task_name", "status", "error"),
+    [
+        ("always_snoozes", "dead", "django_pgqueue.exceptions.TooManySnoozes"),
+        ("snoozes_after_a_stop_request", "cancelled", "django_pgqueue.control.Cancel"),
+    ],
+)
+def test_a_snooze_that_does_not_run_again_is_reported_failed(
+    task_name: str, status: str, error: str
+) -> None:
+    """A snooze is READY (it runs again), except when the executor ends the job
+    instead: buried past MAX_SNOOZES, or cancelled as an operator asked. Those
+    were READY too, so failure receivers never heard of them."""
+    result = getattr(djtasks, task_name).enqueue()
+    seen: list[tuple[str, str | None]] = []
+
+    def finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        errors = task_result.errors
+        seen.append((task_result.status, errors[-1].exception_class_path if errors else None))
+
+    task_finished.connect(finished)
+    try:
+        with override_settings(PGQUEUE={"MAX_SNOOZES": 1}):
+            run_jobs()
+    finally:
+        task_finished.disconnect(finished)
+    assert Job.objects.get(pk=result.id).status == status
+    if status == "dead":  # one snooze allowed, then buried
+        assert seen == [(TaskResultStatus.READY, None), (TaskResultStatus.FAILED, error)]
+    else:
+        assert seen == [(TaskResultStatus.FAILED, error)]
+    assert getattr(djtasks, task_name).get_result(result.id).status == TaskResultStatus.FAILED
+
+
 def test_a_job_whose_arguments_cannot_be_decoded_is_reported_failed_by_the_signals() -> None:
     """A row whose stored arguments Python cannot read (a 5,001-digit number, past
     Python's limit for int(), planted by hand) is buried at once, and, as one whose

@@ -156,3 +156,21 @@ def _send_receipt(order_id: int) -> int:
 #: A Task bound to another name than its function's: workers look for it under
 #: ``_send_receipt`` and find the plain function (enqueue refuses it).
 send_receipt = task(_send_receipt)
+
+
+@task
+def always_snoozes() -> None:
+    """Snoozes every time it runs: past PGQUEUE["MAX_SNOOZES"] its job is buried."""
+    raise Snooze(0)
+
+
+@task
+def snoozes_after_a_stop_request() -> None:
+    """Told to stop while it runs (as a worker tells a job an operator cancelled),
+    then snoozes all the same: the job ends cancelled, not queued again."""
+    from django_pgqueue import current_job
+
+    job = current_job()
+    assert job is not None
+    job.request_cancel("the order is gone")
+    raise Snooze(60)

@@ -194,3 +194,15 @@ def one_at_a_time(label: str) -> str:
     """A periodic job that must not pile up: a tick finds the previous job live."""
     record(label)
     return label
+
+
+@task
+def returns_after_a_stop_request(label: str) -> str:
+    """Told to stop while it runs (as a worker tells a job an operator cancelled),
+    it sees the request and returns: the job ends cancelled."""
+    job = current_job()
+    assert job is not None
+    job.request_cancel("the order is gone")
+    assert job.cancel_requested
+    record(label)
+    return "stopped"

@@ -17,6 +17,7 @@ from django.test import override_settings
 from django_pgqueue.models import Job
 from django_pgqueue.records import RunOutcome
 from django_pgqueue.signals import job_finished
+from django_pgqueue.testing import run_jobs
 from tests.conftest import run_counts, status_counts
 from tests.testapp.tasks import (
     awaits_to_be_stopped,
@@ -25,6 +26,7 @@ from tests.testapp.tasks import (
     gives_up_with,
     mark,
     retries_io_only,
+    returns_after_a_stop_request,
     snoozes,
     waits_to_be_stopped,
 )
@@ -187,6 +189,26 @@ def test_a_job_that_snoozes_past_max_snoozes_is_buried_with_the_reason() -> None
         "PGQUEUE['MAX_SNOOZES'] allows"
     )
     assert run_counts("sleepy") == {"sleepy": 3}
+
+
+def test_a_task_that_returns_when_asked_to_stop_is_reported_cancelled() -> None:
+    """The job ends cancelled; job_finished said it succeeded (with its value)."""
+    job = returns_after_a_stop_request.enqueue("asked")
+    seen: list[tuple[object, object]] = []
+
+    def finished(sender: object, outcome: object, result: object, **kwargs: object) -> None:
+        seen.append((outcome, result))
+
+    job_finished.connect(finished, weak=False)
+    try:
+        ran = run_jobs()
+    finally:
+        job_finished.disconnect(finished)
+    assert ran.cancelled == [job.pk]
+    assert seen == [(RunOutcome.CANCELLED, None)]
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.result) == ("cancelled", None)
+    assert run_counts("asked") == {"asked": 1}
 
 
 def test_cancel_raised_by_the_task_ends_it_cancelled_at_once() -> None:

@@ -47,6 +47,11 @@ class QueueOperations:
 
         def _alias(self, using: str | None) -> str: ...
 
+    def _job_model(self) -> type[models.Model]:
+        """The Manager's model, beside this in JobManager's bases."""
+        model: type[models.Model] = self.model  # type: ignore[attr-defined]
+        return model
+
     # -- the worker's operations --------------------------------------------------------
 
     def claim(
@@ -150,7 +155,7 @@ class QueueOperations:
         ``ids`` is job ids, Job instances or a queryset. Returns the ids retried; a
         job whose ``unique_key`` another live job holds is left as it is.
         """
-        return maintenance.retry(_ids(ids), self._alias(using))
+        return maintenance.retry(_ids(ids, self._job_model()), self._alias(using))
 
     def cancel(
         self, ids: Jobs, *, reason: str = "no reason given", using: str | None = None
@@ -169,7 +174,7 @@ class QueueOperations:
             raise InvalidJob(
                 f"reason must be a string PostgreSQL can store (UTF-8, no NUL), not {reason!r}"
             )
-        return sorted(maintenance.cancel(_ids(ids), reason, self._alias(using)))
+        return sorted(maintenance.cancel(_ids(ids, self._job_model()), reason, self._alias(using)))
 
     def pause_queue(self, name: str, *, using: str | None = None) -> bool:
         """Pause queue ``name``: from the commit on, no worker claims its jobs (they
@@ -258,9 +263,14 @@ def _check_lease(lease: object) -> None:
         )
 
 
-def _ids(jobs: Jobs) -> list[int]:
+def _ids(jobs: Jobs, job_model: type[models.Model]) -> list[int]:
+    """The job ids ``jobs`` gives (see :data:`Jobs`); rows of a model other than
+    ``job_model`` (or a subclass) are refused."""
     if isinstance(jobs, models.QuerySet):
-        return list(jobs.order_by().values_list("pk", flat=True))
+        _check_of_jobs(jobs.model, job_model, "a queryset")
+        if not jobs.query.is_sliced:  # (a slice cannot be reordered, nor needs to be)
+            jobs = jobs.order_by()
+        return list(jobs.values_list("pk", flat=True))
     given: Iterable[Any]
     if isinstance(jobs, int | str | models.Model) or isinstance(getattr(jobs, "id", None), str):
         given = [jobs]  # one job, given on its own (a TaskResult too)
@@ -271,6 +281,7 @@ def _ids(jobs: Jobs) -> list[int]:
     ids = []
     for job in given:
         if isinstance(job, models.Model):
+            _check_of_jobs(type(job), job_model, "an instance")
             job = job.pk
         elif not isinstance(job, int | str) and isinstance(getattr(job, "id", None), str):
             job = job.id  # a Tasks-framework TaskResult: its id is the job's
@@ -282,3 +293,12 @@ def _ids(jobs: Jobs) -> list[int]:
             raise InvalidJob(f"no job has the id {job}: job ids are below 2**63")
         ids.append(job)
     return ids
+
+
+def _check_of_jobs(model: type[models.Model], job_model: type[models.Model], given: str) -> None:
+    """InvalidJob for rows of another model: their primary keys would name jobs."""
+    if not issubclass(model, job_model):
+        raise InvalidJob(
+            f"expected job ids, Job instances or a queryset of jobs, got {given} of "
+            f"{model._meta.label}: its primary keys are not job ids"
+        )

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from functools import partial
 
 import psycopg
 import pytest
+from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -257,6 +259,26 @@ def test_retry_and_cancel_take_ids_jobs_a_queryset_or_one_job() -> None:
     # By keyword too, as the issue spells it: cancel(ids, reason=...).
     assert Job.objects.retry(ids=[jobs[3].pk]) == [jobs[3].pk]
     assert Job.objects.cancel(ids=[jobs[3].pk], reason="named") == [jobs[3].pk]
+
+
+def test_retry_and_cancel_take_a_slice_and_refuse_rows_of_another_model() -> None:
+    """A sliced queryset raised Django's "Cannot reorder a query once a slice has
+    been taken"; rows of another model had their primary keys taken as job ids,
+    cancelling whichever jobs had them."""
+    jobs = [add.using(delay=3600).enqueue(n, n) for n in range(3)]
+    first_two = Job.objects.filter(status="queued").order_by("id")[:2]
+    assert Job.objects.cancel(first_two, reason="sliced") == [jobs[0].pk, jobs[1].pk]
+    assert Job.objects.retry(Job.objects.cancelled().order_by("-id")[:1]) == [jobs[1].pk]
+    user = User.objects.create(pk=jobs[2].pk, username="same-id")
+    for given, what in (
+        (user, "an instance"),
+        ([user], "an instance"),
+        (User.objects.all(), "a queryset"),
+    ):
+        for act in (Job.objects.retry, partial(Job.objects.cancel, reason="wrong")):
+            with pytest.raises(InvalidJob, match=f"got {what} of auth.User: its primary keys"):
+                act(given)
+    assert Job.objects.get(pk=jobs[2].pk).status == "queued"
 
 
 # -- 3: a queue nothing names, looked for in the job table -------------------------------

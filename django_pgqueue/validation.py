@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -62,7 +61,8 @@ def _seconds(value: Any, limit: float) -> float | None:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
-        or not math.isfinite(value)
+        # (No math.isfinite: it overflows on an int past a float's range, 10**400;
+        # the range refuses NaN and the infinities as well.)
         or not 0 <= value <= limit
     ):
         return None

@@ -79,4 +79,7 @@ def test_snooze_checks_its_seconds_and_cancel_keeps_its_reason() -> None:
     assert str(Snooze(60)) == "snoozed for 60s"
     with pytest.raises(InvalidJob, match="Snooze seconds -1 must be a number of seconds"):
         Snooze(-1)
+    for huge in (10**400, float("inf"), float("nan")):  # 10**400 raised OverflowError
+        with pytest.raises(InvalidJob, match="must be a number of seconds from 0 to"):
+            Snooze(huge)
     assert (Cancel("gone").reason, Cancel().reason, str(Cancel())) == ("gone", None, "")

@@ -63,6 +63,9 @@ class Cancel(Exception):
     operator gave when asking the job to stop is used, else "cancelled by the task".
     """
 
+    #: Also when a subclass's ``__init__`` does not call this one's.
+    reason: str | None = None
+
     def __init__(self, reason: object = None) -> None:
         # Any reason is taken as its text (``Cancel(42)``): the task meant to give up.
         self.reason = None if reason is None else str(reason)

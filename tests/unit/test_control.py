@@ -83,3 +83,14 @@ def test_snooze_checks_its_seconds_and_cancel_keeps_its_reason() -> None:
         with pytest.raises(InvalidJob, match="must be a number of seconds from 0 to"):
             Snooze(huge)
     assert (Cancel("gone").reason, Cancel().reason, str(Cancel())) == ("gone", None, "")
+
+
+def test_a_cancel_subclass_that_skips_cancels_init_still_has_a_reason() -> None:
+    """Its ``reason`` raised AttributeError in the executor, and the pool's fallback
+    buried the job dead instead of cancelling it."""
+
+    class OrderGone(Cancel):
+        def __init__(self, order_id: int) -> None:
+            Exception.__init__(self, order_id)
+
+    assert OrderGone(7).reason is None

@@ -115,7 +115,11 @@ def test_the_command_lists_switches_and_says_what_it_cannot_find(
     if timezone.now().hour < 3:
         nxt -= dt.timedelta(days=1)
     assert nxt.strftime("%Y-%m-%d 03:00:00") in report
-    assert run("--disable", "report", periodic=periodic) == "schedule 'report' was disabled\n"
+    # A name given twice is reported once.
+    assert (
+        run("--disable", "report", "report", periodic=periodic)
+        == "schedule 'report' was disabled\n"
+    )
     assert (
         run("--disable", "report", periodic=periodic) == "schedule 'report' was already disabled\n"
     )
@@ -254,7 +258,11 @@ def test_a_schedule_can_be_disabled_before_any_worker_started(
     scheduler: Callable[..., Scheduler],
 ) -> None:
     periodic: dict[str, object] = {"report": REPORT}
-    assert run("--disable", "report", periodic=periodic) == "schedule 'report' was disabled\n"
+    # A name given twice is reported once.
+    assert (
+        run("--disable", "report", "report", periodic=periodic)
+        == "schedule 'report' was disabled\n"
+    )
     row = Schedule.objects.get(pk="report")
     assert (row.enabled, row.expression, row.last_tick) == (False, "0 3 * * *", None)
     s = scheduler(periodic)

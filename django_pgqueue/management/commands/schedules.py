@@ -64,7 +64,7 @@ class Command(PgQueueCommand):
                 except InvalidSchedule as exc:
                     raise CommandError(str(exc)) from None
                 off = {spec.name for spec in conf.get().schedules if not spec.enabled}
-                for name in options[key]:
+                for name in dict.fromkeys(options[key]):  # once each, in the order given
                     done = "" if name in changed else " already"
                     self.stdout.write(f"schedule {name!r} was{done} {key}d")
                     if name in off:

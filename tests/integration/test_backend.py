@@ -6,9 +6,10 @@ check: READY results, transactional enqueue, signals, round trips, missing ids.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -425,6 +426,30 @@ def test_max_attempts_comes_from_the_task_then_options_then_pgqueue() -> None:
     assert list(Job.objects.order_by("id").values_list("max_attempts", flat=True)) == [3, 5, 1]
 
 
+@contextlib.contextmanager
+def heard() -> Iterator[list[tuple[str, Any, str, str | None]]]:
+    """What task_started and task_finished said while the block ran: (signal,
+    sender, status, the last error's exception class path)."""
+    seen: list[tuple[str, Any, str, str | None]] = []
+
+    def receiver(name: str) -> Callable[..., None]:
+        def hear(sender: Any, task_result: Any, **kwargs: Any) -> None:
+            errors = task_result.errors
+            last = errors[-1].exception_class_path if errors else None
+            seen.append((name, sender, task_result.status, last))
+
+        return hear
+
+    started, finished = receiver("started"), receiver("finished")
+    task_started.connect(started)
+    task_finished.connect(finished)
+    try:
+        yield seen
+    finally:
+        task_started.disconnect(started)
+        task_finished.disconnect(finished)
+
+
 @pytest.mark.parametrize(
     ("task_name", "status", "error"),
     [
@@ -439,23 +464,14 @@ def test_a_snooze_that_does_not_run_again_is_reported_failed(
     instead: buried past MAX_SNOOZES, or cancelled as an operator asked. Those
     were READY too, so failure receivers never heard of them."""
     result = getattr(djtasks, task_name).enqueue()
-    seen: list[tuple[str, str | None]] = []
-
-    def finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
-        errors = task_result.errors
-        seen.append((task_result.status, errors[-1].exception_class_path if errors else None))
-
-    task_finished.connect(finished)
-    try:
-        with override_settings(PGQUEUE={"MAX_SNOOZES": 1}):
-            run_jobs()
-    finally:
-        task_finished.disconnect(finished)
+    with heard() as seen, override_settings(PGQUEUE={"MAX_SNOOZES": 1}):
+        run_jobs()
     assert Job.objects.get(pk=result.id).status == status
+    finished = [(status, last) for name, _, status, last in seen if name == "finished"]
     if status == "dead":  # one snooze allowed, then buried
-        assert seen == [(TaskResultStatus.READY, None), (TaskResultStatus.FAILED, error)]
+        assert finished == [(TaskResultStatus.READY, None), (TaskResultStatus.FAILED, error)]
     else:
-        assert seen == [(TaskResultStatus.FAILED, error)]
+        assert finished == [(TaskResultStatus.FAILED, error)]
     assert getattr(djtasks, task_name).get_result(result.id).status == TaskResultStatus.FAILED
 
 
@@ -467,27 +483,18 @@ def test_a_job_whose_arguments_cannot_be_decoded_is_reported_failed_by_the_signa
     result = djtasks.calculate_meaning_of_life.enqueue()
     with connection.cursor() as cursor:
         cursor.execute("UPDATE pgqueue_job SET args = '[1e5000]' WHERE id = %s", [int(result.id)])
-    seen: list[tuple[str, Any]] = []
-
-    def started(sender: Any, task_result: Any, **kwargs: Any) -> None:
-        seen.append(("started", task_result.status))
-
-    def finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
-        seen.append(("finished", task_result.status))
-        seen.append(("error", task_result.errors[-1].exception_class_path))
-
-    task_started.connect(started)
-    task_finished.connect(finished)
-    try:
+    with heard() as seen:
         ran = run_jobs()
-    finally:
-        task_started.disconnect(started)
-        task_finished.disconnect(finished)
     assert ran.dead == [int(result.id)]
+    backend = type(task_backends["default"])
     assert seen == [
-        ("started", TaskResultStatus.RUNNING),
-        ("finished", TaskResultStatus.FAILED),
-        ("error", "django_pgqueue.worker.executor.UndecodableJob"),
+        ("started", backend, TaskResultStatus.RUNNING, None),
+        (
+            "finished",
+            backend,
+            TaskResultStatus.FAILED,
+            "django_pgqueue.worker.executor.UndecodableJob",
+        ),
     ]
     # (Only these columns: Django itself cannot decode those arguments either.)
     attempts, error = Job.objects.values_list("attempts", "last_error").get(pk=result.id)
@@ -501,28 +508,13 @@ def test_a_job_whose_arguments_no_longer_fit_is_reported_failed_by_the_signals()
     FAILED, with the TypeError, as Django's database worker does."""
     result = djtasks.calculate_meaning_of_life.enqueue()
     Job.objects.filter(pk=result.id).update(args=[1])
-    seen: list[tuple[str, Any, str]] = []
-
-    def started(sender: Any, task_result: Any, **kwargs: Any) -> None:
-        seen.append(("started", sender, task_result.status))
-
-    def finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
-        seen.append(("finished", sender, task_result.status))
-        seen.append(("error", None, task_result.errors[-1].exception_class_path))
-
-    task_started.connect(started)
-    task_finished.connect(finished)
-    try:
+    with heard() as seen:
         ran = run_jobs()
-    finally:
-        task_started.disconnect(started)
-        task_finished.disconnect(finished)
     assert ran.dead == [int(result.id)]
     backend = type(task_backends["default"])
     assert seen == [
-        ("started", backend, TaskResultStatus.RUNNING),
-        ("finished", backend, TaskResultStatus.FAILED),
-        ("error", None, "builtins.TypeError"),
+        ("started", backend, TaskResultStatus.RUNNING, None),
+        ("finished", backend, TaskResultStatus.FAILED, "builtins.TypeError"),
     ]
     stored = djtasks.calculate_meaning_of_life.get_result(result.id)
     assert stored.status == TaskResultStatus.FAILED

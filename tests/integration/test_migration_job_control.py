@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.integration.migrating import migrate, migrated_to
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -15,20 +16,10 @@ BEFORE = ("django_pgqueue", "0007_ready_by_queue_index")
 AFTER = ("django_pgqueue", "0008_job_control")
 
 
-def migrate(target: tuple[str, str]) -> None:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate([target])
-
-
 @pytest.fixture
 def at_0007() -> Iterator[None]:
-    migrate(BEFORE)
-    try:
+    with migrated_to(BEFORE):
         yield
-    finally:
-        latest = MigrationExecutor(connection).loader.graph.leaf_nodes("django_pgqueue")
-        migrate(latest[0])
 
 
 def insert(status: str, exception: str | None) -> int:

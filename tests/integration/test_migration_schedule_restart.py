@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.test import override_settings
 
 from django_pgqueue.periodic.overview import overview
+from tests.integration.migrating import migrate, migrated_to
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,20 +21,10 @@ AFTER = ("django_pgqueue", "0015_schedule_restarted_at")
 EVERY_MINUTE = {"task": "tests.testapp.tasks.mark", "every": 60}
 
 
-def migrate(target: tuple[str, str]) -> None:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate([target])
-
-
 @pytest.fixture
 def at_0014() -> Iterator[None]:
-    migrate(BEFORE)
-    try:
+    with migrated_to(BEFORE):
         yield
-    finally:
-        latest = MigrationExecutor(connection).loader.graph.leaf_nodes("django_pgqueue")
-        migrate(latest[0])
 
 
 def schedule(name: str, last_tick: str, ticks: int) -> dt.datetime:

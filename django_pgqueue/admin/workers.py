@@ -10,8 +10,17 @@ from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
-from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
-from django.db.models.functions import Now
+from django.db.models import (
+    BooleanField,
+    Count,
+    ExpressionWrapper,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+)
+from django.db.models.functions import Coalesce, Now
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
@@ -117,11 +126,13 @@ class WorkerAdmin(_ModelAdmin):
     ordering = ("hostname", "id")
     search_fields = ("id", "hostname")
     # Its times as the job pages show them, with seconds and the zone.
-    exclude = MOMENTS
+    # jobs_running is shown as running_jobs: a gone worker's heartbeat count is stale.
+    exclude = (*MOMENTS, "jobs_running")
     readonly_fields = (
         *(
             f"{f.name}_display" if f.name in MOMENTS else f.name
             for f in RegisteredWorker._meta.fields
+            if f.name != "jobs_running"
         ),
         "state",
         "running_jobs",
@@ -146,7 +157,17 @@ class WorkerAdmin(_ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[RegisteredWorker]:
         # Alive or gone by the database's clock, which writes alive_until.
         alive = ExpressionWrapper(Q(alive_until__gte=Now()), output_field=BooleanField())
-        return super().get_queryset(request).annotate(alive_now=alive)
+        # A gone worker's last heartbeat is stale: what it still runs is what the
+        # table still holds (0 once the reaper has given its jobs back).
+        held = (
+            Job.objects.running()
+            .filter(locked_by=OuterRef("pk"))
+            .values("locked_by")
+            .annotate(n=Count("*"))
+            .values("n")
+        )
+        left = Coalesce(Subquery(held, output_field=IntegerField()), 0)
+        return super().get_queryset(request).annotate(alive_now=alive, left_running=left)
 
     @admin.display(description="state")
     def state(self, obj: RegisteredWorker) -> SafeString:
@@ -160,6 +181,8 @@ class WorkerAdmin(_ModelAdmin):
 
     @admin.display(description="jobs running")
     def running_jobs(self, obj: RegisteredWorker) -> SafeString:
+        alive = getattr(obj, "alive_now", False)
+        count = obj.jobs_running if alive else getattr(obj, "left_running", obj.jobs_running)
         return format_html(
-            '<a href="{}">{}</a>', running_jobs_url(obj.id, self.admin_site.name), obj.jobs_running
+            '<a href="{}">{}</a>', running_jobs_url(obj.id, self.admin_site.name), count
         )

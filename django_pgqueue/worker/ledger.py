@@ -112,9 +112,16 @@ class Ledger:
             return held
 
     def settled(
-        self, keys: list[Key], succeeded: int, buried: int, retried: int = 0, cancelled: int = 0
+        self,
+        keys: list[Key],
+        succeeded: int,
+        buried: int,
+        retried: int = 0,
+        cancelled: int = 0,
+        refused: int = 0,
     ) -> None:
-        """The outcomes of these runs are recorded (or were fenced out)."""
+        """The outcomes of these runs are recorded, or (``refused`` of them) were
+        fenced out: a refused run is no outcome of ours, so it is not counted."""
         with self._lock:
             for key in keys:
                 held = self._held.get(key)
@@ -125,7 +132,7 @@ class Ledger:
             self.retried += retried
             self.cancelled += cancelled
             window = self._window
-            window.settled += len(keys)
+            window.settled += len(keys) - refused
             window.succeeded += succeeded
             window.buried += buried
             window.retried += retried

@@ -52,11 +52,12 @@ class Presence:
         self._lock = threading.Lock()
         events.subscribe("recorded", self._recorded)
 
-    def _recorded(self, settled: list[tuple[int, int]], **data: object) -> None:
+    def _recorded(self, statuses: dict[tuple[int, int], str | None], **data: object) -> None:
         # Once per batch of outcomes, on the completer's thread; jobs asked to stop
         # that a give-back or the shutdown ended cancelled come from other threads.
+        # A run whose outcome the fence refused (status None) is not one we recorded.
         with self._lock:
-            self.done += len(settled)
+            self.done += sum(1 for status in statuses.values() if status is not None)
 
     def heartbeat_timers(self) -> list[Timer]:
         return [Timer("registry", self.config.heartbeat_interval, self.beat)]

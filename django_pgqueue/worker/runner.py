@@ -315,7 +315,8 @@ class Worker:
         statuses: dict[tuple[int, int], str | None],
     ) -> None:
         cancelled = sum(1 for status in statuses.values() if status == JobStatus.CANCELLED)
-        self.ledger.settled(keys, succeeded, buried, retried, cancelled)
+        refused = sum(1 for status in statuses.values() if status is None)
+        self.ledger.settled(keys, succeeded, buried, retried, cancelled, refused)
         self.events.emit(
             "recorded",
             settled=keys,

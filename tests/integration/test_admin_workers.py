@@ -114,3 +114,26 @@ def test_a_projects_own_admin_site_links_to_its_own_pages(admin_client: Client) 
     assert 'href="/ops/django_pgqueue/job/?status__exact=running&amp;worker=w-alive"' in html
     page = admin_client.get(f"/ops/django_pgqueue/job/{job.pk}/change/").content.decode()
     assert 'held by <a href="/ops/django_pgqueue/registeredworker/w-alive/change/">' in page
+
+
+def test_a_gone_workers_running_count_is_what_the_table_still_holds(admin_client: Client) -> None:
+    """Its last heartbeat said 1; once the reaper has given its job back it runs
+    none, on the list and on its page, as ``queuestats --json`` says."""
+    register("w-gone", alive=False)
+    RegisteredWorker.objects.filter(pk="w-gone").update(jobs_running=3)
+    register("w-alive", alive=True)
+    add.enqueue(1, 1)
+    (claimed,) = Job.objects.claim("w-gone", limit=1)
+
+    def shown(worker_id: str) -> list[str]:
+        link = f'href="{JOBS}?status__exact=running&amp;worker={worker_id}">'
+        html = admin_client.get(WORKERS).content.decode()
+        page = admin_client.get(f"{WORKERS}{worker_id}/change/").content.decode()
+        return [text.split(link, 1)[1].split("<", 1)[0] for text in (html, page)]
+
+    assert shown("w-gone") == ["1", "1"]
+    assert shown("w-alive") == ["1", "1"]  # a live worker's count is its own
+    Job.objects.release("w-gone", [claimed.key])  # as the reaper would, in the end
+    assert shown("w-gone") == ["0", "0"]
+    page = admin_client.get(f"{WORKERS}w-gone/change/").content.decode()
+    assert ">3<" not in page  # the stale heartbeat's count is not shown beside it

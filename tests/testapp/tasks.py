@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from typing import Any
 
@@ -206,3 +207,14 @@ def returns_after_a_stop_request(label: str) -> str:
     assert job.cancel_requested
     record(label)
     return "stopped"
+
+
+#: In-process worker tests only: a test sets ``GATES[label]`` to let the job return.
+GATES: dict[str, threading.Event] = {}
+
+
+@task
+def waits_for_gate(label: str) -> str:
+    """Returns once the test opens its gate (or after 30 s)."""
+    GATES.setdefault(label, threading.Event()).wait(30)
+    return label

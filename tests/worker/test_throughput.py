@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
+import threading
 
 import pytest
 from django.utils import timezone
@@ -67,3 +68,40 @@ def test_the_stop_line_counts_every_kind_of_outcome() -> None:
     (throughput,) = [m for m in messages if m.startswith("throughput")]
     assert ": 1 succeeded, 1 retried, 1 buried, 1 cancelled; " in throughput, throughput
     assert throughput.endswith("totals: claimed 4, succeeded 1, retried 1, buried 1, cancelled 1")
+
+
+def test_an_outcome_the_fence_refused_is_not_counted_as_done() -> None:
+    """The reaper gave the job back and another worker claimed it while it ran: its
+    outcome is refused, and it counted as done in the registry's jobs_done and as
+    "1 job ... 0 succeeded" in the throughput line."""
+    from tests.testapp.tasks import GATES, waits_for_gate
+
+    gate = GATES["fenced"] = threading.Event()
+    job = waits_for_gate.enqueue("fenced")
+    # No heartbeat before the outcome (it would find the lease lost and drop it
+    # itself), and no claim beyond the one job.
+    with (
+        collected() as log,
+        worker_thread(lease=60, heartbeat_interval=50, concurrency=1, prefetch=0) as running,
+    ):
+        try:
+            running.wait("started")
+            past = timezone.now() - dt.timedelta(seconds=1)
+            Job.objects.filter(pk=job.pk).update(locked_until=past)
+            assert Job.objects.reap().returned == 1
+            Job.objects.filter(pk=job.pk).update(run_at=past)  # no backoff: claim it now
+            (newer,) = Job.objects.claim("w-other")
+            assert newer.id == job.pk
+        finally:
+            gate.set()
+        running.wait("recorded")
+        running.worker.housekeeping.log_throughput()
+        assert running.worker.presence.done == 0
+        ledger = running.worker.ledger
+        assert (ledger.succeeded, ledger.retried, ledger.buried) == (0, 0, 0)
+    messages = [r.getMessage() for r in log.records]
+    assert any("were refused: their leases had expired" in m for m in messages), messages
+    (throughput,) = [m for m in messages if m.startswith("throughput")]
+    assert throughput.startswith("throughput: 0 jobs in "), throughput
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.locked_by) == ("running", "w-other")  # the newer run's

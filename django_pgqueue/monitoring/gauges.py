@@ -9,7 +9,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from django_pgqueue.queue.gauges import QueueGaugeRow
+from django_pgqueue.queue.gauges import NOT_COUNTED, QueueGaugeRow
 from django_pgqueue.records import JobStatus
 
 
@@ -40,6 +40,8 @@ def families(
     queues: dict[str, float] = {}
     counts: dict[tuple[str, str], float] = {}
     for row in rows:
+        if row.queue == NOT_COUNTED:
+            continue
         counts[row.queue, row.status] = counts.get((row.queue, row.status), 0) + row.jobs
         queues.setdefault(row.queue, 0.0)
         if row.oldest_ready_age is not None:
@@ -47,7 +49,8 @@ def families(
     # Every status of every known queue, 0 when it has no job: a drained queue's
     # backlog reads 0 rather than vanishing. Finished ones only when they were
     # counted: an estimate leaves out the queues it knows nothing of, and absent
-    # says "unknown" where 0 would be a false count.
+    # says "unknown" where 0 would be a false count. A statement past its exact
+    # limit returns a NOT_COUNTED row even when the statistics estimated nothing.
     counted = not any(row.estimated for row in rows)
     filled = set(JobStatus.values) if counted else {JobStatus.QUEUED, JobStatus.RUNNING}
     for queue in sorted(queues):

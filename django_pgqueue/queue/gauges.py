@@ -14,6 +14,11 @@ EXACT_LIMIT = 100_000
 REFRESH_LOCK = 0x7067_7175_6575_6731  # "pgqueug1"
 
 
+#: The queue of the row that says the finished jobs were not counted (estimated,
+#: or unknown on a table never analyzed): no queue has an empty name.
+NOT_COUNTED = ""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class QueueGaugeRow:
     queue: str

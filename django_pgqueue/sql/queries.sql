@@ -789,6 +789,12 @@ fresh AS (
     SELECT queue, status, jobs, NULL::float8, false FROM finished_exact
     UNION ALL
     SELECT queue, status, jobs, NULL::float8, true FROM finished_estimated WHERE jobs > 0
+    UNION ALL
+    -- Past the limit, the finished jobs were not counted: this row (no queue is
+    -- named '') says so even when the statistics estimated none of them (a table
+    -- never analyzed), so that no reader takes a missing count for 0.
+    SELECT '', 'done', 0, NULL::float8, true
+    WHERE NOT (SELECT few FROM few_finished) AND EXISTS (SELECT 1 FROM due)
 )
 
 -- name: dead_since

@@ -90,7 +90,7 @@ def test_many_finished_jobs_are_estimated_from_the_statistics() -> None:
     exact = {(r.queue, r.status): r.jobs for r in rows if not r.estimated}
     # Done jobs are past the limit: estimated. Dead ones are few: still counted.
     assert exact == {("mail", "queued"): 1, ("mail", "dead"): 40}
-    assert set(estimated) == {("bulk", "done"), ("mail", "done")}
+    assert set(estimated) == {("bulk", "done"), ("mail", "done"), (gauges.NOT_COUNTED, "done")}
     # The frequencies are the whole table's, queue and status independent: near, not exact.
     # Each status's total is the table's share of it; the split by queue follows
     # the queues' shares of the whole table.
@@ -98,6 +98,29 @@ def test_many_finished_jobs_are_estimated_from_the_statistics() -> None:
     assert estimated[("bulk", "done")] == pytest.approx(4000 * 3000 / 4041, rel=0.05)
     rows = gauges.compute("default", exact_limit=20)
     assert {(r.queue, r.status) for r in rows if r.estimated} >= {("mail", "dead")}
+
+
+def test_finished_jobs_neither_counted_nor_estimated_are_served_as_unknown() -> None:
+    """Past the exact limit on a table never analyzed, no finished row is counted
+    and the statistics estimate none: /metrics served pgqueue_queue_jobs
+    {status="done"} as an exact 0. Absent is what says "unknown"."""
+    pytest.importorskip("prometheus_client")
+    from django_pgqueue.monitoring.gauges import families
+
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE pgqueue_job SET (autovacuum_enabled = off)")
+        cursor.execute("DELETE FROM pg_statistic WHERE starelid = 'pgqueue_job'::regclass")
+    try:
+        insert_finished(600, "done", queue="bulk")
+        add.using(queue="bulk").enqueue(1, 1)
+        rows = gauges.compute("default", exact_limit=500)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE pgqueue_job RESET (autovacuum_enabled)")
+    assert by_key(rows) == {("bulk", "queued"): 1, (gauges.NOT_COUNTED, "done"): 0}
+    (jobs, *_rest) = families(rows)
+    served = {(s.labels["queue"], s.labels["status"]): s.value for s in jobs.samples}
+    assert served == {("bulk", "queued"): 1, ("bulk", "running"): 0}
 
 
 def scanned(sql: str, params: dict[str, Any]) -> int:

@@ -256,11 +256,9 @@ class Failure:
     traceback: str
     delay: float  # seconds before the next try, if one is left
     final: bool = False  # bury now, whatever attempts are left
-    #: End the job ``cancelled`` (the task raised Cancel, or stopped because it was
-    #: asked to); ``message`` is the reason.
+    #: End the job ``cancelled`` (Cancel, or a stop request); ``message``: the reason.
     cancel: bool = False
-    #: Not a failure: the task asked to run again in ``delay`` seconds (``raise
-    #: Snooze``); queued again, the attempt not spent, nothing recorded as an error.
+    #: Not a failure (``raise Snooze``): queued again in ``delay`` s, attempt not spent.
     snooze: bool = False
 
 
@@ -280,7 +278,7 @@ class Renewal:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Reaped:
-    """A job the reaper buried: its lease expired on its last attempt."""
+    """A job the reaper returned to the queue or buried: its lease expired."""
 
     id: int
     task: str
@@ -288,16 +286,18 @@ class Reaped:
     attempt: int
     max_attempts: int
     worker: str  # the worker that stopped renewing the lease
+    delay: float | None = None  # until its next attempt; None: buried
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ReapResult:
+    """What a reap did (``cancelled``: runs an operator had asked to stop)."""
+
     returned: int = 0
     buried: int = 0
-    #: Expired runs of jobs an operator had asked to stop: they end cancelled.
     cancelled: int = 0
-    #: The jobs buried, for the worker's log.
     buried_jobs: tuple[Reaped, ...] = ()
+    returned_jobs: tuple[Reaped, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

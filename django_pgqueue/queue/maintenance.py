@@ -29,8 +29,9 @@ def reap(batch_size: int, alias: str) -> ReapResult:
     Each batch is locked, given its delays by the retry policy (a lease that
     expired counts as a failure under the job's backoff), and written, in one
     transaction (a savepoint inside the caller's)."""
-    returned = cancelled = 0
+    cancelled = 0
     buried: list[Reaped] = []
+    returned: list[Reaped] = []
     while True:
         with transaction.atomic(using=alias):
             expired = runner.fetch("expired_leases", {"limit": batch_size}, alias)
@@ -51,22 +52,23 @@ def reap(batch_size: int, alias: str) -> ReapResult:
                 if expired
                 else []
             )
-        returned += sum(1 for row in rows if row["status"] == JobStatus.QUEUED)
-        buried += [
-            Reaped(
+        delay_of = {row["id"]: delay for row, delay in zip(expired, delays, strict=True)}
+        for r in rows:
+            if r["status"] == JobStatus.CANCELLED:
+                cancelled += 1
+                continue
+            reaped = Reaped(
                 r["id"],
                 r["task"],
                 r["queue"],
                 r["attempts"],
                 r["max_attempts"],
                 r["locked_by"] or "",
+                delay_of[r["id"]] if r["status"] == JobStatus.QUEUED else None,
             )
-            for r in rows
-            if r["status"] == JobStatus.DEAD
-        ]
-        cancelled += sum(1 for row in rows if row["status"] == JobStatus.CANCELLED)
+            (returned if r["status"] == JobStatus.QUEUED else buried).append(reaped)
         if len(expired) < batch_size:
-            return ReapResult(returned, len(buried), cancelled, tuple(buried))
+            return ReapResult(len(returned), len(buried), cancelled, tuple(buried), tuple(returned))
 
 
 def retry(job_ids: Sequence[int], alias: str) -> list[int]:

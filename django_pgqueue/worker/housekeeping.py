@@ -120,7 +120,7 @@ class Housekeeping:
                 result.buried,
                 result.cancelled,
             )
-        for job in result.buried_jobs:
+        for job in (*result.returned_jobs, *result.buried_jobs):
             joblog.reaped(job)
         self.events.emit("reaped", result=result)
 

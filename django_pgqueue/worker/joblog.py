@@ -1,8 +1,9 @@
 """The log lines of a failed run, for people and for error trackers.
 
-A failed attempt that will be retried is logged at WARNING, a job buried
-``dead`` (its last attempt, or a failure that retrying cannot fix, or a lease
-the reaper found expired on its last attempt) at ERROR;
+A failed attempt that will be retried is logged at WARNING (a lease the reaper
+found expired and returned to the queue too), a job buried ``dead`` (its last
+attempt, or a failure that retrying cannot fix, or a lease the reaper found
+expired on its last attempt) at ERROR;
 both with ``exc_info`` (so Sentry, Rollbar and the like capture the exception
 and its traceback) and with ``extra`` fields for structured logging:
 ``job_id``, ``task``, ``queue``, ``attempt`` and ``worker``.
@@ -78,16 +79,33 @@ def failed(job: ClaimedJob, outcome: Failure, exc: BaseException) -> None:
 
 
 def reaped(job: Reaped) -> None:
-    """Log a job the reaper buried (its lease expired on its last attempt) at ERROR,
-    with the fields of any buried job; ``worker`` is the one that lost the lease.
-    No exc_info: nothing was raised in this process."""
-    logger.error(
-        "job %s (%s) buried dead after attempt %s of %s: LeaseExpired: the lease "
-        "expired: worker %s stopped renewing it before recording an outcome",
-        job.id,
-        job.task,
-        job.attempt,
-        job.max_attempts,
-        job.worker or "?",
-        extra=_fields(job.id, job.task, job.queue, job.attempt, job.worker),
+    """Log a job whose expired lease the reaper found: a failed attempt, at WARNING
+    when the job goes back to the queue and at ERROR when it is buried (its last
+    attempt), with the fields of any failed run; ``worker`` is the one that lost
+    the lease. No exc_info: nothing was raised in this process."""
+    why = (
+        f"LeaseExpired: the lease expired: worker {job.worker or '?'} stopped renewing it "
+        "before recording an outcome"
     )
+    extra = _fields(job.id, job.task, job.queue, job.attempt, job.worker)
+    if job.delay is not None:
+        logger.warning(
+            "job %s (%s) failed on attempt %s of %s, retrying in %.1fs: %s",
+            job.id,
+            job.task,
+            job.attempt,
+            job.max_attempts,
+            job.delay,
+            why,
+            extra=extra,
+        )
+    else:
+        logger.error(
+            "job %s (%s) buried dead after attempt %s of %s: %s",
+            job.id,
+            job.task,
+            job.attempt,
+            job.max_attempts,
+            why,
+            extra=extra,
+        )

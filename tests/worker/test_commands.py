@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -25,6 +27,7 @@ from django_pgqueue.records import JobSpec
 from tests.conftest import status_counts
 from tests.testapp.tasks import add
 from tests.worker.conftest import ROOT, WorkerProcess, django_command, wait_for
+from tests.worker.test_joblog import collected
 
 BAD_ARGUMENTS = [
     ("runworker", ["--concurrency", "0"], "argument --concurrency: expected a whole number"),
@@ -254,14 +257,29 @@ def test_runworker_burst_and_max_jobs() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_reapjobs_prints_what_it_returned_and_buried() -> None:
-    add.enqueue(1, 1)
-    add.using(max_attempts=1).enqueue(2, 2)
+    returned = add.enqueue(1, 1)
+    buried = add.using(max_attempts=1).enqueue(2, 2)
     Job.objects.claim("gone", limit=2, lease=0.01)
     time.sleep(0.05)
     out = io.StringIO()
-    call_command("reapjobs", stdout=out)
+    with collected() as log:
+        call_command("reapjobs", stdout=out)
     assert out.getvalue() == "returned 1 job to the queue, buried 1\n"
     assert status_counts() == {"queued": 1, "dead": 1}
+    # One line per job on the django_pgqueue logger, as a worker's reaper logs them.
+    why = "LeaseExpired: the lease expired: worker gone stopped renewing it before recording"
+    (warned,) = log.about(returned.pk)
+    assert warned.levelno == logging.WARNING
+    assert re.fullmatch(
+        rf"job {returned.pk} \({add.path}\) failed on attempt 1 of \d+, retrying in "
+        rf"[\d.]+s: {why} an outcome",
+        warned.getMessage(),
+    ), warned.getMessage()
+    (erred,) = log.about(buried.pk)
+    assert erred.levelno == logging.ERROR
+    assert erred.getMessage() == (
+        f"job {buried.pk} ({add.path}) buried dead after attempt 1 of 1: {why} an outcome"
+    )
 
 
 def test_reapjobs_loop_prints_each_pass_through_a_pipe_as_it_happens(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -156,6 +157,41 @@ def test_a_job_the_reaper_buries_errs_with_its_fields() -> None:
         "job_id": job.pk,
         "task": mark.path,
         "queue": "default",
+        "attempt": 1,
+        "worker": "w-gone",
+    }
+
+
+def test_a_job_the_reaper_returns_to_the_queue_warns_with_its_fields() -> None:
+    """A lease the reaper finds expired is a failed attempt: it was counted only in
+    the reaper's INFO line, with no line naming the job."""
+    job = mark.using(max_attempts=3, queue="lost").enqueue("lost")
+    Job.objects.claim("w-gone", limit=1)
+    Job.objects.filter(pk=job.pk).update(locked_until=timezone.now() - dt.timedelta(seconds=1))
+    # A worker of another queue: its reaper returns the job, and it never claims it.
+    with collected() as log, worker_thread(queues=["elsewhere"]) as running:
+        running.wait("reaped", where=lambda d: d["result"].returned == 1)
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts) == ("queued", 1)
+    (record,) = log.about(job.pk)
+    assert record.levelno == logging.WARNING
+    message = record.getMessage()
+    _head, delay, tail = re.fullmatch(
+        rf"(job {job.pk} \({mark.path}\) failed on attempt 1 of 3, retrying in )([\d.]+)(s: .*)",
+        message,
+    ).groups()  # type: ignore[union-attr]
+    assert tail == (
+        "s: LeaseExpired: the lease expired: worker w-gone stopped renewing it before "
+        "recording an outcome"
+    ), message
+    # The delay it says is the one the row was given.
+    waited = (row.run_at - timezone.now()).total_seconds()
+    assert float(delay) - 2 <= waited <= float(delay) + 0.1, (delay, waited)
+    fields = {k: getattr(record, k) for k in ("job_id", "task", "queue", "attempt", "worker")}
+    assert fields == {
+        "job_id": job.pk,
+        "task": mark.path,
+        "queue": "lost",
         "attempt": 1,
         "worker": "w-gone",
     }

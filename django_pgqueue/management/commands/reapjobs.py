@@ -14,6 +14,7 @@ from django_pgqueue import conf, wording
 from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.management.arguments import PgQueueCommand, positive_seconds, setting_default
 from django_pgqueue.models import Job
+from django_pgqueue.worker import joblog
 
 
 class Command(PgQueueCommand):
@@ -51,6 +52,9 @@ class Command(PgQueueCommand):
                 with contextlib.suppress(Exception):
                     connections[alias].close()
             else:
+                # Each a failed attempt, logged as a worker's reaper logs it.
+                for job in (*result.returned_jobs, *result.buried_jobs):
+                    joblog.reaped(job)
                 # Runs of jobs an operator had asked to stop end cancelled.
                 cancelled = f", cancelled {result.cancelled}" if result.cancelled else ""
                 self.stdout.write(

@@ -3,6 +3,7 @@ the web tier's view. Imported only where ``prometheus-client`` is installed."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 
@@ -74,6 +75,7 @@ class QueueGauges(Collector):
     served: a refresh that hangs or fails shows as stale gauges, not as fresh ones."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._read: tuple[Sequence[QueueGaugeRow], float, frozenset[str]] = (
             (),
             time.monotonic(),
@@ -82,12 +84,16 @@ class QueueGauges(Collector):
 
     def update(self, rows: Sequence[QueueGaugeRow], paused: Collection[str] = ()) -> None:
         # Replaced whole, with when: a scrape never sees half an update.
-        self._read = (tuple(rows), time.monotonic(), frozenset(paused))
+        with self._lock:
+            self._read = (tuple(rows), time.monotonic(), frozenset(paused))
 
     def update_paused(self, paused: Collection[str]) -> None:
-        """The paused queues, read again (at each scrape of a worker's /metrics)."""
-        rows, at, _ = self._read
-        self._read = (rows, at, frozenset(paused))
+        """The paused queues, read again (at each scrape of a worker's /metrics). Under
+        the lock: a refresh between reading the rows and writing them back would be
+        undone by the older rows."""
+        with self._lock:
+            rows, at, _ = self._read
+            self._read = (rows, at, frozenset(paused))
 
     def collect(self) -> Iterator[Metric]:
         rows, at, paused = self._read

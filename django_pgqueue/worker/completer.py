@@ -186,6 +186,21 @@ class Completer(ServiceThread):
             # Our lease expired and the job was reaped (and maybe claimed again):
             # the newer run owns the row now.
             logger.warning("the outcomes of jobs %s were refused: their leases had expired", fenced)
+        overruled = sorted(
+            o.job_id
+            for o in batch
+            if isinstance(o, Failure)
+            and not o.cancel
+            and failed.get(o.job_id) == JobStatus.CANCELLED
+        )
+        if overruled:
+            # Logged as failing (retrying or buried) before the worker heard of the
+            # operator's stop request: the record says cancelled, so the log does too.
+            logger.info(
+                "jobs %s ended cancelled: an operator had asked them to stop before "
+                "their failure was recorded",
+                overruled,
+            )
         buried = sum(1 for status in failed.values() if status == JobStatus.DEAD)
         retried = sum(1 for status in failed.values() if status == JobStatus.QUEUED)
         statuses = {

@@ -218,3 +218,10 @@ def waits_for_gate(label: str) -> str:
     """Returns once the test opens its gate (or after 30 s)."""
     GATES.setdefault(label, threading.Event()).wait(30)
     return label
+
+
+@task(max_attempts=3)
+def fails_after_gate(label: str) -> None:
+    """Raises once the test opens its gate (or after 30 s)."""
+    GATES.setdefault(label, threading.Event()).wait(30)
+    raise RuntimeError(f"{label} failed")

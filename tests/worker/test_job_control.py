@@ -6,6 +6,8 @@ margins (docs/guarantees.md#stopping-a-running-job states them)."""
 from __future__ import annotations
 
 import itertools
+import logging
+import threading
 import time
 from functools import partial
 from typing import Any
@@ -20,8 +22,10 @@ from django_pgqueue.signals import job_finished
 from django_pgqueue.testing import run_jobs
 from tests.conftest import run_counts, status_counts
 from tests.testapp.tasks import (
+    GATES,
     awaits_to_be_stopped,
     discards_lookups,
+    fails_after_gate,
     gives_up,
     gives_up_with,
     mark,
@@ -32,6 +36,7 @@ from tests.testapp.tasks import (
 )
 from tests.worker.conftest import running_count, wait_for
 from tests.worker.inprocess import WorkerThread, worker_thread
+from tests.worker.test_joblog import collected
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -132,6 +137,33 @@ def test_a_prefetched_job_asked_to_stop_ends_cancelled_at_once_without_running()
     row = Job.objects.get(pk=waiting.pk)
     assert (row.status, row.last_error) == ("cancelled", "Cancelled: not needed")
     assert status_counts() == {"cancelled": 2}
+
+
+def test_a_failure_the_request_turned_into_a_cancellation_is_logged_as_one() -> None:
+    """The run raised before the worker heard of the stop request (no NOTIFY, no
+    heartbeat yet): it is logged as failing and retrying, and the record says
+    cancelled. A line now says what the record says."""
+    gate = GATES["unheard"] = threading.Event()
+    job = fails_after_gate.enqueue("unheard")
+    with (
+        collected() as log,
+        worker_thread(listen=False, lease=60, heartbeat_interval=50) as worker,
+    ):
+        try:
+            worker.wait("started")
+            assert Job.objects.cancel([job.pk], reason="not needed") == [job.pk]
+        finally:
+            gate.set()
+        worker.wait("recorded", where=partial(ended, job.pk, "cancelled"))
+    assert worker.recorder.count("cancel_requested") == 0  # it never heard
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.last_error) == ("cancelled", "Cancelled: not needed")
+    messages = [(r.levelno, r.getMessage()) for r in log.records]
+    assert (
+        logging.INFO,
+        f"jobs [{job.pk}] ended cancelled: an operator had asked them to stop before "
+        "their failure was recorded",
+    ) in messages, messages
 
 
 def test_a_task_that_does_not_look_finishes_anyway_and_ends_done() -> None:

@@ -44,8 +44,10 @@ def enqueue_params(spec: JobSpec) -> dict[str, object]:
 def insert(spec: JobSpec, alias: str) -> Inserted:
     """Insert ``spec`` in the caller's transaction, or find the live job holding its key."""
     params = enqueue_params(spec)
+    # Without a key there is nothing to conflict with, and ON CONFLICT has a cost.
+    statement = "enqueue" if spec.unique_key is not None else "enqueue_keyless"
     for _ in range(3):
-        rows = runner.fetch("enqueue", params, alias)
+        rows = runner.fetch(statement, params, alias)
         if rows:
             row = rows[0]
             return Inserted(

@@ -16,8 +16,25 @@
 -- created_at is how a row says "run at once", so any other run_at is the
 -- run_after it was enqueued with (or a later run's time). now(), not the
 -- statement's time: a claim in the same transaction (run_jobs() in a TestCase)
--- must find the job ready.
+-- must find the job ready. A live job holding the unique_key makes it insert
+-- nothing and return no row.
 WITH inserted AS (
+-- include: _enqueue_row
+    ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
+    DO NOTHING
+-- include: _enqueue_returning
+;
+
+-- name: enqueue_keyless
+-- enqueue, for a job without a unique_key, which no row can conflict with: no ON
+-- CONFLICT, whose speculative insertion cost some 8% of a one-job transaction's
+-- time on a durable server (measured against the same INSERT without it).
+WITH inserted AS (
+-- include: _enqueue_row
+-- include: _enqueue_returning
+;
+
+-- name: _enqueue_row
     INSERT INTO pgqueue_job (
         task, args, kwargs, queue, priority, status, attempts, max_attempts, run_at,
         created_at, last_error, errors, worker_ids, unique_key, concurrency_key, backoff,
@@ -29,8 +46,9 @@ WITH inserted AS (
         '', '[]', '[]', %(unique_key)s::text, %(concurrency_key)s::text, %(backoff)s::float8,
         %(retry_policy)s::jsonb
     )
-    ON CONFLICT (unique_key) WHERE status IN ('queued', 'running') AND unique_key IS NOT NULL
-    DO NOTHING
+;
+
+-- name: _enqueue_returning
     RETURNING id, created_at, run_at, queue
 )
 SELECT i.id, i.created_at, i.run_at,

@@ -13,6 +13,7 @@ EXPECTED = {
     "schedule_tick",
     "schedulers_up_since",
     "enqueue",
+    "enqueue_keyless",
     "enqueue_many",
     "live_job_by_unique_key",
     "claim",
@@ -86,10 +87,23 @@ def test_statements_are_sent_without_their_comments() -> None:
     hot = [
         variant("claim", limit=1024),
         variant("claim_queues", limit=1024, queues=("default", "emails", "reports")),
-        *(query(name) for name in ("enqueue", "complete", "fail", "heartbeat", "release")),
+        *(
+            query(name)
+            for name in ("enqueue", "enqueue_keyless", "complete", "fail", "heartbeat", "release")
+        ),
     ]
     for text in hot:
         assert len(text.encode()) <= MAX_CACHED_STATEMENT_LENGTH, text[:60]
+
+
+def test_a_keyless_enqueue_is_the_enqueue_without_its_on_conflict() -> None:
+    """One text, two statements: they differ only in the clause a job without a
+    unique_key cannot need."""
+    with_key, keyless = query("enqueue"), query("enqueue_keyless")
+    clause = re.search(r"\n\s*ON CONFLICT .*?DO NOTHING", with_key, re.DOTALL)
+    assert clause is not None
+    assert "ON CONFLICT" not in keyless
+    assert with_key.replace(clause[0], "") == keyless
 
 
 def test_compacting_keeps_string_literals_whole() -> None:

@@ -376,10 +376,13 @@ def test_the_throughput_line_counts_retries_and_names_long_runs(start_worker: St
 
 
 def test_counts_are_worded_with_their_plural(db_url: str) -> None:
-    add.enqueue(1, 1)
+    job = add.enqueue(1, 1)
     Job.objects.claim("gone", lease=0.01)
     time.sleep(0.05)
-    assert manage(db_url, "reapjobs") == "returned 1 job to the queue, buried 0\n"
+    done = django_command(db_url, "reapjobs")
+    assert done.stdout == "returned 1 job to the queue, buried 0\n"
+    # The job's failed attempt, on stderr (no LOGGING: Python's last-resort handler).
+    assert done.stderr.startswith(f"job {job.pk} ({add.path}) failed on attempt 1 of "), done.stderr
     old = timezone.now() - dt.timedelta(days=9)
     Job.objects.update(status="done", done_at=old, locked_until=None)
     assert manage(db_url, "prunejobs", "--older-than", "7d", "--dry-run") == (

@@ -44,18 +44,9 @@ def buries(job: ClaimedJob, outcome: Failure) -> bool:
 def failed(job: ClaimedJob, outcome: Failure, exc: BaseException) -> None:
     """Log one failed run: WARNING with a retry to come, ERROR when the job is buried."""
     what = f"{outcome.exception}: {outcome.message}" if outcome.message else outcome.exception
+    attempt = (job.id, job.task, job.attempt, job.max_attempts)
     if not buries(job, outcome):
-        logger.warning(
-            "job %s (%s) failed on attempt %s of %s, retrying in %.1fs: %s",
-            job.id,
-            job.task,
-            job.attempt,
-            job.max_attempts,
-            outcome.delay,
-            what,
-            exc_info=exc,
-            extra=fields(job),
-        )
+        _retrying(*attempt, outcome.delay, what, fields(job), exc)
     elif job.attempt < job.max_attempts:  # final before its last attempt
         logger.error(
             "job %s (%s) buried dead: it cannot succeed by retrying: %s",
@@ -66,16 +57,42 @@ def failed(job: ClaimedJob, outcome: Failure, exc: BaseException) -> None:
             extra=fields(job),
         )
     else:
-        logger.error(
-            "job %s (%s) buried dead after attempt %s of %s: %s",
-            job.id,
-            job.task,
-            job.attempt,
-            job.max_attempts,
-            what,
-            exc_info=exc,
-            extra=fields(job),
-        )
+        _buried_after(*attempt, what, fields(job), exc)
+
+
+def _retrying(
+    job_id: int,
+    task: str,
+    attempt: int,
+    max_attempts: int,
+    delay: float,
+    what: str,
+    extra: dict[str, object],
+    exc: BaseException | None,
+) -> None:
+    logger.warning(
+        "job %s (%s) failed on attempt %s of %s, retrying in %.1fs: %s",
+        *(job_id, task, attempt, max_attempts, delay, what),
+        exc_info=exc,
+        extra=extra,
+    )
+
+
+def _buried_after(
+    job_id: int,
+    task: str,
+    attempt: int,
+    max_attempts: int,
+    what: str,
+    extra: dict[str, object],
+    exc: BaseException | None,
+) -> None:
+    logger.error(
+        "job %s (%s) buried dead after attempt %s of %s: %s",
+        *(job_id, task, attempt, max_attempts, what),
+        exc_info=exc,
+        extra=extra,
+    )
 
 
 def reaped(job: Reaped) -> None:
@@ -88,24 +105,8 @@ def reaped(job: Reaped) -> None:
         "before recording an outcome"
     )
     extra = _fields(job.id, job.task, job.queue, job.attempt, job.worker)
+    attempt = (job.id, job.task, job.attempt, job.max_attempts)
     if job.delay is not None:
-        logger.warning(
-            "job %s (%s) failed on attempt %s of %s, retrying in %.1fs: %s",
-            job.id,
-            job.task,
-            job.attempt,
-            job.max_attempts,
-            job.delay,
-            why,
-            extra=extra,
-        )
+        _retrying(*attempt, job.delay, why, extra, None)
     else:
-        logger.error(
-            "job %s (%s) buried dead after attempt %s of %s: %s",
-            job.id,
-            job.task,
-            job.attempt,
-            job.max_attempts,
-            why,
-            extra=extra,
-        )
+        _buried_after(*attempt, why, extra, None)

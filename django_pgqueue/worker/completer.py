@@ -9,12 +9,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from django_pgqueue.dberrors import is_transient
+from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.exceptions import OutcomeNotStored
 from django_pgqueue.models import Job
 from django_pgqueue.records import Failure, JobStatus, Outcome, Success
 from django_pgqueue.worker.executor import clean_text
-from django_pgqueue.worker.services import ServiceThread, Supervision
+from django_pgqueue.worker.services import ServiceThread, Supervision, reset_connection
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -98,6 +98,25 @@ class Completer(ServiceThread):
                 return sorted(o.job_id for o in waiting)
             if outcome is not None:
                 waiting.append(outcome)
+
+    def write_left(self) -> list[int]:
+        """The last word at shutdown, once the thread has stopped: write, in the
+        calling thread, what is still waiting (outcomes of jobs that returned after
+        the last flush); the ids of those it could not write. While the thread is
+        still inside a write, its batch is not ours to touch: nothing is written."""
+        if self.is_alive():
+            return self.unwritten()
+        while True:
+            self._gather()
+            if not self._batch:
+                return []
+            try:
+                self._write(self._batch)
+            except Exception as exc:
+                reset_connection(self.alias)
+                logger.warning("writing the last outcomes failed: %s", first_line(exc))
+                return self.unwritten()
+            self._batch = []
 
     def step(self) -> float:
         if not self._batch:

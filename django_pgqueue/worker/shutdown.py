@@ -6,9 +6,11 @@ Shutdown takes at most ``shutdown_timeout + MARGIN`` seconds:
 2. running jobs get the shutdown timeout to finish (less if their leases would
    lapse first, because the heartbeat is gone), or until a second signal;
 3. the outcomes of the jobs that finished are written;
-4. as the very last statements, runs whose threads are still going are given
-   back (their attempt not spent), and runs past the job timeout are recorded
-   as failed; the process exits right after, which ends those threads;
+4. outcomes of jobs that returned meanwhile are written; as the very last
+   statements, runs whose threads are still going (or whose outcomes could not
+   be written) are given back, their attempt not spent, and runs past the job
+   timeout are recorded as failed; the process exits right after, which ends
+   those threads;
 5. anything that could not be written (the database is away) is logged by job
    id: those jobs come back through the reaper once their leases expire.
 """
@@ -101,8 +103,7 @@ class Shutdown:
                 unstarted=True,
             )
         self._wait_for_running_jobs()
-        w.completer.flush(until=self._until(max(1.0, MARGIN / 2)))
-        unwritten = w.completer.unwritten()
+        flushed = w.completer.flush(until=self._until(max(1.0, MARGIN / 2)))
         for thread in (w.listener, w.maintenance, w.completer):
             if thread is not None:
                 thread.stop()
@@ -115,6 +116,9 @@ class Shutdown:
         for service in threads:
             if service is not None:
                 service.join(max(0.0, min(2.0, self.hard_deadline - time.monotonic())))
+        # A job may have returned after the flush (while the threads stopped): its
+        # outcome is written here, unless the database was already failing us.
+        unwritten = w.completer.write_left() if flushed else w.completer.unwritten()
         if unwritten:
             logger.error(
                 "could not record the outcomes of jobs %s (the database is "
@@ -131,9 +135,13 @@ class Shutdown:
         # (or failed, past their timeout). The process exits right after them,
         # which ends those threads, so another worker cannot start one of those
         # jobs (or take its concurrency key) while it still runs here.
+        # Runs that returned and whose outcomes are still unwritten (a job that
+        # returned after the completer's last word) are given back too: left
+        # running, the reaper would charge them an attempt.
         leftovers = w.ledger.running()
         overdue = [held.job for held in leftovers if held.overdue]
         unfinished = [held.job.key for held in leftovers if not held.overdue]
+        unfinished += w.ledger.unsettled()
         if unfinished:
             w.ledger.give_back(unfinished)
             self._release(unfinished, RELEASED, unstarted=False)

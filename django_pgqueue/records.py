@@ -162,12 +162,10 @@ class JobSpec:
 class ClaimedJob:
     """A job this worker holds the lease on: what the runner needs, nothing more.
 
-    ``run`` is the claim's token (the row's ``lease_token``): the claiming worker
-    never used it before, and nothing resets it, so it tells this run from any
-    earlier or later one. Outcomes and lease renewals are fenced on it.
-    ``attempt`` counts against ``max_attempts`` and is what retry policy reads.
-    ``problem`` is set when the row could not be decoded: the job is buried
-    with it, without running anything.
+    ``run`` is the claim's token (the row's ``lease_token``), never reused, so it
+    tells this run from any other: outcomes and lease renewals are fenced on it.
+    ``attempt`` counts against ``max_attempts``. ``problem`` is set when the row
+    could not be decoded: the job is buried with it, without running anything.
     """
 
     id: int
@@ -269,11 +267,13 @@ Outcome = Success | Failure
 @dataclasses.dataclass(frozen=True, slots=True)
 class Renewal:
     """What a heartbeat found: the runs it renewed; of those, the ones an operator
-    asked to stop (``Job.objects.cancel``, with the reason) and those of paused queues."""
+    asked to stop (``Job.objects.cancel``, with the reason) and those of paused queues;
+    and the runs still held that it skipped, their rows locked by another transaction."""
 
     kept: set[tuple[int, int]]
     cancel_requested: dict[tuple[int, int], str]
     paused: set[tuple[int, int]] = dataclasses.field(default_factory=set)
+    busy: set[tuple[int, int]] = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -184,7 +184,8 @@ def fail(worker: str, failures: Sequence[Failure], alias: str) -> dict[int, str]
 
 def heartbeat(worker: str, runs: Sequence[tuple[int, int]], lease: float, alias: str) -> Renewal:
     """Extend the leases ``worker`` holds on these (id, run) pairs: those still held,
-    and of those the ones an operator asked to stop, with the reason."""
+    and of those the ones an operator asked to stop, with the reason; runs whose rows
+    another transaction holds locked are skipped (busy), not waited for."""
     if not runs:
         return Renewal(set(), {})
     runs = sorted(runs)  # in id order: see lock_runs
@@ -200,9 +201,10 @@ def heartbeat(worker: str, runs: Sequence[tuple[int, int]], lease: float, alias:
         alias,
     )
     return Renewal(
-        {(row["id"], row["run"]) for row in rows},
+        {(row["id"], row["run"]) for row in rows if row["kept"]},
         {(row["id"], row["run"]): row["cancel_reason"] for row in rows if row["cancel_requested"]},
         {(row["id"], row["run"]) for row in rows if row["paused"]},
+        {(row["id"], row["run"]) for row in rows if not row["kept"]},
     )
 
 

@@ -347,16 +347,34 @@ RETURNING j.id, j.status;
 -- Extend the leases this worker still holds on these runs; returns the runs still
 -- held, each saying whether an operator asked it to stop (and why), and whether
 -- its queue is paused (a job claimed ahead and not started yet then goes back).
+-- A row another transaction holds locked (an operator's cancel() inside a long
+-- atomic block, an edit in the admin) is skipped, not waited for: waiting stalled
+-- the renewal of every other lease of the worker until that transaction ended,
+-- and those leases lapsed while their jobs ran. A skipped run this worker still
+-- holds comes back with kept false (busy): neither renewed nor lost, it is tried
+-- again at the next beat.
 WITH
 -- include: _relax_commit
+, free AS MATERIALIZED (
+    SELECT j.id FROM pgqueue_job AS j WHERE j.id = ANY(%(ids)s::bigint[])
+    ORDER BY j.id FOR NO KEY UPDATE OF j SKIP LOCKED
+), renewed AS (
 UPDATE pgqueue_job AS j
 SET locked_until = now() + make_interval(secs => %(lease)s::float8)
-FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), relax
+FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), relax, free
 -- include: _still_held
-RETURNING j.id, j.lease_token AS run, j.cancel_requested_at IS NOT NULL AS cancel_requested,
-          j.cancel_reason,
+  AND free.id = j.id
+RETURNING j.id, j.lease_token AS run, true AS kept,
+          j.cancel_requested_at IS NOT NULL AS cancel_requested, j.cancel_reason,
           EXISTS (SELECT FROM pgqueue_queue AS q
-                  WHERE q.name = j.queue AND q.paused_at IS NOT NULL) AS paused;
+                  WHERE q.name = j.queue AND q.paused_at IS NOT NULL) AS paused
+)
+SELECT * FROM renewed
+UNION ALL
+SELECT o.id, o.run, false, false, NULL::text, false
+FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), pgqueue_job AS j
+-- include: _still_held
+  AND NOT EXISTS (SELECT FROM free WHERE free.id = o.id);
 
 -- name: release
 -- Give runs back without spending their attempt (a stopping worker; prefetched

@@ -81,7 +81,12 @@ class Housekeeping:
             self.config.worker_id, keys, lease=self.config.lease, using=self.config.database
         )
         kept = renewal.kept
-        lost = self.ledger.renewed(kept, keys, lease_until=sent + self.config.lease)
+        # A busy run (its row locked by someone else) is neither renewed nor lost:
+        # the next beat tries it again.
+        checked = [key for key in keys if key not in renewal.busy] if renewal.busy else keys
+        lost = self.ledger.renewed(kept, checked, lease_until=sent + self.config.lease)
+        if renewal.busy:
+            logger.debug("heartbeat: skipped jobs %s, their rows locked", sorted(renewal.busy))
         if lost:  # those still waiting for a thread (prefetched) free their slots now
             self.ledger.drop_lost(self.pool.take_waiting(set(lost)))
             self.waker.set()

@@ -187,7 +187,10 @@ class Ledger:
             return [key for key, held in self._held.items() if held.ours]
 
     def renewed(self, kept: set[Key], asked: list[Key], lease_until: float) -> list[Key]:
-        """Record a heartbeat; the runs it found lost (those settled meanwhile are not)."""
+        """Record a heartbeat; the runs it found lost. Those settled meanwhile are not,
+        nor is a run whose thread returned: its outcome may be committed already and
+        its settling still to come, and if it was lost, the fence refuses the outcome
+        and the completer says so."""
         lost = []
         with self._lock:
             for key in asked:
@@ -196,11 +199,9 @@ class Ledger:
                     continue
                 if key in kept:
                     held.lease_until = lease_until
-                else:
+                elif not held.returned:
                     held.lost = True
                     lost.append(key)
-                    if held.returned:
-                        del self._held[key]
         return lost
 
     def drop_lost(self, jobs: list[ClaimedJob]) -> None:

@@ -42,6 +42,19 @@ def test_a_reclaimed_job_is_a_new_entry_the_old_run_cannot_touch() -> None:
     assert (ledger.lease_keys(), ledger.busy, ledger.succeeded) == ([], 0, 1)
 
 
+def test_a_run_whose_outcome_is_being_settled_is_not_reported_lost() -> None:
+    """A heartbeat between the completer's commit (the row is done: the heartbeat
+    no longer keeps it) and its settle warned "lost the lease" for a recorded run."""
+    ledger = Ledger()
+    done = job()
+    ledger.add([done])
+    assert ledger.start(done)
+    assert ledger.finish(done) is not None  # returned; its outcome is being written
+    assert ledger.renewed(kept=set(), asked=[done.key], lease_until=0.0) == []
+    ledger.settled([done.key], succeeded=1, buried=0)
+    assert (ledger.lease_keys(), ledger.succeeded) == ([], 1)
+
+
 def test_an_overdue_run_keeps_its_slot_and_its_lease_until_its_thread_returns() -> None:
     ledger = Ledger()
     slow = job()

@@ -94,6 +94,11 @@ class JobPool:
             room = self.pacing.width - len(self._hot(time.monotonic())) - self._waking
             for _ in range(min(room, len(jobs), len(self._idle))):
                 self._wake(FOR_A_JOB)
+            # Jobs left waiting while the hot threads' jobs just started: one of
+            # those may be slow, so an idle thread watches (else they would wait
+            # for a hot thread to come back, however long its job takes).
+            if len(self._waiting) > self._waking and self._standby is None and self._idle:
+                self._wake(TO_WATCH)
 
     def take_waiting(self, keys: Collection[tuple[int, int]] | None = None) -> list[ClaimedJob]:
         """Remove and return the jobs no thread has started (prefetched ones), or

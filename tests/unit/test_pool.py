@@ -65,6 +65,14 @@ def wait_for(name: str) -> None:
         assert _gates[name].wait(timeout=10)
 
 
+@task
+def say_then_wait_for(name: str) -> None:
+    """Tell the test it started (gate ``name-started``), then wait for gate ``name``."""
+    with _counted():
+        _gates[f"{name}-started"].set()
+        assert _gates[name].wait(timeout=10)
+
+
 def job(func: object, *args: object) -> ClaimedJob:
     return ClaimedJob(
         id=next(_ids),
@@ -166,6 +174,29 @@ def test_a_blocked_job_does_not_hold_up_the_jobs_behind_it() -> None:
         _gates["stuck"].set()
         pool.wait_done([stuck.id])
     finally:
+        pool.stop()
+
+
+def test_a_job_submitted_while_the_only_hot_thread_starts_a_slow_one_is_watched() -> None:
+    """The width was full (one hot thread, its job just started) when the next job
+    came: no idle thread was woken, none watched, and the job waited behind the
+    slow one to its end. An idle thread now watches and takes it once the slow
+    job is past the handoff."""
+    _gates["slow"], _gates["slow-started"] = threading.Event(), threading.Event()
+    pool = Pool(2, handoff=1.0)  # a wide window to submit in while the slow job is hot
+    try:
+        assert pool.pool.pacing.width == 1
+        slow = job(say_then_wait_for, "slow")
+        pool.pool.submit([slow])
+        assert _gates["slow-started"].wait(5)
+        behind = job(spin, 0.0001)
+        pool.pool.submit([behind])
+        pool.wait_done([behind.id], timeout=5)  # while the slow job still waits
+        assert slow.id not in pool.outcomes
+        _gates["slow"].set()
+        pool.wait_done([slow.id])
+    finally:
+        _gates["slow"].set()
         pool.stop()
 
 

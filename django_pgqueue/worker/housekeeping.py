@@ -100,7 +100,11 @@ class Housekeeping:
         if renewal.paused:
             # Claimed ahead, then their queue was paused: back to it, not started.
             waiting = self.pool.take_waiting(renewal.paused)
-            released = give_back(self.config, self.ledger, self.events, waiting) if waiting else []
+            released = (
+                give_back(self.config, self.ledger, self.events, self.pool, waiting)
+                if waiting
+                else []
+            )
             if released:
                 self.waker.set()
                 logger.info(

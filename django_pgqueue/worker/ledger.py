@@ -179,6 +179,14 @@ class Ledger:
                     if held.returned:
                         del self._held[key]
 
+    def take_back(self, keys: list[Key]) -> None:
+        """Giving these runs back failed: they are ours again (none had started)."""
+        with self._lock:
+            for key in keys:
+                held = self._held.get(key)
+                if held is not None and held.started is None:
+                    held.given_back = False
+
     # -- the heartbeat -------------------------------------------------------------
 
     def lease_keys(self) -> list[Key]:

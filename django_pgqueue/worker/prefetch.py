@@ -128,7 +128,7 @@ class GiveBack:
         if not waiting:
             return sleep
         self.prefetch.stalled(now - since)
-        released = give_back(self.config, self.ledger, self.events, waiting)
+        released = give_back(self.config, self.ledger, self.events, self.pool, waiting)
         if released:
             logger.info(
                 "gave back %s that waited %.1fs for a thread behind long ones, for any "
@@ -141,21 +141,34 @@ class GiveBack:
 
 
 def give_back(
-    config: WorkerConfig, ledger: Ledger, events: Events, waiting: list[ClaimedJob]
+    config: WorkerConfig, ledger: Ledger, events: Events, pool: JobPool, waiting: list[ClaimedJob]
 ) -> list[int]:
     """Put prefetched jobs (taken from the pool: no thread started them) back in the
     queue for any worker, their attempt not spent; a job an operator asked to stop
-    ends cancelled instead. The ids back in the queue."""
-    ledger.forget(waiting)
+    ends cancelled instead. The ids back in the queue.
+
+    The runs stay this worker's until the release is written: one that fails (tried
+    twice, on a fresh connection the second time) puts them back in the pool, their
+    leases renewed, to run here or be given back at the next look. Forgotten first,
+    they were left to the reaper, which spends an attempt (and buries a job that
+    had one, though it never ran)."""
     keys = [job.key for job in waiting]
-    try:
-        statuses = claims.release(config.worker_id, keys, None, config.database)
-    except Exception as exc:
-        reset_connection(config.database)
-        logger.warning(
-            "could not give back jobs %s (%s): the reaper returns them once their leases expire",
-            sorted(k[0] for k in keys),
-            first_line(exc),
-        )
-        return []
+    ledger.give_back(keys)  # the heartbeat leaves them alone while they go back
+    for last in (False, True):
+        try:
+            statuses = claims.release(config.worker_id, keys, None, config.database)
+        except Exception as exc:
+            reset_connection(config.database)
+            if last:
+                ledger.take_back(keys)
+                pool.submit(waiting)
+                logger.warning(
+                    "could not give back jobs %s (%s): they stay with this worker",
+                    sorted(k[0] for k in keys),
+                    first_line(exc),
+                )
+                return []
+        else:
+            break
+    ledger.forget(waiting)
     return emit_released(events, ledger, keys, statuses, unstarted=True)

@@ -12,6 +12,7 @@ import time
 from functools import partial
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection
 from django.test import override_settings
@@ -417,3 +418,42 @@ def test_a_prefetched_job_that_shutdown_ends_cancelled_counts_as_claimed_and_can
         waiting.pk: "cancelled",
     }
     assert run_counts("never runs") == {}
+
+
+def test_a_give_back_that_fails_keeps_the_jobs_until_it_succeeds(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs were forgotten before the release: a transient error (here a real
+    one, the connection terminated by the server) left them to the reaper, which
+    spent their attempt and buried a one-attempt job that never ran. The first two
+    releases fail here: the jobs stay with the worker, and the next heartbeat gives
+    them back."""
+    from django.db import connections
+
+    from django_pgqueue.queue import claims
+
+    release, failures = claims.release, [2]
+
+    def release_on_a_terminated_connection(*args: Any, **kwargs: Any) -> dict[int, str]:
+        if failures[0]:
+            failures[0] -= 1
+            alias = connections["default"]
+            alias.ensure_connection()
+            pid = alias.connection.info.backend_pid
+            with psycopg.connect(db_url, autocommit=True) as server:
+                server.execute("SELECT pg_terminate_backend(%s)", [pid])
+        return release(*args, **kwargs)
+
+    monkeypatch.setattr(claims, "release", release_on_a_terminated_connection)
+    first = mark.using(queue="emails").enqueue("first", sleep=1.5)
+    ahead = mark.using(queue="emails", max_attempts=1).enqueue("ahead")
+    with worker_thread(concurrency=1, prefetch=1, heartbeat_interval=0.2, lease=5) as worker:
+        worker.wait("started")
+        wait_for(lambda: running_count() == 2, 10, "one job claimed ahead")
+        assert Job.objects.pause_queue("emails")
+        worker.wait("released", timeout=5)
+        worker.wait("recorded", where=partial(ended, first.pk, "done"))
+    assert failures == [0]
+    assert run_counts("ahead") == {}
+    row = Job.objects.get(pk=ahead.pk)
+    assert (row.status, row.attempts, row.error_count) == ("queued", 0, 0)

@@ -82,12 +82,9 @@ class Worker:
         fixed = None if config.prefetch == "auto" else int(config.prefetch)
         self.prefetch = Prefetch(config.concurrency, fixed, lambda: self.pool.pacing.width)
         self.give_back = GiveBack(config, self.prefetch, self.ledger, self.pool, self.events)
+        channel = config.channel if config.listen else None
         self.session = WorkerSession(
-            config.worker_id,
-            config.database,
-            config.listen_database,
-            config.channel if config.listen else None,
-            config.poll_interval,
+            config.worker_id, config.database, config.listen_database, channel, config.poll_interval
         )
         self.listener: Listener | None = Listener(
             self.session,
@@ -142,8 +139,9 @@ class Worker:
         self.request_stop()
 
     def run(self) -> int:
+        c = self.config
         problem, has_session = start_problem(
-            self.config.database, self.session, wait_for_database=not self.config.burst
+            c.database, self.session, wait_for_database=not c.burst, concurrency=c.concurrency
         )
         if problem:
             logger.error("%s", problem)

@@ -28,16 +28,26 @@ logger = logging.getLogger("django_pgqueue")
 
 #: How long a --burst worker tries to reach the database at start before it stops.
 START_PATIENCE = 5.0
+#: Pooled connections a worker's own threads may hold besides its job threads: the
+#: claim loop, completer, heartbeat, maintenance, scheduler and metrics server (the
+#: session connection, for LISTEN and the worker id's lock, is never pooled).
+OWN_CONNECTIONS = 6
+#: psycopg_pool's ConnectionPool size when OPTIONS["pool"] gives none.
+POOL_DEFAULT_SIZE = 4
 
 
 def start_problem(
-    database: str, session: WorkerSession, *, wait_for_database: bool = True
+    database: str,
+    session: WorkerSession,
+    *,
+    wait_for_database: bool = True,
+    concurrency: int = 1,
 ) -> tuple[str | None, bool]:
     """(why the worker must not start, or None; whether it has a session connection).
     ``wait_for_database``: a database that cannot be reached is waited for, rather
     than a reason not to start."""
-    problem = worker_in_transaction(database)
-    if problem:  # its claims would see rows its threads cannot (a TestCase)
+    problem = pool_problem(database, concurrency) or worker_in_transaction(database)
+    if problem:  # a pool too small; or claims would see rows its threads cannot (a TestCase)
         return problem, False
     try:
         registry.discover()
@@ -55,6 +65,28 @@ def start_problem(
     if problem is None and session.is_open and session.lock_holds:
         expire_orphans(session.worker_id, database)
     return problem, has_session
+
+
+def pool_problem(alias: str, concurrency: int) -> str | None:
+    """One line if ``alias`` uses Django's connection pool (``OPTIONS["pool"]``) with
+    fewer connections than the worker may hold at once. Each of its threads keeps
+    the connection it opened, so a pool that runs dry makes the next thread wait
+    (30 s at a time, again and again): the worker hangs without saying why."""
+    pool = connections.settings[alias].get("OPTIONS", {}).get("pool")
+    if not pool:
+        return None
+    options = pool if isinstance(pool, dict) else {}
+    size = options.get("max_size") or options.get("min_size") or POOL_DEFAULT_SIZE
+    needed = concurrency + OWN_CONNECTIONS
+    if size >= needed:
+        return None
+    return (
+        f"database {alias!r} uses Django's connection pool with at most {size} connections, "
+        f"and this worker may hold {needed} at once: one for each of its {concurrency} job "
+        f"threads (--concurrency) and {OWN_CONNECTIONS} for its own. Set "
+        f"DATABASES[{alias!r}]['OPTIONS']['pool'] = {{'max_size': {needed}}} (or more), or "
+        "give the worker settings without the pool (docs/operations.md#djangos-connection-pool)"
+    )
 
 
 def expire_orphans(worker: str, database: str) -> None:

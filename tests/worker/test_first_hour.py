@@ -227,6 +227,32 @@ def test_sqlite_is_one_error_with_a_hint_that_says_what_to_do(db_url: str, tmp_p
     assert said == [refused, refused], said
 
 
+def test_a_django_connection_pool_too_small_for_the_worker_is_refused_at_start(
+    db_url: str, tmp_path: Path
+) -> None:
+    """With OPTIONS["pool"] at its default size (4), the worker hung: its threads
+    keep their connections, and the completer waited 30 s at a time for one, so
+    ``--burst`` never ended and jobs stayed running. A large enough pool works."""
+    pool = "DATABASES['default'].setdefault('OPTIONS', {})['pool'] = %s"
+    small = settings_module(tmp_path, "fh_pool_small", pool % "True")
+    job = add.enqueue(2, 3)
+    done = django_command(db_url, "runworker", "--burst", "--concurrency", "8", env=small)
+    assert done.returncode == 1, done.stdout + done.stderr
+    flat = " ".join((done.stdout + done.stderr).split())
+    assert (
+        "database 'default' uses Django's connection pool with at most 4 connections, and "
+        "this worker may hold 14 at once: one for each of its 8 job threads (--concurrency) "
+        "and 6 for its own. Set DATABASES['default']['OPTIONS']['pool'] = {'max_size': 14} "
+        "(or more)"
+    ) in flat
+    assert Job.objects.get(pk=job.pk).status == "queued"
+    big = settings_module(tmp_path, "fh_pool_big", pool % "{'min_size': 1, 'max_size': 14}")
+    done = django_command(db_url, "runworker", "--burst", "--concurrency", "8", env=big)
+    assert done.returncode == 0, done.stdout + done.stderr
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.result) == ("done", 5)
+
+
 # -- 18 (router support) ---------------------------------------------------------------------
 
 ROUTER = """

@@ -181,9 +181,21 @@ def _reloading_child(build: Callable[[], Worker]) -> int:
 
     def run() -> None:
         try:
-            statuses.append(worker.run())
-        finally:
+            # check_errors: the file that raised is watched too, though never imported.
+            autoreload.check_errors(lambda: statuses.append(worker.run()))()
+        except Exception:
+            logger.exception("the worker could not start")
+        if statuses == [0] or changed or worker.stopping:
             reloader.stop()
+            return
+        # As runserver does: an error (a NameError in a tasks module) is no reason to
+        # stop watching. A change restarts the worker; a signal ends the process.
+        logger.error("fix the error above: the worker restarts when a file changes")
+        while not worker.stopping:
+            worker.waker.wait(3600.0)
+        if changed:
+            logger.info("%s changed: restarting", changed[0])
+        reloader.stop()
 
     thread = threading.Thread(target=run, name="pgqueue-worker", daemon=True)
     thread.start()

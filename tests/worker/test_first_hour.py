@@ -475,3 +475,33 @@ def test_reload_restarts_the_worker_when_code_changes(start_worker: Start, tmp_p
     worker.signal(signal.SIGTERM)  # the second: give the slow job back, exit now
     assert worker.wait(20) == 128 + signal.SIGTERM
     assert Job.objects.get(pk=slow).status == "queued"
+
+
+def test_reload_keeps_watching_after_an_error_in_a_tasks_module(
+    start_worker: Start, tmp_path: Path
+) -> None:
+    """A NameError in a tasks module ended ``runworker --reload`` for good (status 1);
+    runserver keeps watching, and so does the worker now: fixed, it starts."""
+    module = tmp_path / "fh_broken_tasks.py"
+    module.write_text(RELOADED.format(answer="undefined_name"))
+    module.write_text(module.read_text() + "\nundefined_name + 1\n")  # fails on import
+    env = settings_module(
+        tmp_path, "fh_broken", 'PGQUEUE = {**PGQUEUE, "TASK_MODULES": ["fh_broken_tasks"]}'
+    )
+    worker = start_worker(
+        "--reload", "--no-listen", "--poll-interval", "0.2", "--settings=fh_broken", env=env
+    )
+    worker.wait_for_output("the worker restarts when a file changes")
+    assert "NameError: name 'undefined_name' is not defined" in worker.output
+    assert worker.proc.poll() is None  # still watching
+    deadline = time.monotonic() + 30
+    while "changed: restarting" not in worker.output:
+        assert time.monotonic() < deadline, worker.output
+        module.write_text(RELOADED.format(answer=3))
+        time.sleep(0.5)
+    worker.wait_for_output("  . fh_broken_tasks.answer")
+    answer = insert_raw("fh_broken_tasks.answer")
+    wait_for(lambda: Job.objects.get(pk=answer).status == "done", 20, "the fixed code to run")
+    assert Job.objects.get(pk=answer).result == 3
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0

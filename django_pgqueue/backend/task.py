@@ -218,6 +218,15 @@ def _unknown_options(unknown: dict[str, Any]) -> str:
     )
 
 
+def _not_a_task(task: object) -> str:
+    said = f"options() takes a Task of django.tasks (declared with its @task), not {task!r}"
+    if hasattr(task, "using") and hasattr(task, "enqueue"):  # django_pgqueue's own @task
+        return f"{said}: on a django_pgqueue task, call .using(max_attempts=..., ...) instead"
+    if callable(task):
+        return f"{said}: decorate the function with @task from django.tasks first"
+    return said
+
+
 def options[T: _TaskBase](
     task: T,
     *,
@@ -241,6 +250,8 @@ def options[T: _TaskBase](
     where the task is declared (``charge = options(charge, retry_on=(Timeout,))``)
     or per enqueue, each job keeps its own.
     """
+    if not isinstance(task, _TaskBase):
+        raise TypeError(_not_a_task(task))
     ours = (
         task
         if isinstance(task, PgQueueTask)

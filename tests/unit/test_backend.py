@@ -83,6 +83,26 @@ def test_our_options_do_not_take_part_in_equality() -> None:
     assert task.using(priority=1) != djtasks.noop_task  # Django's own options still do
 
 
+def test_options_given_no_django_task_says_what_it_takes() -> None:
+    """A django_pgqueue task or a plain function got a TypeError about dataclasses or
+    about internal field names."""
+    from tests.testapp.tasks import add
+
+    def plain(n: int) -> int:
+        return n
+
+    with pytest.raises(TypeError) as direct:
+        options(add, max_attempts=2)  # type: ignore[type-var]
+    assert str(direct.value) == (
+        f"options() takes a Task of django.tasks (declared with its @task), not {add!r}: "
+        "on a django_pgqueue task, call .using(max_attempts=..., ...) instead"
+    )
+    with pytest.raises(TypeError, match=r"decorate the function with @task from django\.tasks"):
+        options(plain, max_attempts=2)  # type: ignore[type-var]
+    with pytest.raises(TypeError, match=r"^options\(\) takes a Task of django\.tasks .*, not 3$"):
+        options(3, max_attempts=2)  # type: ignore[type-var]
+
+
 def test_options_turns_a_task_of_any_backend_into_ours() -> None:
     with override_settings(TASKS=DUMMY_TASKS):
         plain: Task[Any, Any] = Task(

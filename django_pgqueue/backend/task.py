@@ -250,7 +250,7 @@ def options[T: _TaskBase](
     where the task is declared (``charge = options(charge, retry_on=(Timeout,))``)
     or per enqueue, each job keeps its own.
     """
-    if not isinstance(task, _TaskBase):
+    if not isinstance(task, Task):
         raise TypeError(_not_a_task(task))
     ours = (
         task

@@ -17,9 +17,14 @@ from django.db import connections
 from django.utils.module_loading import import_string
 from psycopg.conninfo import conninfo_to_dict
 
-from django_pgqueue import conf, declared, registry
+from django_pgqueue import conf, declared, registry, wording
 from django_pgqueue.dberrors import is_transient
 from django_pgqueue.pooler import alias_through_pooler, is_dsn
+
+
+def _alias_meant(alias: str) -> str:
+    """`` (did you mean 'default'?)`` for a misspelt DATABASES alias."""
+    return wording.did_you_mean([alias], connections.settings)
 
 
 def _database_problem(key: str, alias: str, check_id: str) -> checks.CheckMessage | None:
@@ -35,7 +40,9 @@ def _database_problem(key: str, alias: str, check_id: str) -> checks.CheckMessag
             )
         return None
     if alias not in connections:
-        return checks.Error(f"PGQUEUE[{key!r}] = {alias!r} is not in DATABASES", id=check_id)
+        return checks.Error(
+            f"PGQUEUE[{key!r}] = {alias!r} is not in DATABASES{_alias_meant(alias)}", id=check_id
+        )
     vendor = connections[alias].vendor
     if vendor != "postgresql":
         return checks.Error(
@@ -71,7 +78,7 @@ def database_problem() -> tuple[str, str | None] | None:
     )
     if alias not in connections:
         return (
-            f"{where} is not in DATABASES",
+            f"{where} is not in DATABASES{_alias_meant(alias)}",
             "Name an alias of DATABASES in PGQUEUE['DATABASE'].",
         )
     vendor = connections[alias].vendor

@@ -30,7 +30,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import autodiscover_modules
 
-from django_pgqueue import conf
+from django_pgqueue import conf, wording
 from django_pgqueue.exceptions import UnknownTask
 
 
@@ -206,6 +206,16 @@ def _shape_problem(func: Any, context: bool, positional: int, names: tuple[str, 
     signature = _signature(func)
     if signature is None:
         return None
+    params = signature.parameters.values()
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        # Named first, as Python's own call does: bind() would say "missing 'order_id'".
+        takes = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if unexpected := [name for name in names if name not in signature.parameters]:
+            return (
+                f"arguments do not match the task's signature {_described(func, signature)}: "
+                f"got an unexpected keyword argument {unexpected[0]!r}"
+                f"{wording.did_you_mean(unexpected[:1], takes)}"
+            )
     try:
         signature.bind(*([None] * (context + positional)), **dict.fromkeys(names))
     except TypeError as exc:

@@ -58,14 +58,21 @@ def shape_problem(alias: str, options: object, queues: object) -> str | None:
     return queues_problem(alias, queues) or options_problem(alias, options)
 
 
+def unknown_params_text(alias: str, unknown: list[str]) -> str:
+    """What E109 says, with the key the typo meant."""
+    return (
+        f"TASKS[{alias!r}] has unknown key(s) {', '.join(map(repr, unknown))}"
+        f"{wording.did_you_mean(unknown, PARAMS)}."
+    )
+
+
 def unknown_params_problem(alias: str, unknown: list[str]) -> list[checks.CheckMessage]:
     """E109: keys of TASKS[alias] that no backend reads (Django ignores them)."""
     if not unknown:
         return []
     return [
         checks.Error(
-            f"TASKS[{alias!r}] has unknown key(s) {', '.join(map(repr, unknown))}"
-            f"{wording.did_you_mean(unknown, PARAMS)}.",
+            unknown_params_text(alias, unknown),
             hint=f"A TASKS entry has {', '.join(PARAMS)}; the backend's own settings go in "
             "OPTIONS.",
             id="django_pgqueue.E109",

@@ -19,6 +19,7 @@ from django_pgqueue.backend.checks import (
     queues_problem,
     shape_problem,
     unknown_params_problem,
+    unknown_params_text,
 )
 from django_pgqueue.backend.compat import (
     BaseTaskBackend,
@@ -106,6 +107,8 @@ class PgQueueBackend(BaseTaskBackend):
             fix = f"add {task.queue_name!r} there."
             if meant is not None:  # a typo: adding it to QUEUES would be the wrong fix
                 fix = f"did you mean {meant}? If not, {fix}"
+            if self.unknown_params:  # "QUEUE": the QUEUES meant were never read (E109)
+                fix += " " + unknown_params_text(self.alias, self.unknown_params)
             raise InvalidTask(  # Django's words first, then which task and the fix
                 f"Queue {task.queue_name!r} is not valid for backend. Task "
                 f"{task.module_path} uses it, and TASKS[{self.alias!r}]['QUEUES'] is "

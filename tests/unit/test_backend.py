@@ -171,6 +171,19 @@ def test_a_keyword_the_task_does_not_take_is_named_where_it_is_declared() -> Non
         task(max_attemps=5)(djtasks.noop_task.func)  # type: ignore[call-overload]
 
 
+def test_a_queue_refused_at_declaration_names_a_misspelt_queues_key() -> None:
+    """TASKS with "QUEUE" (for "QUEUES"), and a URLconf importing the tasks: check
+    crashed on the declaration's InvalidTask, which said to add the queue to QUEUES;
+    E109's did-you-mean was never shown."""
+    misspelt = {k: v for k, v in PGQUEUE_TASKS["default"].items() if k != "QUEUES"}
+    tasks = {"default": {**misspelt, "QUEUE": ["default", "emails"]}}
+    with override_settings(TASKS=tasks), pytest.raises(InvalidTask) as refused:
+        task(queue_name="emails")(djtasks.noop_task.func)
+    assert str(refused.value).endswith(
+        "add 'emails' there. TASKS['default'] has unknown key(s) 'QUEUE' (did you mean 'QUEUES'?)."
+    ), str(refused.value)
+
+
 def test_queue_names_must_suit_the_queue_even_with_queue_validation_off() -> None:
     with override_settings(TASKS={"default": {**PGQUEUE_TASKS["default"], "QUEUES": []}}):
         assert djtasks.noop_task.using(queue_name="anything").queue_name == "anything"
@@ -388,6 +401,9 @@ def test_a_missing_database_is_one_error() -> None:
         (message,) = settings_errors()
     assert message.id == "django_pgqueue.E002"
     assert message.msg == "PGQUEUE['DATABASE'] = 'queue' is not in DATABASES"
+    with override_settings(PGQUEUE={"DATABASE": "defualt"}):
+        (message,) = settings_errors()
+    assert message.msg.endswith("is not in DATABASES (did you mean 'default'?)"), message.msg
     with override_settings(PGQUEUE={"DATABASE": "queue"}, INSTALLED_APPS=WITHOUT_THE_APP):
         assert settings_errors() == []  # not registered without the app: E101 and E102 say it
         assert error_ids(backend_with()) == ["django_pgqueue.E101", "django_pgqueue.E102"]

@@ -29,6 +29,11 @@ def test_listen_database_must_be_an_alias_of_databases() -> None:
         (message,) = check_settings()
     assert message.id == "django_pgqueue.E003"
     assert message.msg == "PGQUEUE['LISTEN_DATABASE'] = 'direct' is not in DATABASES"
+    with override_settings(PGQUEUE={"LISTEN_DATABASE": "defualt"}):
+        (message,) = check_settings()
+    assert message.msg == (
+        "PGQUEUE['LISTEN_DATABASE'] = 'defualt' is not in DATABASES (did you mean 'default'?)"
+    )
 
 
 def test_listen_database_may_be_a_dsn_that_parses() -> None:

@@ -58,6 +58,8 @@ def _greet(name: str, /, greeting: str = "hello", *, loud: bool = False) -> str:
         ),
         (["ann", "hi", True], {}, "too many positional arguments"),
         (["ann"], {"shout": True}, "got an unexpected keyword argument 'shout'"),
+        # Named before what is missing, as Python does, with the keyword it looks like.
+        ([], {"greting": "yo"}, "unexpected keyword argument 'greting' \\(did you mean 'greeting'"),
         (["ann", "hi"], {"greeting": "yo"}, "multiple values for argument 'greeting'"),
     ],
 )

@@ -179,13 +179,17 @@ class Ledger:
                     if held.returned:
                         del self._held[key]
 
-    def take_back(self, keys: list[Key]) -> None:
-        """Giving these runs back failed: they are ours again (none had started)."""
+    def take_back(self, jobs: list[ClaimedJob], margin: float = 1.0) -> list[ClaimedJob]:
+        """Giving these runs (none started) back failed: those whose leases still hold
+        for ``margin`` seconds are ours again, and returned; the rest are forgotten,
+        for the reaper (the heartbeat skipped them while they went back)."""
+        ending = time.monotonic() + margin
         with self._lock:
-            for key in keys:
-                held = self._held.get(key)
-                if held is not None and held.started is None:
-                    held.given_back = False
+            kept = [h.job for j in jobs if (h := self._held.get(j.key)) and h.lease_until > ending]
+            for job in kept:
+                self._held[job.key].given_back = False
+        self.forget([job for job in jobs if job not in kept])
+        return kept
 
     # -- the heartbeat -------------------------------------------------------------
 

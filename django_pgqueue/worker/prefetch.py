@@ -148,10 +148,10 @@ def give_back(
     ends cancelled instead. The ids back in the queue.
 
     The runs stay this worker's until the release is written: one that fails (tried
-    twice, on a fresh connection the second time) puts them back in the pool, their
-    leases renewed, to run here or be given back at the next look. Forgotten first,
-    they were left to the reaper, which spends an attempt (and buries a job that
-    had one, though it never ran)."""
+    twice, on a fresh connection the second time) puts back in the pool those whose
+    leases still hold, renewed again from then on, to run here or be given back at
+    the next look. Forgotten first, they were left to the reaper, which spends an
+    attempt (and buries a job that had one, though it never ran)."""
     keys = [job.key for job in waiting]
     ledger.give_back(keys)  # the heartbeat leaves them alone while they go back
     for last in (False, True):
@@ -160,12 +160,13 @@ def give_back(
         except Exception as exc:
             reset_connection(config.database)
             if last:
-                ledger.take_back(keys)
-                pool.submit(waiting)
+                kept = ledger.take_back(waiting)
+                pool.submit(kept)
                 logger.warning(
-                    "could not give back jobs %s (%s): they stay with this worker",
+                    "could not give back jobs %s (%s): %s stay with this worker",
                     sorted(k[0] for k in keys),
                     first_line(exc),
+                    sorted(job.id for job in kept),
                 )
                 return []
         else:

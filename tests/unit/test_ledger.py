@@ -182,3 +182,18 @@ def test_adaptive_prefetch_counts_the_threads_that_run_jobs_back_to_back() -> No
     width = 1
     prefetch.observe(0.01)
     assert prefetch.limit() == int(1 * TARGET_WAIT / 0.01) == 5
+
+
+def test_a_failed_give_back_keeps_only_the_runs_whose_leases_still_hold() -> None:
+    """While the release was tried the heartbeat skipped them: one whose lease is
+    about to lapse may be another worker's by now, so it is left to the reaper."""
+    for lease, kept in ((60.0, True), (0.5, False)):
+        ledger = Ledger(lease=lease)
+        waiting = job()
+        ledger.add([waiting])
+        ledger.give_back([waiting.key])
+        assert ledger.lease_keys() == []  # not renewed while it goes back
+        assert ledger.take_back([waiting], margin=1.0) == ([waiting] if kept else [])
+        assert (ledger.lease_keys(), ledger.busy, ledger.claimed) == (
+            ([waiting.key], 1, 1) if kept else ([], 0, 0)
+        )

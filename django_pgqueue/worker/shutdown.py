@@ -43,6 +43,7 @@ MARGIN = 5.0
 #: After a second signal: how long giving jobs back may take before the exit.
 URGENT = 1.0
 RELEASED = "worker shut down before the job finished"
+UNSTARTED = "worker shut down before the job started"
 
 
 def jobs(number: int) -> str:
@@ -97,11 +98,7 @@ class Shutdown:
         waiting = w.pool.take_waiting()
         if waiting:
             w.ledger.forget(waiting)
-            self._release(
-                [job.key for job in waiting],
-                "worker shut down before the job started",
-                unstarted=True,
-            )
+            self._release([job.key for job in waiting], UNSTARTED, unstarted=True)
         self._wait_for_running_jobs()
         flushed = w.completer.flush(until=self._until(max(1.0, MARGIN / 2)))
         for thread in (w.listener, w.maintenance, w.completer):
@@ -128,6 +125,9 @@ class Shutdown:
         # Idle job threads exit now; one still inside an overrunning job is a
         # daemon and ends with the process.
         leftovers = w.ledger.running()
+        # Jobs a give-back that failed meanwhile put back in the pool: stopping, its
+        # threads would start them.
+        late = w.pool.take_waiting()
         w.pool.stop(timeout=0.0 if leftovers else 1.0)
         w.heartbeat.stop()
         w.heartbeat.join(max(0.0, min(2.0, self.hard_deadline - time.monotonic())))
@@ -141,7 +141,11 @@ class Shutdown:
         leftovers = w.ledger.running()
         overdue = [held.job for held in leftovers if held.overdue]
         unfinished = [held.job.key for held in leftovers if not held.overdue]
-        unfinished += w.ledger.unsettled()
+        listed = {held.job.key for held in leftovers}  # one may return between the reads
+        unfinished += [key for key in w.ledger.unsettled() if key not in listed]
+        if late:
+            w.ledger.forget(late)
+            self._release([job.key for job in late], UNSTARTED, unstarted=True)
         if unfinished:
             w.ledger.give_back(unfinished)
             self._release(unfinished, RELEASED, unstarted=False)

@@ -9,6 +9,8 @@ process that Django's autoreloader restarts when code changes (development only)
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import logging
 import os
 import signal
@@ -17,11 +19,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import SystemCheckError
 from django.utils import autoreload
 
+from django_pgqueue import conf
 from django_pgqueue.worker.runner import Worker
 from django_pgqueue.worker.shutdown import MARGIN, URGENT
 from django_pgqueue.worker.waker import Waker
@@ -130,7 +137,12 @@ class ExitGuard:
                 os._exit(self.status(1))
 
 
-def run_reloading(build: Callable[[], Worker]) -> int:
+def in_reloading_child() -> bool:
+    """Whether this process is ``runworker --reload``'s child (the one that works)."""
+    return os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) == "true"
+
+
+def run_reloading(build: Callable[[], Worker], checks: Callable[[], Any] | None = None) -> int:
     """``runworker --reload``: a parent process that starts the worker in a child and
     starts it again each time the child exits because code changed.
 
@@ -140,8 +152,8 @@ def run_reloading(build: Callable[[], Worker]) -> int:
     Ctrl-C reaches both processes (the parent leaves it to the child), SIGTERM to
     the parent is passed on to the child; the child stops as a worker does.
     """
-    if os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) == "true":
-        return _reloading_child(build)
+    if in_reloading_child():
+        return _reloading_child(build, checks)
     return _reloading_parent()
 
 
@@ -162,7 +174,7 @@ def _reloading_parent() -> int:
             return 128 - status if status < 0 else status  # killed by a signal: 128 + its number
 
 
-def _reloading_child(build: Callable[[], Worker]) -> int:
+def _reloading_child(build: Callable[[], Worker], checks: Callable[[], Any] | None) -> int:
     worker = build()
     guard = ExitGuard(worker)
     guard.install()  # on the main thread, which watches the files below
@@ -179,10 +191,17 @@ def _reloading_child(build: Callable[[], Worker]) -> int:
     autoreload.file_changed.connect(code_changed, weak=False)
     statuses: list[int] = []
 
+    def start() -> None:
+        if checks is not None:  # the command's system checks, which it left to us
+            checks()
+        statuses.append(worker.run())
+
     def run() -> None:
         try:
             # check_errors: the file that raised is watched too, though never imported.
-            autoreload.check_errors(lambda: statuses.append(worker.run()))()
+            autoreload.check_errors(start)()
+        except SystemCheckError as exc:
+            logger.error("%s", exc)  # what `check` prints: no traceback of ours
         except Exception:
             logger.exception("the worker could not start")
         if statuses == [0] or changed or worker.stopping:
@@ -191,6 +210,7 @@ def _reloading_child(build: Callable[[], Worker]) -> int:
         # As runserver does: an error (a NameError in a tasks module) is no reason to
         # stop watching. A change restarts the worker; a signal ends the process.
         logger.error("fix the error above: the worker restarts when a file changes")
+        reloader.extra_files.update(_task_module_files())  # one that failed is not imported
         while not worker.stopping:
             worker.waker.wait(3600.0)
         if changed:
@@ -208,6 +228,22 @@ def _reloading_child(build: Callable[[], Worker]) -> int:
     if changed and guard.signalled is None:
         return RESTART
     return guard.status(statuses[0] if statuses else 1)
+
+
+def _task_module_files() -> list[Path]:
+    """The files of the modules a worker imports for its tasks (each app's ``tasks``,
+    ``PGQUEUE["TASK_MODULES"]``): the autoreloader watches only modules imported,
+    and one whose import failed is not."""
+    names = [f"{app.name}.tasks" for app in apps.get_app_configs()]
+    with contextlib.suppress(ImproperlyConfigured):
+        names += conf.get().TASK_MODULES
+    files = []
+    for name in names:
+        with contextlib.suppress(Exception):  # a package above it is missing, or fails
+            spec = importlib.util.find_spec(name)
+            if spec is not None and spec.origin and os.path.exists(spec.origin):
+                files.append(Path(spec.origin).resolve())
+    return files
 
 
 def _stop_when_orphaned(worker: Worker, running: threading.Thread) -> None:

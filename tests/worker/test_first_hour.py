@@ -477,6 +477,16 @@ def test_reload_restarts_the_worker_when_code_changes(start_worker: Start, tmp_p
     assert Job.objects.get(pk=slow).status == "queued"
 
 
+MISQUEUED = """
+from django_pgqueue.backend.compat import task
+
+
+@task(queue_name="emials")
+def answer() -> int:
+    return 0
+"""
+
+
 def test_reload_keeps_watching_after_an_error_in_a_tasks_module(
     start_worker: Start, tmp_path: Path
 ) -> None:
@@ -494,8 +504,18 @@ def test_reload_keeps_watching_after_an_error_in_a_tasks_module(
     worker.wait_for_output("the worker restarts when a file changes")
     assert "NameError: name 'undefined_name' is not defined" in worker.output
     assert worker.proc.poll() is None  # still watching
+    # A task on a queue TASKS does not have: refused where it is declared, the
+    # module never imported, so not watched unless the worker watches it itself.
+    module.write_text(MISQUEUED)
     deadline = time.monotonic() + 30
-    while "changed: restarting" not in worker.output:
+    while worker.output.count("the worker restarts when a file changes") < 2:
+        assert time.monotonic() < deadline, worker.output
+        module.write_text(MISQUEUED + f"# {time.monotonic()}\n")
+        time.sleep(0.5)
+    assert "did you mean 'emails'?" in worker.output
+    assert worker.proc.poll() is None  # still watching
+    deadline = time.monotonic() + 30
+    while worker.output.count("changed: restarting") < 2:
         assert time.monotonic() < deadline, worker.output
         module.write_text(RELOADED.format(answer=3))
         time.sleep(0.5)

@@ -27,7 +27,12 @@ from django_pgqueue.management.arguments import (
     setting_default,
     worker_id,
 )
-from django_pgqueue.management.process import ExitGuard, configure_logging, run_reloading
+from django_pgqueue.management.process import (
+    ExitGuard,
+    configure_logging,
+    in_reloading_child,
+    run_reloading,
+)
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.runner import Worker
 
@@ -46,6 +51,17 @@ class Command(PgQueueCommand):
         "Claim and run jobs until SIGTERM or SIGINT (a second one gives the running jobs "
         "back and exits at once). Defaults come from settings.PGQUEUE."
     )
+
+    #: In ``--reload``'s child: the system checks are run with the worker (see execute).
+    reload_checks = False
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        if options.get("reload") and in_reloading_child():
+            # The checks run in the worker's thread instead: an error there (a task
+            # declared on a queue TASKS lacks) leaves the child watching for the fix.
+            self.reload_checks = not options.get("skip_checks")
+            options["skip_checks"] = True
+        return super().execute(*args, **options)
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
@@ -175,7 +191,8 @@ class Command(PgQueueCommand):
                 serve_metrics(worker, port, addr)  # closed as the child exits
                 return worker
 
-            status = run_reloading(build)
+            checks = self.check if self.reload_checks else None
+            status = run_reloading(build, checks)
             worker = None
         else:
             worker = Worker(config)

@@ -109,8 +109,10 @@ class QueueOperations:
         lease: float | None = None,
         using: str | None = None,
     ) -> set[tuple[int, int]]:
-        """Extend the leases ``worker`` holds on these (id, run) pairs; returns those held."""
-        return self.renew(worker, runs, lease=lease, using=using).kept
+        """Extend the leases ``worker`` holds on these (id, run) pairs; returns those held
+        (one whose row another transaction holds locked is held, and renewed next time)."""
+        renewal = self.renew(worker, runs, lease=lease, using=using)
+        return renewal.kept | renewal.busy
 
     def renew(
         self,

@@ -422,6 +422,11 @@ def test_the_heartbeat_skips_a_row_locked_elsewhere_and_renews_the_rest(db_url: 
             renewal = Job.objects.renew("w", [first.key, second.key, gone.key])
             holder.rollback()
         assert (renewal.kept, renewal.busy) == ({first.key}, {second.key})
+        with psycopg.connect(db_url) as holder:  # the public call: both are still held
+            holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [second.id])
+            held = Job.objects.heartbeat("w", [first.key, second.key, gone.key])
+            holder.rollback()
+        assert held == {first.key, second.key}
         again = Job.objects.renew("w", [first.key, second.key, gone.key])
         assert (again.kept, again.busy) == ({first.key, second.key}, set())
     finally:

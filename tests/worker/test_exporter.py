@@ -208,15 +208,16 @@ def test_healthz_is_ok_before_the_worker_threads_start() -> None:
 
 
 def test_a_heartbeat_stuck_behind_a_lock_makes_healthz_fail_until_it_moves(db_url: str) -> None:
-    job = mark.enqueue("long", sleep=8)
+    mark.enqueue("long", sleep=8)
     with exported(lease=1.5) as (running, _exporter, base):
         running.wait("started")
         status, body = fetch(f"{base}/healthz")
         assert status == 200, body
         assert json.loads(body)["heartbeat"]["ok"] is True
         with psycopg.connect(db_url, autocommit=False) as blocker:
-            # The heartbeat's UPDATE waits for this row lock: the thread is stuck.
-            blocker.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [job.pk])
+            # The heartbeat skips a locked row, but its UPDATE waits for this table
+            # lock (its reaper's and claim's statements too): the thread is stuck.
+            blocker.execute("LOCK TABLE pgqueue_job IN EXCLUSIVE MODE")
             limit = json.loads(body)["heartbeat"]["limit"]
             took = wait_for(lambda: fetch(f"{base}/healthz")[0] == 503, 10, "healthz to fail")
             assert took <= limit + 1.0

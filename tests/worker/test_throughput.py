@@ -82,9 +82,14 @@ def test_an_outcome_the_fence_refused_is_not_counted_as_done() -> None:
     # itself), and no claim beyond the one job.
     with (
         collected() as log,
-        worker_thread(lease=60, heartbeat_interval=50, concurrency=1, prefetch=0) as running,
+        worker_thread(
+            lease=60, heartbeat_interval=50, concurrency=1, prefetch=0, reap_interval=3600
+        ) as running,
     ):
         try:
+            # The worker's own reaper runs once, at start, and not again: the test's
+            # reap below is the one that gives the job back.
+            running.wait("reaped")
             running.wait("started")
             past = timezone.now() - dt.timedelta(seconds=1)
             Job.objects.filter(pk=job.pk).update(locked_until=past)

@@ -30,6 +30,8 @@ logger = logging.getLogger("django_pgqueue")
 
 #: Long runs named in a throughput line; the rest are counted.
 NAMED_LONG_RUNS = 5
+#: Seconds to the next heartbeat after one that skipped rows locked elsewhere.
+BUSY_RETRY = 1.0
 
 
 class Housekeeping:
@@ -67,15 +69,17 @@ class Housekeeping:
             timers.append(Timer("pruner", c.prune_interval, self.prune))
         return timers
 
-    def heartbeat(self) -> None:
+    def heartbeat(self) -> float | None:
         """Renew the leases of every run this worker holds, in one statement, and tell
-        the jobs an operator asked to stop (the statement says which)."""
+        the jobs an operator asked to stop (the statement says which). After a beat
+        that skipped rows locked elsewhere, the next comes within BUSY_RETRY seconds:
+        those leases were not renewed, and the lock may be gone by then."""
         # In id order, as cancel() locks them: two statements locking the same rows
         # in the same order cannot deadlock.
         keys = sorted(self.ledger.lease_keys())
         if not keys:
             self.events.emit("heartbeat", kept=set(), lost=[])
-            return
+            return None
         sent = time.monotonic()
         renewal = Job.objects.renew(
             self.config.worker_id, keys, lease=self.config.lease, using=self.config.database
@@ -118,6 +122,7 @@ class Housekeeping:
                 sorted(job_id for job_id, _ in lost),
             )
         self.events.emit("heartbeat", kept=kept, lost=lost)
+        return BUSY_RETRY if renewal.busy else None
 
     def reap(self) -> None:
         result = Job.objects.reap(using=self.config.database)

@@ -172,7 +172,8 @@ class Timer:
 
     name: str
     interval: float
-    action: Callable[[], None]
+    #: Returns None, or how soon (seconds, at most the interval) it should run again.
+    action: Callable[[], float | None]
     due: float = 0.0  # monotonic time of the next run; 0 runs it at start
     #: Run at the next step, whatever ``due`` says (set by ``Timers.hurry``).
     urgent: bool = False
@@ -221,12 +222,14 @@ class Timers(ServiceThread):
                 # Before the action: a failing one is retried in a second, not at once.
                 timer.due = now + min(timer.interval, 1.0)
                 try:
-                    timer.action()
+                    sooner = timer.action()
                 except BaseException:
                     self._failed.add(timer.name)
                     raise
                 self._failed.discard(timer.name)
-                timer.due = now + timer.interval
+                timer.due = now + (
+                    timer.interval if sooner is None else min(sooner, timer.interval)
+                )
         if any(timer.urgent for timer in self.timers):
             return 0.0
         return max(0.01, min(t.due for t in self.timers) - time.monotonic())

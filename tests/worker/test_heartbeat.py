@@ -46,3 +46,28 @@ def test_a_row_locked_elsewhere_does_not_stall_the_other_leases(db_url: str) -> 
         assert not any(lost), lost
     assert status_counts() == {"done": 2}
     assert Job.objects.get(pk=a.pk).attempts == Job.objects.get(pk=b.pk).attempts == 1
+
+
+def test_a_beat_that_skipped_a_locked_row_is_followed_by_one_within_a_second(
+    db_url: str,
+) -> None:
+    """The skipped run's lease was not renewed: waiting a whole interval (here 5 s of
+    an 8 s lease) for the next beat could let it lapse once the lock is gone."""
+    gate = GATES.setdefault("hb-soon", threading.Event())
+    job = waits_for_gate.enqueue("hb-soon")
+    with worker_thread(concurrency=1, prefetch=0, lease=8.0, heartbeat_interval=5.0) as running:
+        try:
+            running.wait("started")
+            with psycopg.connect(db_url) as operator:
+                operator.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [job.pk])
+                skipped = running.recorder.count("heartbeat", lambda d: not d["kept"])
+                running.worker.heartbeat.hurry("heartbeat")  # a beat while it is locked
+                running.wait("heartbeat", skipped + 1, where=lambda d: not d["kept"])
+                operator.rollback()
+            # The next beat renews it within about a second, not five.
+            renewing = running.recorder.count("heartbeat", lambda d: bool(d["kept"]))
+            running.wait("heartbeat", renewing + 1, where=lambda d: bool(d["kept"]), timeout=2.5)
+        finally:
+            gate.set()
+        running.recorder.wait_total("recorded", "succeeded", 1)
+    assert Job.objects.get(pk=job.pk).status == "done"

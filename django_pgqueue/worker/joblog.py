@@ -46,7 +46,7 @@ def failed(job: ClaimedJob, outcome: Failure, exc: BaseException) -> None:
     what = f"{outcome.exception}: {outcome.message}" if outcome.message else outcome.exception
     attempt = (job.id, job.task, job.attempt, job.max_attempts)
     if not buries(job, outcome):
-        _retrying(*attempt, outcome.delay, what, fields(job), exc)
+        _attempt_failed(*attempt, outcome.delay, what, fields(job), exc)
     elif job.attempt < job.max_attempts:  # final before its last attempt
         logger.error(
             "job %s (%s) buried dead: it cannot succeed by retrying: %s",
@@ -57,42 +57,35 @@ def failed(job: ClaimedJob, outcome: Failure, exc: BaseException) -> None:
             extra=fields(job),
         )
     else:
-        _buried_after(*attempt, what, fields(job), exc)
+        _attempt_failed(*attempt, None, what, fields(job), exc)
 
 
-def _retrying(
+def _attempt_failed(
     job_id: int,
     task: str,
     attempt: int,
     max_attempts: int,
-    delay: float,
+    delay: float | None,
     what: str,
     extra: dict[str, object],
     exc: BaseException | None,
 ) -> None:
-    logger.warning(
-        "job %s (%s) failed on attempt %s of %s, retrying in %.1fs: %s",
-        *(job_id, task, attempt, max_attempts, delay, what),
-        exc_info=exc,
-        extra=extra,
-    )
-
-
-def _buried_after(
-    job_id: int,
-    task: str,
-    attempt: int,
-    max_attempts: int,
-    what: str,
-    extra: dict[str, object],
-    exc: BaseException | None,
-) -> None:
-    logger.error(
-        "job %s (%s) buried dead after attempt %s of %s: %s",
-        *(job_id, task, attempt, max_attempts, what),
-        exc_info=exc,
-        extra=extra,
-    )
+    """A failed attempt: retried after ``delay`` (WARNING), or, None, the job buried
+    after it (ERROR)."""
+    if delay is not None:
+        logger.warning(
+            "job %s (%s) failed on attempt %s of %s, retrying in %.1fs: %s",
+            *(job_id, task, attempt, max_attempts, delay, what),
+            exc_info=exc,
+            extra=extra,
+        )
+    else:
+        logger.error(
+            "job %s (%s) buried dead after attempt %s of %s: %s",
+            *(job_id, task, attempt, max_attempts, what),
+            exc_info=exc,
+            extra=extra,
+        )
 
 
 def reaped(job: Reaped) -> None:
@@ -106,7 +99,4 @@ def reaped(job: Reaped) -> None:
     )
     extra = _fields(job.id, job.task, job.queue, job.attempt, job.worker)
     attempt = (job.id, job.task, job.attempt, job.max_attempts)
-    if job.delay is not None:
-        _retrying(*attempt, job.delay, why, extra, None)
-    else:
-        _buried_after(*attempt, why, extra, None)
+    _attempt_failed(*attempt, job.delay, why, extra, None)

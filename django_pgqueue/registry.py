@@ -236,6 +236,11 @@ def missing_task_module(name: str) -> str | None:
     return None
 
 
+def task_module_names() -> list[str]:
+    """The modules a worker imports for its tasks: each app's ``tasks``, then ``TASK_MODULES``."""
+    return [f"{app.name}.tasks" for app in apps.get_app_configs()] + [*conf.get().TASK_MODULES]
+
+
 def discover() -> None:
     """Import what registers tasks: each installed app's ``tasks`` module, and the
     modules of ``PGQUEUE["TASK_MODULES"]``. A worker calls it once at start.
@@ -243,14 +248,12 @@ def discover() -> None:
     Objects of a registered kind (Tasks-framework Tasks) defined in those modules
     are registered too, so that the worker can list every task it runs."""
     autodiscover_modules("tasks")
-    names = [f"{app.name}.tasks" for app in apps.get_app_configs()]
     for extra in conf.get().TASK_MODULES:
         problem = missing_task_module(extra)
         if problem is not None:
             raise ImproperlyConfigured(problem)
         importlib.import_module(extra)  # an error inside the module keeps its traceback
-        names.append(extra)
-    for name in names:
+    for name in task_module_names():
         found = sys.modules.get(name)
         for attribute, value in vars(found).items() if found is not None else ():
             path = f"{name}.{attribute}"

@@ -28,7 +28,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import SystemCheckError
 from django.utils import autoreload
 
-from django_pgqueue import conf
+from django_pgqueue import registry
 from django_pgqueue.worker.runner import Worker
 from django_pgqueue.worker.shutdown import MARGIN, URGENT
 from django_pgqueue.worker.waker import Waker
@@ -234,9 +234,10 @@ def _task_module_files() -> list[Path]:
     """The files of the modules a worker imports for its tasks (each app's ``tasks``,
     ``PGQUEUE["TASK_MODULES"]``): the autoreloader watches only modules imported,
     and one whose import failed is not."""
-    names = [f"{app.name}.tasks" for app in apps.get_app_configs()]
-    with contextlib.suppress(ImproperlyConfigured):
-        names += conf.get().TASK_MODULES
+    try:
+        names = registry.task_module_names()
+    except ImproperlyConfigured:  # PGQUEUE itself is invalid: the apps' modules only
+        names = [f"{app.name}.tasks" for app in apps.get_app_configs()]
     files = []
     for name in names:
         with contextlib.suppress(Exception):  # a package above it is missing, or fails

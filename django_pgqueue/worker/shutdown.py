@@ -95,10 +95,7 @@ class Shutdown:
         for early in (w.listener, w.scheduler):  # no new work, here or for others
             if early is not None:
                 early.stop()
-        waiting = w.pool.take_waiting()
-        if waiting:
-            w.ledger.forget(waiting)
-            self._release([job.key for job in waiting], UNSTARTED, unstarted=True)
+        self._give_back_waiting()
         self._wait_for_running_jobs()
         flushed = w.completer.flush(until=self._until(max(1.0, MARGIN / 2)))
         for thread in (w.listener, w.maintenance, w.completer):
@@ -127,7 +124,7 @@ class Shutdown:
         leftovers = w.ledger.running()
         # Jobs a give-back that failed meanwhile put back in the pool: stopping, its
         # threads would start them.
-        late = w.pool.take_waiting()
+        self._give_back_waiting()
         w.pool.stop(timeout=0.0 if leftovers else 1.0)
         w.heartbeat.stop()
         w.heartbeat.join(max(0.0, min(2.0, self.hard_deadline - time.monotonic())))
@@ -143,9 +140,6 @@ class Shutdown:
         unfinished = [held.job.key for held in leftovers if not held.overdue]
         listed = {held.job.key for held in leftovers}  # one may return between the reads
         unfinished += [key for key in w.ledger.unsettled() if key not in listed]
-        if late:
-            w.ledger.forget(late)
-            self._release([job.key for job in late], UNSTARTED, unstarted=True)
         if unfinished:
             w.ledger.give_back(unfinished)
             self._release(unfinished, RELEASED, unstarted=False)
@@ -164,6 +158,13 @@ class Shutdown:
             f"; exit status {status}" if status else "",
         )
         return status
+
+    def _give_back_waiting(self) -> None:
+        """Prefetched jobs no thread has started go back to the queue at once."""
+        waiting = self.worker.pool.take_waiting()
+        if waiting:
+            self.worker.ledger.forget(waiting)
+            self._release([job.key for job in waiting], UNSTARTED, unstarted=True)
 
     def _wait_for_running_jobs(self) -> None:
         w = self.worker

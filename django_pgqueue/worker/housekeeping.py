@@ -23,7 +23,7 @@ from django_pgqueue.worker.latency import Latency
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.pool import JobPool
 from django_pgqueue.worker.prefetch import give_back
-from django_pgqueue.worker.services import Timer
+from django_pgqueue.worker.services import RunAgainIn, Timer
 from django_pgqueue.worker.waker import Waker
 
 logger = logging.getLogger("django_pgqueue")
@@ -69,7 +69,7 @@ class Housekeeping:
             timers.append(Timer("pruner", c.prune_interval, self.prune))
         return timers
 
-    def heartbeat(self) -> float | None:
+    def heartbeat(self) -> RunAgainIn | None:
         """Renew the leases of every run this worker holds, in one statement, and tell
         the jobs an operator asked to stop (the statement says which). After a beat
         that skipped rows locked elsewhere, the next comes within BUSY_RETRY seconds:
@@ -122,7 +122,7 @@ class Housekeeping:
                 sorted(job_id for job_id, _ in lost),
             )
         self.events.emit("heartbeat", kept=kept, lost=lost)
-        return BUSY_RETRY if renewal.busy else None
+        return RunAgainIn(BUSY_RETRY) if renewal.busy else None
 
     def reap(self) -> None:
         result = Job.objects.reap(using=self.config.database)

@@ -166,14 +166,25 @@ class ServiceThread(threading.Thread):
         return True
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunAgainIn:
+    """What a timer's action returns to run again sooner than its interval.
+
+    A type of its own, not a bare float: an action that returned a count by
+    mistake would otherwise be read as seconds (mypy takes an int for a float).
+    """
+
+    seconds: float
+
+
 @dataclasses.dataclass
 class Timer:
     """One periodic action of a :class:`Timers` thread."""
 
     name: str
     interval: float
-    #: Returns None, or how soon (seconds, at most the interval) it should run again.
-    action: Callable[[], float | None]
+    #: Returns None, or :class:`RunAgainIn` (capped at the interval).
+    action: Callable[[], RunAgainIn | None]
     due: float = 0.0  # monotonic time of the next run; 0 runs it at start
     #: Run at the next step, whatever ``due`` says (set by ``Timers.hurry``).
     urgent: bool = False
@@ -228,7 +239,7 @@ class Timers(ServiceThread):
                     raise
                 self._failed.discard(timer.name)
                 timer.due = now + (
-                    timer.interval if sooner is None else min(sooner, timer.interval)
+                    timer.interval if sooner is None else min(sooner.seconds, timer.interval)
                 )
         if any(timer.urgent for timer in self.timers):
             return 0.0

@@ -11,7 +11,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from django_pgqueue.worker.services import ConnectionEpoch, Supervision, Timer, Timers
+from django_pgqueue.worker.services import (
+    ConnectionEpoch,
+    RunAgainIn,
+    Supervision,
+    Timer,
+    Timers,
+)
 
 
 class Calls:
@@ -62,6 +68,27 @@ def test_hurry_runs_the_timer_now_and_a_hurry_during_its_run_runs_it_again() -> 
         timers.stop()
         timers.join(5)
     assert not timers.is_alive()
+
+
+def test_an_action_that_asks_to_run_again_sooner_runs_then_keeps_its_interval() -> None:
+    """An hourly timer whose action returns RunAgainIn(0.05) (the heartbeat after a
+    beat that skipped locked rows) runs again at once, and only until it stops asking."""
+    runs = Calls()
+
+    def action() -> RunAgainIn | None:
+        runs.record()
+        return RunAgainIn(0.05) if len(runs.at) < 3 else None
+
+    timers = timers_of(Timer("beat", 3600.0, action))
+    timers.start()
+    try:
+        runs.wait_for(3)
+        assert runs.at[2] - runs.at[0] < 2.0  # not an hour apart
+        time.sleep(0.3)
+        assert len(runs.at) == 3  # then back on its hourly schedule
+    finally:
+        timers.stop()
+        timers.join(5)
 
 
 def listener_of(listen_database: str | None, on_abort: Callable[[], None] = lambda: None) -> Any:

@@ -9,6 +9,7 @@ docs/concepts.md draws the machine (the states: :class:`~django_pgqueue.records.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
@@ -122,16 +123,15 @@ class JobManager(QueueOperations, conf.OnJobDatabase["Job"], _JobManagerBase["Jo
     ) -> Job:
         """Insert one job in the caller's transaction and return it.
 
-        Options: ``queue``, ``priority`` (-100..100, higher first), ``run_at`` or
-        ``delay`` (seconds or timedelta), ``max_attempts``, ``unique_key``,
-        ``concurrency_key``, ``backoff`` (seconds before the first retry,
-        doubling after each; default ``PGQUEUE["BACKOFF_BASE"]``). Arguments
-        must be JSON; a bad value raises
-        :class:`~django_pgqueue.exceptions.InvalidJobArguments` before anything
-        is written. If a live (queued or running) job already has
-        ``unique_key``, nothing is inserted and that job is returned with
-        ``duplicate = True``. Workers are notified when (and only if) the
-        transaction commits.
+        Options: ``queue``, ``priority`` (-100..100, higher first), ``run_at`` or ``delay``
+        (seconds or timedelta), ``max_attempts``, ``unique_key``, ``concurrency_key``,
+        ``backoff`` (seconds before the first retry, doubling after each; default
+        ``PGQUEUE["BACKOFF_BASE"]``), ``retry_on`` and ``discard_on`` (exception classes).
+        Arguments must be JSON; a bad value raises
+        :class:`~django_pgqueue.exceptions.InvalidJobArguments` before anything is written.
+        If a live (queued or running) job already has ``unique_key``, nothing is inserted
+        and that job is returned with ``duplicate = True``. Workers are notified when
+        (and only if) the transaction commits.
         """
         spec = JobSpec.build(task, args, kwargs, **options)
         row = enqueue.insert(spec, self._alias(using))
@@ -156,6 +156,7 @@ class JobManager(QueueOperations, conf.OnJobDatabase["Job"], _JobManagerBase["Jo
             unique_key=spec.unique_key,
             concurrency_key=spec.concurrency_key,
             backoff=spec.backoff,
+            retry_policy=None if spec.retry_policy is None else json.loads(spec.retry_policy),
             status=row.status,
             attempts=0,
         )
@@ -174,10 +175,9 @@ class JobManager(QueueOperations, conf.OnJobDatabase["Job"], _JobManagerBase["Jo
     def enqueue_many(self, jobs: Iterable[JobSpec], *, using: str | None = None) -> list[int]:
         """Insert many jobs at once; returns the new ids, in order (duplicates are skipped).
 
-        Build each item with :meth:`JobSpec.build`. Like :meth:`enqueue`, it joins
-        the caller's transaction and wakes workers when it commits. A batch of
-        ``COPY_THRESHOLD`` jobs or more with no ``unique_key`` is written with
-        COPY; any other batch is one ``INSERT ... ON CONFLICT`` statement.
+        Build each item with :meth:`JobSpec.build`. Like :meth:`enqueue`, it joins the
+        caller's transaction and wakes workers when it commits. A batch of ``COPY_THRESHOLD``
+        jobs or more with no ``unique_key`` is written with COPY; any other is one statement.
         """
         specs = list(jobs)
         for i, spec in enumerate(specs):

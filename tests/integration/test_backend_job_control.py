@@ -180,10 +180,10 @@ def test_a_retry_policy_given_at_the_call_site_is_the_jobs_own() -> None:
 def test_the_direct_api_takes_the_policy_at_the_decorator_or_per_enqueue() -> None:
     picky = retries_io_only.using(retry_on=(KeyError,))
     assert picky.retry_policy.retry_on == ("builtins.KeyError",)
-    assert Job.objects.get(pk=picky.enqueue("picky", "io").pk).retry_policy == {
-        "retry_on": ["builtins.KeyError"],
-        "discard_on": [],
-    }
+    enqueued = picky.enqueue("picky", "io")
+    stored = {"retry_on": ["builtins.KeyError"], "discard_on": []}
+    assert Job.objects.get(pk=enqueued.pk).retry_policy == stored
+    assert enqueued.retry_policy == stored  # the Job returned says what the row holds
     with pytest.raises(InvalidJob, match="discard_on 3 must be an exception class"):
         task(discard_on=3)  # type: ignore[call-overload]
     assert retries_io_only.retry_policy.retry_on == (

@@ -77,6 +77,25 @@ def test_queuestats_and_prunejobs_know_cancelled_jobs() -> None:
     assert status_counts() == {}
 
 
+def test_prunejobs_takes_status_repeated_as_well_as_comma_separated() -> None:
+    """``--status dead --status cancelled`` prunes both: the second does not replace
+    the first."""
+    dead, cancelled, done = add.enqueue(1, 1), add.enqueue(2, 2), add.enqueue(3, 3)
+    Job.objects.filter(pk=dead.pk).update(status="dead")
+    Job.objects.cancel([cancelled.pk])
+    Job.objects.filter(pk=done.pk).update(status="done")
+    Job.objects.update(done_at=timezone.now() - dt.timedelta(days=8))
+    args = ("prunejobs", "--older-than", "7d", "--dry-run")
+    assert output(*args, "--status", "dead", "--status", "cancelled,dead") == (
+        "would delete 2 jobs (dead,cancelled)\n"
+    )
+    assert output(*args) == "would delete 3 jobs (done,dead,cancelled)\n"
+    out = io.StringIO()
+    call_command("prunejobs", older_than="7d", status="cancelled", stdout=out)
+    assert out.getvalue() == "deleted 1 job (cancelled)\n"
+    assert status_counts() == {"dead": 1, "done": 1}
+
+
 def test_reapjobs_says_how_many_jobs_asked_to_stop_it_cancelled() -> None:
     import time
 

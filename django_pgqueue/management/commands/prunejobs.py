@@ -30,9 +30,9 @@ class Command(PgQueueCommand):
         parser.add_argument(
             "--status",
             type=finished_statuses,
-            default=FINISHED_STATUSES,
+            action="extend",  # --status dead --status cancelled: both, as dead,cancelled
             help="Which finished jobs: done, dead, cancelled, or several comma-separated "
-            "(default: done,dead,cancelled).",
+            "or repeated (default: done,dead,cancelled).",
         )
         parser.add_argument(
             "--batch-size",
@@ -43,12 +43,13 @@ class Command(PgQueueCommand):
         parser.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        statuses = tuple(dict.fromkeys(options["status"] or FINISHED_STATUSES))
         count = Job.objects.prune(
             options["older_than"],
-            statuses=options["status"],
+            statuses=statuses,
             batch_size=options["batch_size"],
             dry_run=options["dry_run"],
             using=conf.database(),
         )
         verb = "would delete" if options["dry_run"] else "deleted"
-        self.stdout.write(f"{verb} {wording.count(count, 'job')} ({','.join(options['status'])})")
+        self.stdout.write(f"{verb} {wording.count(count, 'job')} ({','.join(statuses)})")

@@ -114,15 +114,20 @@ def _key(value: Any) -> str | None:
     return None
 
 
+def aware(value: dt.datetime) -> dt.datetime:
+    """``value`` with its time zone. A naive datetime, as Django reads and writes them
+    with ``USE_TZ = False``, is in ``TIME_ZONE``: the database connection's zone."""
+    if timezone.is_naive(value):
+        return timezone.make_aware(value, timezone.get_default_timezone())
+    return value
+
+
 def _run_at(value: Any) -> dt.datetime | None:
     if not isinstance(value, dt.datetime):
         return None
-    if timezone.is_naive(value):
-        if settings.USE_TZ:
-            return None
-        # USE_TZ off: Django reads a naive datetime in TIME_ZONE, and so does this.
-        return timezone.make_aware(value)
-    return value
+    if timezone.is_naive(value) and settings.USE_TZ:
+        return None
+    return aware(value)
 
 
 def _channel(value: Any) -> str | None:

@@ -19,6 +19,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from django_pgqueue.records import JobStatus
+from django_pgqueue.validation import aware
 from django_pgqueue.wording import duration
 
 __all__ = [
@@ -47,9 +48,9 @@ def moment(value: dt.datetime | str | None) -> str:
             return value
     else:
         when = value
-    if timezone.is_naive(when):
-        when = timezone.make_aware(when, dt.UTC)
-    return timezone.localtime(when).strftime(MOMENT)
+    if isinstance(value, str) and timezone.is_naive(when):
+        when = when.replace(tzinfo=dt.UTC)  # an entry's own text: written in UTC
+    return timezone.localtime(aware(when)).strftime(MOMENT)
 
 
 def moment_field(field: str) -> Callable[[Any, Any], str]:

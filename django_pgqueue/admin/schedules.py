@@ -5,6 +5,7 @@ schedule filter (``?schedule=NAME``)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -12,7 +13,6 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -120,7 +120,7 @@ class ScheduleAdmin(_ModelAdmin):
         if view is None:
             specs = {spec.name: spec for spec in conf.get().schedules}
             status = getattr(obj, "last_job_status", None)
-            view = describe(obj.name, specs.get(obj.name), obj, status, timezone.now())
+            view = describe(obj.name, specs.get(obj.name), obj, status, dt.datetime.now(dt.UTC))
             obj._pgqueue_view = view  # type: ignore[attr-defined]
         return view
 

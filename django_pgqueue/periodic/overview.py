@@ -12,6 +12,7 @@ from django.utils import timezone
 from django_pgqueue import conf
 from django_pgqueue.periodic.models import Schedule
 from django_pgqueue.periodic.spec import ScheduleSpec, named_zone
+from django_pgqueue.validation import aware
 
 #: A schedule's state, as listings say it.
 ACTIVE = "active"
@@ -26,6 +27,7 @@ def local_moment(value: dt.datetime | None, zone: str) -> str:
     zone's name: ``2026-12-05 03:00:00 CET``; ``-`` for none."""
     if not value:
         return "-"
+    value = aware(value)  # a row's, with USE_TZ = False
     named = named_zone(zone)  # None for a row of other settings with an unknown zone
     local = value.astimezone(named) if named is not None else timezone.localtime(value)
     return local.strftime("%Y-%m-%d %H:%M:%S %Z")
@@ -85,10 +87,12 @@ def describe(
         state=state,
         # A last_tick equal to restarted_at is a restart point that an earlier
         # version wrote there (migration 0015): never a tick.
-        last_tick=row.last_tick if row and row.last_tick != row.restarted_at else None,
+        last_tick=aware(row.last_tick)
+        if row and row.last_tick and row.last_tick != row.restarted_at
+        else None,
         last_job_id=row.last_job_id if row else None,
         last_job_status=last_job_status,
-        next_tick=spec.next_after(now) if spec is not None and state == ACTIVE else None,
+        next_tick=spec.next_after(aware(now)) if spec is not None and state == ACTIVE else None,
         ticks=row.ticks if row else 0,
         seen=row is not None,
     )
@@ -97,7 +101,7 @@ def describe(
 def overview(alias: str | None = None, now: dt.datetime | None = None) -> list[ScheduleView]:
     """Every schedule the settings declare or the table holds, by name."""
     alias = alias or conf.database()
-    now = now or timezone.now()
+    now = now or dt.datetime.now(dt.UTC)
     specs = {spec.name: spec for spec in conf.get().schedules}
     rows = {row.name: row for row in Schedule.objects.using(alias).with_last_job_status()}
     return [

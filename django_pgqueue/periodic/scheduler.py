@@ -22,8 +22,6 @@ import datetime as dt
 import logging
 import time
 
-from django.utils import timezone
-
 from django_pgqueue import conf
 from django_pgqueue.periodic.calls import job_spec
 from django_pgqueue.periodic.spec import MAX_TICKS, ScheduleSpec
@@ -73,7 +71,8 @@ class Scheduler(ServiceThread):
     def __init__(self, alias: str, supervision: Supervision, events: Events) -> None:
         super().__init__(alias, "pgqueue-scheduler", supervision)
         self.events = events
-        self.started = timezone.now()
+        # Aware, whatever USE_TZ says: the ticks are instants in UTC.
+        self.started = dt.datetime.now(dt.UTC)
         specs = conf.get().schedules
         # Checked at start-up by the system check (E010): a failure here is a bug.
         self.planned = [Planned.of(s) for s in specs if s.enabled]
@@ -86,13 +85,13 @@ class Scheduler(ServiceThread):
         if not self._synced:
             self._sync()
         began = time.monotonic()
-        now = timezone.now()
+        now = dt.datetime.now(dt.UTC)
         for plan in self.planned:
             if plan.due <= now:
                 self._enqueue_due(plan, now)
         if not self.planned:
             return LONGEST_PAUSE
-        wait = (min(p.due for p in self.planned) - timezone.now()).total_seconds()
+        wait = (min(p.due for p in self.planned) - dt.datetime.now(dt.UTC)).total_seconds()
         # At most one look a second, however the ticks of several schedules fall.
         return min(LONGEST_PAUSE, max(wait, 1.0 - (time.monotonic() - began), 0.0))
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from django_pgqueue.queue.enqueue import notify_params
 from django_pgqueue.records import JobSpec
 from django_pgqueue.sql import runner
+from django_pgqueue.validation import aware
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -57,14 +58,20 @@ def sync(declared: Sequence[Declared], alias: str) -> Sync:
         },
         alias,
     )
+    # Aware, as the ticks are, with USE_TZ = False too (where Django's loaders drop the zone).
     return Sync(
         rows=[
-            Synced(r["name"], r["enabled"], r["resume_from"], r["created_at"])
+            Synced(
+                r["name"],
+                r["enabled"],
+                None if r["resume_from"] is None else aware(r["resume_from"]),
+                aware(r["created_at"]),
+            )
             for r in rows
             if r["name"] is not None
         ],
         removed=rows[0]["removed"] if rows else 0,
-        now=rows[0]["now"],
+        now=aware(rows[0]["now"]),
     )
 
 
@@ -100,4 +107,4 @@ def tick(
 def up_since(alias: str) -> dt.datetime | None:
     """The start of the oldest worker the registry shows alive, or None."""
     since: dt.datetime | None = runner.fetch_one("schedulers_up_since", {}, alias)["since"]
-    return since
+    return None if since is None else aware(since)

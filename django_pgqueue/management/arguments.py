@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime as dt
 import math
 import re
 import sys
 import types
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -211,35 +212,52 @@ class PgQueueCommand(BaseCommand):
 
     def _check_given(self, options: dict[str, Any]) -> None:
         """``call_command(..., concurrency=0, older_than="7d")`` passes its values past
-        argparse's converters: each text is converted, and each number checked, by
-        its argument's converter, as on the command line (a CommandError if bad)."""
+        argparse's converters: each is converted, and checked, by its argument's
+        converter, as on the command line (a CommandError if bad). A list or tuple
+        (``queues=["emails", "sms"]``) is read as its comma-separated items, a
+        timedelta as its seconds, and a value outside an option's choices is refused."""
         parser = self.create_parser("manage.py", type(self).__module__.rpartition(".")[2])
         for action in parser._actions:
             value, convert = options.get(action.dest), action.type
-            if not callable(convert) or isinstance(value, bool):
+            shown = "/".join(action.option_strings) or action.dest
+            if action.choices is not None and value is not None and value not in action.choices:
+                choices = ", ".join(map(repr, action.choices))
+                _one_line_error(parser, f"argument {shown}: {value!r} is not one of {choices}")
+            if not callable(convert) or value is None:
                 continue
-            if isinstance(value, float):  # 1e-05 as 0.00001, which the converters read
-                text = (
-                    format(value, "f").rstrip("0").rstrip(".")
-                    if math.isfinite(value)
-                    else str(value)
-                )
-            elif isinstance(value, str | int):
-                text = str(value)
-            else:
-                continue  # None (not given), or a value of the converted kind
+            converter = cast(Callable[[str], Any], convert)
+            # An argument of several values (nargs): each converted on its own.
+            each = action.nargs in ("+", "*") or isinstance(action.nargs, int)
+            values = value if each and isinstance(value, list | tuple) else None
+            texts = [_as_text(v) for v in values] if values is not None else [_as_text(value)]
+            if None in texts:
+                continue  # a value of the converted kind already
             try:
-                converted = convert(text)
+                converted = [converter(text) for text in texts if text is not None]
             except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
-                shown = "/".join(action.option_strings) or action.dest
                 _one_line_error(parser, f"argument {shown}: {exc}")
-            if isinstance(value, str):
-                options[action.dest] = converted
+            options[action.dest] = converted if values is not None else converted[0]
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
         parser.error = types.MethodType(_one_line_error, parser)  # type: ignore[method-assign]
         return parser
+
+
+def _as_text(value: object) -> str | None:
+    """A ``call_command()`` value as the command line would spell it; None for a value
+    that is not given (None) or has no such spelling (already converted)."""
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool):
+        return str(value)  # a flag's value given to an option that takes one: refused
+    if isinstance(value, float):  # 1e-05 as 0.00001, which the converters read
+        return format(value, "f").rstrip("0").rstrip(".") if math.isfinite(value) else str(value)
+    if isinstance(value, str | int):
+        return str(value)
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
+        return ",".join(value)
+    return None
 
 
 def metrics_address(value: str) -> str:

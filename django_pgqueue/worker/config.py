@@ -78,7 +78,7 @@ class WorkerConfig:
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         if values["queues"] is not None:
-            values["queues"] = tuple(values["queues"])
+            values["queues"] = tuple(dict.fromkeys(values["queues"]))  # each once
         return cls(**values)
 
     def describe(self) -> str:

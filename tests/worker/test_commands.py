@@ -368,6 +368,11 @@ def test_call_command_checks_its_values_as_the_command_line_does() -> None:
         ({"lease": -1}, "argument --lease: expected a number of seconds above 0"),
         ({"queues": "a,,b c"}, "argument --queues: expected comma-separated queue names"),
         ({"poll_interval": float("nan")}, "argument --poll-interval: expected"),
+        # Values of other types: a flag's, a list, a number where text goes, a choice.
+        ({"concurrency": True}, "argument --concurrency: expected a whole number"),
+        ({"queues": ["bad name"]}, "argument --queues: expected comma-separated queue names"),
+        ({"lease": dt.timedelta(seconds=-1)}, "argument --lease: expected a number"),
+        ({"verbosity": 5}, "argument -v/--verbosity: 5 is not one of 0, 1, 2, 3"),
     ]
     for options, message in bad:
         with pytest.raises(CommandError, match=message):
@@ -375,5 +380,23 @@ def test_call_command_checks_its_values_as_the_command_line_does() -> None:
     add.using(queue="b").enqueue(5, 6)
     call_command("runworker", burst=True, queues="a,b", stdout=io.StringIO())
     assert Job.objects.values_list("queue", "status", "result").get(queue="b") == ("b", "done", 11)
+    # A list of queues, a timedelta and a number for a text option read as written.
+    add.using(queue="c").enqueue(7, 8)
+    call_command(
+        "runworker",
+        burst=True,
+        queues=["a", "c"],
+        lease=dt.timedelta(seconds=30),
+        worker_id=5,
+        stdout=io.StringIO(),
+    )
+    assert Job.objects.values_list("status", "worker_ids").get(queue="c") == ("done", ["5"])
+    # A repeated --queues adds to the one before (it used to replace it).
+    add.using(queue="d").enqueue(1, 1)
+    add.using(queue="e").enqueue(2, 2)
+    call_command("runworker", "--burst", "--queues", "d", "--queues", "e,d", verbosity=0)
+    assert set(Job.objects.filter(queue__in=["d", "e"]).values_list("status", flat=True)) == {
+        "done"
+    }
     with pytest.raises(CommandError, match="argument --older-than: expected a duration"):
         call_command("prunejobs", older_than="soon")

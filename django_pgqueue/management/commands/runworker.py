@@ -75,8 +75,9 @@ class Command(PgQueueCommand):
         add(
             "--queues",
             type=queue_list,
-            help=f"Comma-separated queues to serve (default: {setting_default('QUEUES')}; none "
-            "means every queue).",
+            action="extend",  # --queues a --queues b: both, as a,b
+            help=f"Comma-separated (or repeated) queues to serve (default: "
+            f"{setting_default('QUEUES')}; none means every queue).",
         )
         add(
             "--concurrency",

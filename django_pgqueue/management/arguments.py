@@ -105,19 +105,28 @@ def prefetch(value: str) -> int | str:
         ) from None
 
 
-def duration(value: str) -> float:
-    """``90``, ``30s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds."""
-    match = _DURATION.fullmatch(value.strip().lower())
-    if (
-        not match
-        or float(match[1]) <= 0
-        or float(match[1]) * _UNIT_SECONDS[match[2]] > validation.MAX_DELAY
-    ):
-        raise argparse.ArgumentTypeError(
-            f"expected a duration above 0 and at most ten years, such as 30s, 15m, 12h, 7d "
-            f"or 2w, got {value!r}"
-        )
-    return float(match[1]) * _UNIT_SECONDS[match[2]]
+def _duration(*, zero: bool) -> Callable[[str], float]:
+    """An argparse type: ``90``, ``30s``, ``15m``, ``12h``, ``7d``, ``2w`` -> seconds;
+    0 too when ``zero`` (an age limit: any wait is too long), not for a prune bound,
+    where 0 would delete every finished job."""
+    lowest = "0 or more" if zero else "above 0"
+
+    def convert(value: str) -> float:
+        match = _DURATION.fullmatch(value.strip().lower())
+        seconds = float(match[1]) * _UNIT_SECONDS[match[2]] if match else -1.0
+        if seconds < 0 or (seconds == 0 and not zero) or seconds > validation.MAX_DELAY:
+            raise argparse.ArgumentTypeError(
+                f"expected a duration {lowest} and at most ten years, such as 30s, 15m, 12h, "
+                f"7d or 2w, got {value!r}"
+            )
+        return seconds
+
+    convert.__name__ = "duration"
+    return convert
+
+
+duration = _duration(zero=False)
+age_limit = _duration(zero=True)
 
 
 def queue_list(value: str) -> tuple[str, ...]:

@@ -98,6 +98,9 @@ def test_an_old_ready_job_fails_with_its_queue_and_age() -> None:
     assert len(lines) == 1
     assert lines[0].startswith("queue mail: the oldest ready job has waited 40")
     assert lines[0].endswith("s (more than --max-ready-age 300s)")
+    # 0: any ready job at all is too old (a job not yet due is not ready).
+    status, lines = check("--max-ready-age", "0")
+    assert (status, [line.split(":")[0] for line in lines]) == (1, ["queue mail", "queue pdf"])
 
 
 def test_too_many_dead_jobs_in_the_last_hour_fail() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from django_pgqueue import conf
-from django_pgqueue.management.arguments import PgQueueCommand, duration, non_negative_int
+from django_pgqueue.management.arguments import PgQueueCommand, age_limit, non_negative_int
 from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.monitoring import health
 from django_pgqueue.queue import presence
@@ -39,8 +39,9 @@ class Command(PgQueueCommand):
         )
         parser.add_argument(
             "--max-ready-age",
-            type=duration,
-            help="With --check: fail when a queue's oldest ready job has waited longer (30s, 5m).",
+            type=age_limit,
+            help="With --check: fail when a queue's oldest ready job has waited longer (30s, 5m; "
+            "0: any ready job).",
         )
         parser.add_argument(
             "--max-dead",

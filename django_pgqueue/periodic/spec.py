@@ -307,4 +307,12 @@ def parse_all(raw: Any) -> tuple[ScheduleSpec, ...]:
         raise InvalidSchedule(
             f"PGQUEUE['PERIODIC'] = {raw!r}: expected a dict of schedule names to entries"
         )
-    return tuple(parse(name, entry) for name, entry in raw.items())
+    specs, problems = [], []
+    for name, entry in raw.items():  # every bad entry named, not only the first
+        try:
+            specs.append(parse(name, entry))
+        except InvalidSchedule as exc:
+            problems.append(str(exc))
+    if problems:
+        raise InvalidSchedule("\n".join(problems))
+    return tuple(specs)

@@ -164,6 +164,22 @@ def test_settings_refuse_a_bad_entry_as_improperly_configured() -> None:
         parse_all({"": {"task": "a.b", "every": 1}})
 
 
+def test_every_bad_entry_is_named_not_only_the_first() -> None:
+    with pytest.raises(InvalidSchedule) as refused:
+        parse_all(
+            {
+                "a": {"task": "a.b", "cron": "61 * * * *"},
+                "fine": {"task": "a.b", "every": 60},
+                "b": {"task": "a.b", "every": -1},
+            }
+        )
+    lines = str(refused.value).splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "PGQUEUE['PERIODIC']['a']",
+        "PGQUEUE['PERIODIC']['b']",
+    ]
+
+
 def test_settings_give_the_entries_in_order() -> None:
     periodic = {
         "b": {"task": "a.b", "every": 60, "catch_up": "all", "enabled": False},

@@ -47,10 +47,10 @@ def _unqueued() -> dict[str, str]:
     return unqueued_tasks()
 
 
-def banner(config: WorkerConfig) -> str:
+def banner(config: WorkerConfig, *, session: bool = True) -> str:
     """The start lines: the settings, then ``[queues]`` and ``[tasks]``."""
     tasks = registry.runnables()
-    lines = [f"starting {config.describe()}", "[queues]"]
+    lines = [f"starting {config.describe(session=session)}", "[queues]"]
     if config.queues:
         lines += [f"  . {queue}" for queue in config.queues]
     else:

@@ -81,14 +81,20 @@ class WorkerConfig:
             values["queues"] = tuple(dict.fromkeys(values["queues"]))  # each once
         return cls(**values)
 
-    def describe(self) -> str:
-        """One line for the start banner."""
+    def describe(self, *, session: bool = True) -> str:
+        """One line for the start banner; ``session=False``: behind a pooler with no
+        session, where the worker polls whatever ``listen`` says."""
         queues = ",".join(self.queues) if self.queues else "*"
+        listen = (
+            "off (no session: polling)"
+            if self.listen and not session
+            else ("on" if self.listen else "off")
+        )
         return (
             f"worker {self.worker_id}: queues={queues} concurrency={self.concurrency} "
             f"prefetch={self.prefetch} "
             f"lease={self.lease:g}s heartbeat={round(self.heartbeat_interval, 3):g}s "
-            f"poll={self.poll_interval:g}s listen={'on' if self.listen else 'off'} "
+            f"poll={self.poll_interval:g}s listen={listen} "
             f"job_timeout={self.job_timeout or 'none'} "
             f"shutdown_timeout={self.shutdown_timeout:g}s reap={self.reap_interval:g}s "
             f"prune_after={self.prune_after or 'off'} burst={self.burst} "

@@ -148,7 +148,7 @@ class Worker:
             return 1
         if not has_session:
             self.listener = None  # behind a pooler without LISTEN_DATABASE: poll
-        logger.info("%s", banner(self.config))
+        logger.info("%s", banner(self.config, session=has_session))
         warn_unknown_queues(self.config)
         threads = (self.completer, self.maintenance, self.heartbeat, self.listener, self.scheduler)
         for thread in threads:

@@ -183,6 +183,7 @@ def test_without_listen_database_a_pooled_worker_polls_and_says_why(
     Job.objects.enqueue_many(JobSpec.build(tracked, [f"poll-{i}"]) for i in range(30))
     worker = start_worker("--concurrency", "2", "--poll-interval", "0.2", env=env)
     worker.wait_for_output("which keeps no session: this worker polls for new jobs")
+    worker.wait_for_output(" listen=off (no session: polling) ")  # the banner says so too
     wait_for(lambda: status_counts() == {"done": 30}, 30, "the jobs to be done by polling")
     tracked.enqueue("poll-late")  # found by a poll, no NOTIFY heard
     wait_for(lambda: status_counts() == {"done": 31}, 10, "a job enqueued later")

@@ -8,6 +8,7 @@ worker.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import functools
 from functools import cache
 from typing import Any, TypeVar
@@ -111,6 +112,24 @@ class Settings:
         """PERIODIC's entries, checked (they were when the settings were read), parsed
         once: the admin's job list and every worker start read them."""
         return periodic.parse_all(self.PERIODIC)
+
+
+#: The keys given in seconds, which a timedelta may give too.
+DURATIONS = frozenset(
+    {
+        "LEASE",
+        "HEARTBEAT_INTERVAL",
+        "POLL_INTERVAL",
+        "SHUTDOWN_TIMEOUT",
+        "JOB_TIMEOUT",
+        "REAP_INTERVAL",
+        "PRUNE_AFTER",
+        "PRUNE_INTERVAL",
+        "BACKOFF_BASE",
+        "BACKOFF_MAX",
+        "METRICS_REFRESH_INTERVAL",
+    }
+)
 
 
 def valid_port(value: Any) -> bool:
@@ -232,6 +251,9 @@ def _build(raw: Any) -> Settings:
             f"{wording.did_you_mean(unknown, known)}; known keys: {', '.join(sorted(known))}"
         )
     values = dict(raw)
+    for key in DURATIONS:  # a timedelta as its seconds, as run_after and "every" take it
+        if isinstance(values.get(key), dt.timedelta):
+            values[key] = values[key].total_seconds()
     for key in ("QUEUES", "TASK_MODULES"):
         if isinstance(values.get(key), list | tuple):
             values[key] = tuple(values[key])

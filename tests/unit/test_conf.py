@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
@@ -19,6 +22,35 @@ def test_override_is_read_again() -> None:
         assert conf.get().LEASE == 9
         assert conf.get().QUEUES == ("a", "b")
     assert conf.get().LEASE == 30  # tests.settings
+
+
+def test_a_duration_may_be_a_timedelta() -> None:
+    """Every key given in seconds takes a timedelta too; BACKOFF_BASE used to be
+    kept as one, for the retry arithmetic to fail on later."""
+    durations = {
+        f.name
+        for f in dataclasses.fields(conf.Settings)
+        if f.type in ("float", "float | None") and f.name != "BACKOFF_JITTER"
+    }
+    assert durations == conf.DURATIONS
+    with override_settings(
+        PGQUEUE={
+            "LEASE": dt.timedelta(minutes=2),
+            "BACKOFF_BASE": dt.timedelta(seconds=5),
+            "PRUNE_AFTER": dt.timedelta(days=7),
+        }
+    ):
+        settings = conf.get()
+        assert (settings.LEASE, settings.BACKOFF_BASE, settings.PRUNE_AFTER) == (
+            120.0,
+            5.0,
+            604800.0,
+        )
+    with (
+        override_settings(PGQUEUE={"LEASE": dt.timedelta(seconds=-1)}),
+        pytest.raises(ImproperlyConfigured, match=r"PGQUEUE\['LEASE'\] = -1.0: expected"),
+    ):
+        conf.get()
 
 
 @pytest.mark.parametrize(

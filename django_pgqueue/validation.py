@@ -141,7 +141,19 @@ def _channel(value: Any) -> str | None:
     return None
 
 
-TASK_PATH: Rule[str] = Rule(
+class _TaskPathRule(Rule[str]):
+    def message(self, value: Any, name: str | None = None) -> str:
+        path = getattr(value, "module_path", None)
+        if isinstance(path, str) and not isinstance(value, str):  # a django.tasks Task
+            return (
+                f"{value.__class__.__name__} {path!r} is a django.tasks Task: enqueue it with "
+                f"its own .enqueue(...), or pass its path {path!r} to enqueue it through "
+                "django-pgqueue's own API"
+            )
+        return super().message(value, name)
+
+
+TASK_PATH: Rule[str] = _TaskPathRule(
     "task", f"a dotted path (at most {MAX_KEY} chars) or a registered task", _task_path
 )
 QUEUE: Rule[str] = Rule(

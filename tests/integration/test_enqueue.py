@@ -481,3 +481,12 @@ def test_floats_of_any_size_come_back_as_floats_in_arguments_and_results() -> No
     framework.refresh()
     assert framework.return_value == {"args": [4e18], "kwargs": {}}
     assert type(framework.return_value["args"][0]) is float
+
+
+def test_a_tasks_framework_task_given_to_the_direct_api_says_how_to_enqueue_it() -> None:
+    from tests.testapp.djtasks import echo
+
+    with pytest.raises(InvalidJob, match=r"'tests.testapp.djtasks.echo' is a django.tasks Task"):
+        enqueue(echo, [1])
+    assert Job.objects.count() == 0
+    assert enqueue(echo.module_path, [1]).task == "tests.testapp.djtasks.echo"

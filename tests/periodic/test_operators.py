@@ -7,7 +7,7 @@ import datetime as dt
 import io
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -298,32 +298,39 @@ def test_the_admins_schedule_page_shows_the_last_tick_in_the_schedules_zone(
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:00:00 UTC", response.content.decode())
 
 
-def test_schedules_tick_and_list_with_use_tz_off(
-    admin_client: Client, scheduler: Callable[..., Scheduler]
-) -> None:
-    """With ``USE_TZ = False`` Django reads naive datetimes (in ``TIME_ZONE``): the
-    scheduler still enqueues each tick once at its instant, and the command and the
-    admin list it. Each used to fail comparing naive and aware datetimes."""
+@pytest.fixture
+def use_tz_off() -> Iterator[None]:
+    """USE_TZ = False around everything the test's later fixtures set up and tear
+    down (an override they enable inside it must be disabled inside it too)."""
     from django.db import connections
 
     connections["default"].close()  # reconnect with USE_TZ off's loaders
     with override_settings(USE_TZ=False, TIME_ZONE="America/New_York"):
-        minutely = {"task": "tests.testapp.tasks.mark", "every": 60, "kwargs": {"label": "t"}}
-        s = scheduler({"minutely": minutely})
-        s.step()
-        (plan,) = s.planned
-        tick = plan.spec.next_after(plan.cursor)
-        s._enqueue_due(plan, tick + dt.timedelta(seconds=0.2))
-        s._enqueue_due(plan, tick + dt.timedelta(seconds=0.5))  # the same tick: no more
-        (job,) = Job.objects.filter(schedule="minutely")
-        # Naive, in TIME_ZONE, as Django reads every datetime with USE_TZ off.
-        assert job.run_at == timezone.make_naive(tick, timezone.get_default_timezone())
-        listing = run(periodic={"minutely": minutely})
-        shown = timezone.localtime(tick, timezone.get_default_timezone())
-        assert shown.strftime("%Y-%m-%d %H:%M:%S E") in listing  # EST or EDT
-        assert f"#{job.id} queued" in listing
-        html = admin_client.get(SCHEDULES).content.decode()
-        assert f'href="{JOBS}{job.id}/change/">#{job.id}</a> queued' in html
-        page = admin_client.get(f"{JOBS}{job.id}/change/").content.decode()
-        assert shown.strftime("%H:%M:%S") in page  # run_at in TIME_ZONE, not read as UTC
-    connections["default"].close()
+        yield
+        connections["default"].close()
+
+
+def test_schedules_tick_and_list_with_use_tz_off(
+    use_tz_off: None, admin_client: Client, scheduler: Callable[..., Scheduler]
+) -> None:
+    """With ``USE_TZ = False`` Django reads naive datetimes (in ``TIME_ZONE``): the
+    scheduler still enqueues each tick once at its instant, and the command and the
+    admin list it. Each used to fail comparing naive and aware datetimes."""
+    minutely = {"task": "tests.testapp.tasks.mark", "every": 60, "kwargs": {"label": "t"}}
+    s = scheduler({"minutely": minutely})
+    s.step()
+    (plan,) = s.planned
+    tick = plan.spec.next_after(plan.cursor)
+    s._enqueue_due(plan, tick + dt.timedelta(seconds=0.2))
+    s._enqueue_due(plan, tick + dt.timedelta(seconds=0.5))  # the same tick: no more
+    (job,) = Job.objects.filter(schedule="minutely")
+    # Naive, in TIME_ZONE, as Django reads every datetime with USE_TZ off.
+    assert job.run_at == timezone.make_naive(tick, timezone.get_default_timezone())
+    listing = run(periodic={"minutely": minutely})
+    shown = timezone.localtime(tick, timezone.get_default_timezone())
+    assert shown.strftime("%Y-%m-%d %H:%M:%S E") in listing  # EST or EDT
+    assert f"#{job.id} queued" in listing
+    html = admin_client.get(SCHEDULES).content.decode()
+    assert f'href="{JOBS}{job.id}/change/">#{job.id}</a> queued' in html
+    page = admin_client.get(f"{JOBS}{job.id}/change/").content.decode()
+    assert shown.strftime("%H:%M:%S") in page  # run_at in TIME_ZONE, not read as UTC

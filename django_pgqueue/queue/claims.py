@@ -12,12 +12,13 @@ import json
 import operator
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 
 from django_pgqueue import validation
+from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.records import (
     ClaimedJob,
     Failure,
@@ -35,6 +36,46 @@ _decode = json.JSONDecoder().decode
 _job_id = operator.attrgetter("job_id")
 _tokens = threading.Lock()
 _last_token = 0
+
+
+#: What heartbeat(), renew() and release() accept: (id, run) pairs, or the ClaimedJobs
+#: that claim() returned.
+Runs = Iterable[tuple[int, int] | ClaimedJob]
+
+
+def check_successes(successes: Sequence[Success], *, decode: bool) -> None:
+    """InvalidJob unless each is a Success whose result is JSON text (``decode``:
+    checked by decoding it), which the statement's jsonb cast would refuse with a
+    database error for the whole batch."""
+    for success in successes:
+        if not isinstance(success, Success) or not isinstance(success.result, str):
+            raise InvalidJob(
+                "expected Success(job_id, run, result), the result the JSON text of the "
+                f"return value (json.dumps(value)), not {success!r}"
+            )
+        if decode:
+            try:
+                json.loads(success.result)
+            except ValueError:
+                raise InvalidJob(
+                    f"job {success.job_id}: result {success.result!r} is not JSON text"
+                ) from None
+
+
+def run_keys(runs: Runs) -> list[tuple[int, int]]:
+    keys = []
+    for run in runs:
+        key = run.key if isinstance(run, ClaimedJob) else run
+        if not (
+            isinstance(key, tuple)
+            and len(key) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in key)
+        ):
+            raise InvalidJob(
+                f"expected (id, run) pairs, or the ClaimedJobs that claim() returned, not {run!r}"
+            )
+        keys.append(key)
+    return keys
 
 
 def next_token() -> int:

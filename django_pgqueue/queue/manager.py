@@ -78,6 +78,7 @@ class QueueOperations:
         self, worker: str, successes: Sequence[Success], *, using: str | None = None
     ) -> set[int]:
         """Mark runs done with their results; returns the ids recorded (fenced)."""
+        claims.check_successes(successes, decode=True)
         return claims.complete(worker, successes, self._alias(using))
 
     def fail(
@@ -99,12 +100,13 @@ class QueueOperations:
         """:meth:`complete` and :meth:`fail` in one transaction, all or nothing, their
         rows locked in id order first (what the worker writes each batch of outcomes
         with); returns what each returns."""
+        claims.check_successes(successes, decode=False)  # the worker's own: JSON it encoded
         return claims.record(worker, successes, failures, self._alias(using))
 
     def heartbeat(
         self,
         worker: str,
-        runs: Sequence[tuple[int, int]],
+        runs: claims.Runs,
         *,
         lease: float | None = None,
         using: str | None = None,
@@ -117,7 +119,7 @@ class QueueOperations:
     def renew(
         self,
         worker: str,
-        runs: Sequence[tuple[int, int]],
+        runs: claims.Runs,
         *,
         lease: float | None = None,
         using: str | None = None,
@@ -126,13 +128,16 @@ class QueueOperations:
         stop, with the reason (what the worker's heartbeat uses)."""
         _check_lease(lease)
         return claims.heartbeat(
-            worker, runs, conf.get().LEASE if lease is None else lease, self._alias(using)
+            worker,
+            claims.run_keys(runs),
+            conf.get().LEASE if lease is None else lease,
+            self._alias(using),
         )
 
     def release(
         self,
         worker: str,
-        runs: Sequence[tuple[int, int]],
+        runs: claims.Runs,
         *,
         reason: str | None = "worker shut down before the job finished",
         using: str | None = None,
@@ -141,7 +146,7 @@ class QueueOperations:
         The reason goes into each job's error history; None, for runs that never
         started (prefetched ones), adds nothing there. Returns the ids of the jobs
         released: given back, or, for one an operator had asked to stop, cancelled."""
-        return set(claims.release(worker, runs, reason, self._alias(using)))
+        return set(claims.release(worker, claims.run_keys(runs), reason, self._alias(using)))
 
     # -- maintenance and operators -----------------------------------------------------
 

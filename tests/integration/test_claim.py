@@ -212,6 +212,25 @@ def test_heartbeat_extends_the_lease() -> None:
     assert Job.objects.get(pk=job.pk).status == "running"
 
 
+def test_the_worker_calls_take_what_claim_returns_and_refuse_what_they_cannot_store() -> None:
+    """heartbeat() and release() take the ClaimedJobs claim() returned as well as
+    their (id, run) keys; anything else, and a result that is not JSON text, is an
+    InvalidJob naming it, not a database error for the whole batch."""
+    first, second = add.enqueue(1, 1), add.enqueue(2, 2)
+    claimed = Job.objects.claim("w", limit=2)
+    assert Job.objects.heartbeat("w", claimed) == {job.key for job in claimed}
+    with pytest.raises(InvalidJob, match=r"expected \(id, run\) pairs.*not 7"):
+        Job.objects.heartbeat("w", [7])  # type: ignore[list-item]
+    a, b = sorted(claimed, key=lambda job: job.id)
+    with pytest.raises(InvalidJob, match="the JSON text of the return value"):
+        Job.objects.complete("w", [Success(a.id, a.run, {"a": 1})])  # type: ignore[arg-type]
+    with pytest.raises(InvalidJob, match=f"job {a.id}: result 'nope' is not JSON text"):
+        Job.objects.complete("w", [Success(a.id, a.run, "nope")])
+    assert Job.objects.complete("w", [Success(a.id, a.run, '{"a": 1}')]) == {first.pk}
+    assert Job.objects.release("w", [b], reason=None) == {second.pk}
+    assert status_counts() == {"done": 1, "queued": 1}
+
+
 def test_release_puts_the_job_back_without_spending_the_attempt() -> None:
     job = add.enqueue(1, 1)
     (claimed,) = Job.objects.claim("w")

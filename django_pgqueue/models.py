@@ -204,8 +204,8 @@ class JobManager(QueueOperations, conf.OnJobDatabase["Job"], _JobManagerBase["Jo
 class Job(OnJobDatabaseModel):
     id = models.BigAutoField(primary_key=True)
     task = models.CharField(max_length=MAX_KEY, help_text="Dotted path of a registered task.")
-    args = models.JSONField(default=list, blank=True)
-    kwargs = models.JSONField(default=dict, blank=True)
+    args = models.JSONField(default=list, db_default=[], blank=True)
+    kwargs = models.JSONField(default=dict, db_default={}, blank=True)
     queue = models.CharField(max_length=64, default="default", db_default="default")
     priority = models.SmallIntegerField(
         default=0, db_default=0, help_text="-100 to 100; higher runs first."
@@ -246,9 +246,9 @@ class Job(OnJobDatabaseModel):
     last_error = models.TextField(blank=True, default="", db_default="")
     errors = models.JSONField(
         default=list,
+        db_default=[],
         blank=True,
-        help_text="The newest entries of the error history: attempt, "
-        "at, exception, message, traceback.",
+        help_text="The newest error history entries: attempt, time, exception, message, traceback.",
     )
     error_count = models.IntegerField(
         default=0,
@@ -257,7 +257,7 @@ class Job(OnJobDatabaseModel):
         "once there are more than the history keeps.",
     )
     worker_ids = models.JSONField(
-        default=list, blank=True, help_text="Workers that claimed it, in order (the newest 100)."
+        default=list, db_default=[], blank=True, help_text="Workers that claimed it (newest 100)."
     )
     unique_key = models.CharField(max_length=MAX_KEY, null=True, blank=True)
     concurrency_key = models.CharField(max_length=MAX_KEY, null=True, blank=True)

@@ -490,3 +490,25 @@ def test_a_tasks_framework_task_given_to_the_direct_api_says_how_to_enqueue_it()
         enqueue(echo, [1])
     assert Job.objects.count() == 0
     assert enqueue(echo.module_path, [1]).task == "tests.testapp.djtasks.echo"
+
+
+def test_a_row_written_by_hand_needs_only_its_task() -> None:
+    """Every column but task has a database default: a fixture or another program can
+    insert a job with plain SQL, and it runs."""
+    from django_pgqueue.testing import run_jobs
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_job (task) VALUES ('tests.testapp.tasks.noop') RETURNING id"
+        )
+        (job_id,) = cursor.fetchone()
+    row = Job.objects.get(pk=job_id)
+    assert (row.args, row.kwargs, row.errors, row.worker_ids, row.status) == (
+        [],
+        {},
+        [],
+        [],
+        "queued",
+    )
+    run_jobs()
+    assert Job.objects.values_list("status", "attempts").get(pk=job_id) == ("done", 1)

@@ -102,8 +102,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         return [checks.Error(str(exc), id="django_pgqueue.E001")]
     found: list[checks.CheckMessage] = []
     problem = database_problem()
-    if problem is not None and database_reporter() is None:
-        found.append(database_error(problem))
+    if problem is not None:
+        message, hint = problem
+        found.append(checks.Error(message, hint=hint, id="django_pgqueue.E002"))
     if settings.LISTEN_DATABASE is not None:
         listen = _database_problem(
             "LISTEN_DATABASE", settings.LISTEN_DATABASE, "django_pgqueue.E003"
@@ -167,35 +168,6 @@ def _backport_app_problems() -> list[checks.CheckMessage]:
         for alias, entry in entries
         if is_our_backend(entry.get("BACKEND"))
     ]
-
-
-def database_error(problem: tuple[str, str | None]) -> checks.CheckMessage:
-    """E002, from this module's check or, in its place, a Tasks backend's."""
-    message, hint = problem
-    return checks.Error(message, hint=hint, id="django_pgqueue.E002")
-
-
-def database_reporter() -> str | None:
-    """The TASKS alias whose backend check reports E002 in place of the app's check,
-    or None: the first that is PgQueueBackend, when the Tasks framework's check runs.
-    So ``backend.check()`` says it too, and ``manage.py check`` says it once."""
-    if not any(
-        getattr(c, "__name__", "") == "check_tasks"
-        and getattr(c, "__module__", "").startswith(("django.tasks", "django_tasks"))
-        for c in checks.registry.registry.registered_checks
-    ):
-        return None  # no Tasks check runs (the framework not imported, or no backport app)
-    tasks = getattr(django_settings, "TASKS", None)
-    if not isinstance(tasks, Mapping):
-        return None
-    return next(
-        (
-            alias
-            for alias, entry in tasks.items()
-            if isinstance(entry, Mapping) and is_our_backend(entry.get("BACKEND"))
-        ),
-        None,
-    )
 
 
 def is_our_backend(path: object) -> bool:

@@ -13,12 +13,7 @@ from django.core import checks
 
 from django_pgqueue import validation, wording
 from django_pgqueue.backend.compat import TASKS_APP
-from django_pgqueue.checks import (
-    backport_app_missing,
-    database_error,
-    database_problem,
-    database_reporter,
-)
+from django_pgqueue.checks import backport_app_missing, database_problem
 
 #: The OPTIONS keys a PgQueueBackend reads, and the job option's rule for each.
 OPTION_RULES: dict[str, tuple[validation.Rule[Any], str]] = {
@@ -99,7 +94,7 @@ def check_backend(
                 id="django_pgqueue.E101",
             )
         )
-    errors += _check_database(alias, name)
+    errors += _check_database(name)
     # Each of OPTIONS and QUEUES is read only when it has the right shape (E108).
     if (problem := options_problem(alias, options)) is not None:
         errors.append(checks.Error(f"{problem}.", hint=OPTIONS_HINT, id="django_pgqueue.E108"))
@@ -151,19 +146,14 @@ def _check_queues(name: str, queues: Collection[Any]) -> list[checks.CheckMessag
     return errors
 
 
-def _check_database(alias: str, name: str) -> list[checks.CheckMessage]:
-    # One mistake, one error. With the app installed, E002 says it: here, for the
-    # first of our backends, when the Tasks check runs (so backend.check() says it
-    # too), else in the app's own check. Without the app, that check is not
-    # registered: each of our backends says it (E102).
-    installed = apps.is_installed("django_pgqueue")
-    if installed and database_reporter() != alias:
+def _check_database(name: str) -> list[checks.CheckMessage]:
+    # With the app installed its own check (E002) reports the database: one mistake,
+    # one error. Without it, that check is not registered, so this one says it.
+    if apps.is_installed("django_pgqueue"):
         return []
     problem = database_problem()
     if problem is None:
         return []
-    if installed:
-        return [database_error(problem)]
     message, hint = problem
     return [
         checks.Error(f"{name} uses PgQueueBackend: {message}.", hint=hint, id="django_pgqueue.E102")

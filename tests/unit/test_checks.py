@@ -57,9 +57,7 @@ def test_a_dsn_is_shown_without_its_secrets() -> None:
 
 
 def test_database_must_be_an_alias_of_databases() -> None:
-    # Without a Tasks backend of ours (whose check says it in its place, see
-    # tests/unit/test_backend.py), the app's own check says it.
-    with override_settings(PGQUEUE={"DATABASE": "queue"}, TASKS={}):
+    with override_settings(PGQUEUE={"DATABASE": "queue"}):
         assert ids() == ["django_pgqueue.E002"]
 
 

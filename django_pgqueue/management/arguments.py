@@ -26,6 +26,7 @@ from django_pgqueue.dberrors import first_line, is_transient, prepare_lost, sche
 from django_pgqueue.records import FINISHED
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
+_TIMEDELTA = re.compile(r"(?:(\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 FINISHED_STATUSES = FINISHED
 
@@ -114,6 +115,10 @@ def _duration(*, zero: bool) -> Callable[[str], float]:
     def convert(value: str) -> float:
         match = _DURATION.fullmatch(value.strip().lower())
         seconds = float(match[1]) * _UNIT_SECONDS[match[2]] if match else -1.0
+        if (spelt := _TIMEDELTA.fullmatch(value.strip())) is not None:
+            # str(timedelta): how call_command() passes one for a required option.
+            days, hours, minutes, rest = spelt.groups(default="0")
+            seconds = ((int(days) * 24 + int(hours)) * 60 + int(minutes)) * 60 + float(rest)
         if seconds < 0 or (seconds == 0 and not zero) or seconds > validation.MAX_DELAY:
             raise argparse.ArgumentTypeError(
                 f"expected a duration {lowest} and at most ten years, such as 30s, 15m, 12h, "
@@ -229,23 +234,30 @@ class PgQueueCommand(BaseCommand):
         for action in parser._actions:
             value, convert = options.get(action.dest), action.type
             shown = "/".join(action.option_strings) or action.dest
-            if action.choices is not None and value is not None and value not in action.choices:
+            if value is None:
+                continue
+            if callable(convert):
+                # An argument of several values (nargs): each converted on its own.
+                each = action.nargs in ("+", "*") or isinstance(action.nargs, int)
+                items = list(value) if each and isinstance(value, list | tuple) else None
+                texts = [_as_text(v) for v in items] if items is not None else [_as_text(value)]
+                if None in texts or texts == []:
+                    _one_line_error(parser, f"argument {shown}: {value!r} is not a value it takes")
+                try:
+                    converted = [
+                        cast(Callable[[str], Any], convert)(text)
+                        for text in texts
+                        if text is not None
+                    ]
+                except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
+                    _one_line_error(parser, f"argument {shown}: {exc}")
+                value = converted if items is not None else converted[0]
+                options[action.dest] = value
+            if action.choices is not None and not all(
+                v in action.choices for v in (value if isinstance(value, list) else [value])
+            ):
                 choices = ", ".join(map(repr, action.choices))
                 _one_line_error(parser, f"argument {shown}: {value!r} is not one of {choices}")
-            if not callable(convert) or value is None:
-                continue
-            converter = cast(Callable[[str], Any], convert)
-            # An argument of several values (nargs): each converted on its own.
-            each = action.nargs in ("+", "*") or isinstance(action.nargs, int)
-            values = value if each and isinstance(value, list | tuple) else None
-            texts = [_as_text(v) for v in values] if values is not None else [_as_text(value)]
-            if None in texts:
-                continue  # a value of the converted kind already
-            try:
-                converted = [converter(text) for text in texts if text is not None]
-            except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
-                _one_line_error(parser, f"argument {shown}: {exc}")
-            options[action.dest] = converted if values is not None else converted[0]
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
@@ -254,8 +266,8 @@ class PgQueueCommand(BaseCommand):
 
 
 def _as_text(value: object) -> str | None:
-    """A ``call_command()`` value as the command line would spell it; None for a value
-    that is not given (None) or has no such spelling (already converted)."""
+    """A ``call_command()`` value as the command line would spell it; None for one
+    that has no such spelling (refused)."""
     if isinstance(value, dt.timedelta):
         value = value.total_seconds()
     if isinstance(value, bool):

@@ -40,41 +40,56 @@ _last_token = 0
 
 #: What heartbeat(), renew() and release() accept: (id, run) pairs, or the ClaimedJobs
 #: that claim() returned.
-Runs = Iterable[tuple[int, int] | ClaimedJob]
+Runs = Iterable[Sequence[int] | ClaimedJob]
 
 
 def check_successes(successes: Sequence[Success], *, decode: bool) -> None:
-    """InvalidJob unless each is a Success whose result is JSON text (``decode``:
-    checked by decoding it), which the statement's jsonb cast would refuse with a
-    database error for the whole batch."""
+    """InvalidJob unless each is a Success whose result is JSON text that jsonb
+    stores (``decode``: checked by decoding it), which the statement would refuse
+    with a database error for the whole batch."""
     for success in successes:
         if not isinstance(success, Success) or not isinstance(success.result, str):
             raise InvalidJob(
                 "expected Success(job_id, run, result), the result the JSON text of the "
                 f"return value (json.dumps(value)), not {success!r}"
             )
-        if decode:
-            try:
-                json.loads(success.result)
-            except ValueError:
-                raise InvalidJob(
-                    f"job {success.job_id}: result {success.result!r} is not JSON text"
-                ) from None
+        problem = _json_problem(success.result) if decode else None
+        if problem is not None:
+            raise InvalidJob(f"job {success.job_id}: result {success.result[:80]!r} {problem}")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_problem(text: str) -> str | None:
+    """Why PostgreSQL's jsonb would refuse ``text``, or None."""
+    if "\\u0000" in text:
+        return "holds \\u0000, which jsonb cannot store"
+    try:  # numbers as text: jsonb takes any length of digits, int() does not
+        json.loads(text, parse_int=str, parse_float=str, parse_constant=_no_constant)
+    except RecursionError:
+        return "nests too deeply to read"
+    except ValueError as exc:
+        return f"is not JSON text ({exc})"
+    return None
 
 
 def run_keys(runs: Runs) -> list[tuple[int, int]]:
+    """The (id, run) keys of ``runs``: pairs (tuples, or lists read back from JSON) or
+    ClaimedJobs; InvalidJob for anything else."""
     keys = []
     for run in runs:
         key = run.key if isinstance(run, ClaimedJob) else run
         if not (
-            isinstance(key, tuple)
+            isinstance(key, tuple | list)
             and len(key) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) for v in key)
         ):
             raise InvalidJob(
                 f"expected (id, run) pairs, or the ClaimedJobs that claim() returned, not {run!r}"
             )
-        keys.append(key)
+        keys.append((key[0], key[1]))
     return keys
 
 

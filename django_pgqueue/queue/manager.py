@@ -75,9 +75,10 @@ class QueueOperations:
         )
 
     def complete(
-        self, worker: str, successes: Sequence[Success], *, using: str | None = None
+        self, worker: str, successes: Iterable[Success], *, using: str | None = None
     ) -> set[int]:
         """Mark runs done with their results; returns the ids recorded (fenced)."""
+        successes = list(successes)  # a generator is read once, by the check
         claims.check_successes(successes, decode=True)
         return claims.complete(worker, successes, self._alias(using))
 
@@ -92,7 +93,7 @@ class QueueOperations:
     def record(
         self,
         worker: str,
-        successes: Sequence[Success],
+        successes: Iterable[Success],
         failures: Sequence[Failure],
         *,
         using: str | None = None,
@@ -100,6 +101,7 @@ class QueueOperations:
         """:meth:`complete` and :meth:`fail` in one transaction, all or nothing, their
         rows locked in id order first (what the worker writes each batch of outcomes
         with); returns what each returns."""
+        successes = list(successes)
         claims.check_successes(successes, decode=False)  # the worker's own: JSON it encoded
         return claims.record(worker, successes, failures, self._alias(using))
 

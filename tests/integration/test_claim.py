@@ -224,9 +224,19 @@ def test_the_worker_calls_take_what_claim_returns_and_refuse_what_they_cannot_st
     a, b = sorted(claimed, key=lambda job: job.id)
     with pytest.raises(InvalidJob, match="the JSON text of the return value"):
         Job.objects.complete("w", [Success(a.id, a.run, {"a": 1})])  # type: ignore[arg-type]
-    with pytest.raises(InvalidJob, match=f"job {a.id}: result 'nope' is not JSON text"):
-        Job.objects.complete("w", [Success(a.id, a.run, "nope")])
-    assert Job.objects.complete("w", [Success(a.id, a.run, '{"a": 1}')]) == {first.pk}
+    for text, problem in [
+        ("nope", "is not JSON text"),
+        ("NaN", "is not JSON text (NaN is not JSON)"),
+        ('"a\\u0000b"', "holds \\u0000, which jsonb cannot store"),
+        ("[" * 5000 + "]" * 5000, "nests too deeply to read"),
+    ]:
+        with pytest.raises(
+            InvalidJob, match=re.escape(f"job {a.id}: result {text[:80]!r} {problem}")
+        ):
+            Job.objects.complete("w", [Success(a.id, a.run, text)])
+    huge = "9" * 5000  # more digits than int() reads; jsonb keeps them
+    assert Job.objects.complete("w", (Success(a.id, a.run, f"[{huge}]") for _ in [1])) == {first.pk}
+    assert Job.objects.heartbeat("w", [[b.id, b.run]]) == {b.key}  # a key read back from JSON
     assert Job.objects.release("w", [b], reason=None) == {second.pk}
     assert status_counts() == {"done": 1, "queued": 1}
 

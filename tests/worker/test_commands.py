@@ -373,6 +373,8 @@ def test_call_command_checks_its_values_as_the_command_line_does() -> None:
         ({"queues": ["bad name"]}, "argument --queues: expected comma-separated queue names"),
         ({"lease": dt.timedelta(seconds=-1)}, "argument --lease: expected a number"),
         ({"verbosity": 5}, "argument -v/--verbosity: 5 is not one of 0, 1, 2, 3"),
+        ({"lease": [30]}, r"argument --lease: \[30\] is not a value it takes"),
+        ({"queues": []}, r"argument --queues: \[\] is not a value it takes"),
     ]
     for options, message in bad:
         with pytest.raises(CommandError, match=message):
@@ -388,6 +390,7 @@ def test_call_command_checks_its_values_as_the_command_line_does() -> None:
         queues=["a", "c"],
         lease=dt.timedelta(seconds=30),
         worker_id=5,
+        verbosity="1",  # converted before its choices are checked, as argparse does
         stdout=io.StringIO(),
     )
     assert Job.objects.values_list("status", "worker_ids").get(queue="c") == ("done", ["5"])
@@ -400,3 +403,9 @@ def test_call_command_checks_its_values_as_the_command_line_does() -> None:
     }
     with pytest.raises(CommandError, match="argument --older-than: expected a duration"):
         call_command("prunejobs", older_than="soon")
+    # A required option reaches argparse as str(value): a timedelta too.
+    out = io.StringIO()
+    call_command("prunejobs", older_than=dt.timedelta(days=7), dry_run=True, stdout=out)
+    assert out.getvalue() == "would delete 0 jobs (done,dead,cancelled)\n"
+    with pytest.raises(CommandError, match=r"argument --status: \[\] is not a value it takes"):
+        call_command("prunejobs", older_than="7d", status=[])  # not "every status"

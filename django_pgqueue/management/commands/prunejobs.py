@@ -43,7 +43,8 @@ class Command(PgQueueCommand):
         parser.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        statuses = tuple(dict.fromkeys(options["status"] or FINISHED_STATUSES))
+        given = options["status"]  # None: not given (an empty list is refused by prune())
+        statuses = FINISHED_STATUSES if given is None else tuple(dict.fromkeys(given))
         count = Job.objects.prune(
             options["older_than"],
             statuses=statuses,

@@ -118,6 +118,24 @@ def _storable_json(encoded: str) -> bool:
     return "\\u0000" not in encoded and _storable(encoded)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def jsonb_text_problem(text: str) -> str | None:
+    """Why PostgreSQL's jsonb would refuse the JSON text ``text``, or None (for a
+    result given as text, which nothing here encoded)."""
+    if not _storable_json(text):
+        return "holds \\u0000 or a lone surrogate, which jsonb cannot store"
+    try:  # numbers as text: jsonb takes any length of digits, int() does not
+        json.loads(text, parse_int=str, parse_float=str, parse_constant=_no_constant)
+    except RecursionError:
+        return "nests too deeply to read"
+    except ValueError as exc:
+        return f"is not JSON text ({exc})"
+    return None
+
+
 def dumps(value: Any, what: str, *, returned: bool = False) -> str:
     """Encode ``value`` as JSON, or raise :class:`InvalidJobArguments` naming the bad part.
 

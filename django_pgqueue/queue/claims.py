@@ -19,6 +19,7 @@ from django.db import IntegrityError, connections, transaction
 
 from django_pgqueue import validation
 from django_pgqueue.exceptions import InvalidJob
+from django_pgqueue.jsonargs import jsonb_text_problem
 from django_pgqueue.records import (
     ClaimedJob,
     Failure,
@@ -53,26 +54,9 @@ def check_successes(successes: Sequence[Success], *, decode: bool) -> None:
                 "expected Success(job_id, run, result), the result the JSON text of the "
                 f"return value (json.dumps(value)), not {success!r}"
             )
-        problem = _json_problem(success.result) if decode else None
+        problem = jsonb_text_problem(success.result) if decode else None
         if problem is not None:
             raise InvalidJob(f"job {success.job_id}: result {success.result[:80]!r} {problem}")
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _json_problem(text: str) -> str | None:
-    """Why PostgreSQL's jsonb would refuse ``text``, or None."""
-    if "\\u0000" in text:
-        return "holds \\u0000, which jsonb cannot store"
-    try:  # numbers as text: jsonb takes any length of digits, int() does not
-        json.loads(text, parse_int=str, parse_float=str, parse_constant=_no_constant)
-    except RecursionError:
-        return "nests too deeply to read"
-    except ValueError as exc:
-        return f"is not JSON text ({exc})"
-    return None
 
 
 def run_keys(runs: Runs) -> list[tuple[int, int]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Never, TypeAlias, cast
 
 from django.core.signals import setting_changed
 from django.utils import timezone
@@ -151,7 +151,8 @@ class PgQueueTask(_TaskBase):
         ``discard_on`` that is not exception classes raises InvalidTask here.
         """
         if unknown:
-            raise TypeError(_unknown_options(unknown))
+            taken = "priority, queue_name, run_after, backend"
+            raise TypeError(_unknown_options(unknown, "PgQueueTask.using()", taken))
         changes: dict[str, Any] = {
             "priority": priority,
             "queue_name": queue_name,
@@ -205,7 +206,7 @@ def _unknown_declared(unknown: Any) -> str:
     )
 
 
-def _unknown_options(unknown: dict[str, Any]) -> str:
+def _unknown_options(unknown: dict[str, Any], called: str, takes: str) -> str:
     names = ", ".join(sorted(unknown))
     hint = (
         "; to delay a job, pass run_after=timedelta(seconds=...) or an aware datetime"
@@ -213,8 +214,8 @@ def _unknown_options(unknown: dict[str, Any]) -> str:
         else ""
     )
     return (
-        f"PgQueueTask.using() got unexpected keyword argument(s) {names}: it takes "
-        f"priority, queue_name, run_after, backend, {', '.join(EXTRAS)}{hint}"
+        f"{called} got unexpected keyword argument(s) {names}: it takes {takes}, "
+        f"{', '.join(EXTRAS)}{hint}"
     )
 
 
@@ -237,19 +238,20 @@ def options[T: _TaskBase](
     retry_on: ExceptionClasses | None = None,
     discard_on: ExceptionClasses | None = None,
     run_after: datetime | timedelta | None = None,
+    **unknown: Never,
 ) -> T:
     """``task`` with django-pgqueue's delivery options set.
 
-    The typed spelling of ``task.using(max_attempts=..., unique_key=...,
-    concurrency_key=..., run_after=timedelta(...))`` (django-stubs types Django's
-    ``using()``, whose ``run_after`` takes only a datetime), and it works on a Task
-    of any backend class: one
-    declared while ``TASKS`` pointed at Django's DummyBackend (as in a project's
-    tests) becomes a :class:`PgQueueTask`, and backends other than ours ignore the
-    options. ``retry_on`` and ``discard_on`` are the job's retry policy: given
-    where the task is declared (``charge = options(charge, retry_on=(Timeout,))``)
-    or per enqueue, each job keeps its own.
+    The typed spelling of ``task.using(max_attempts=..., unique_key=..., concurrency_key=...,
+    run_after=timedelta(...))`` (django-stubs types Django's ``using()``, whose ``run_after``
+    takes only a datetime), and it works on a Task of any backend class: one declared while
+    ``TASKS`` pointed at Django's DummyBackend (as in a project's tests) becomes a
+    :class:`PgQueueTask`, and backends other than ours ignore the options. ``retry_on`` and
+    ``discard_on`` are the job's retry policy: given where the task is declared (``charge =
+    options(charge, retry_on=(Timeout,))``) or per enqueue, each job keeps its own.
     """
+    if unknown:  # what Python would say, with the hint using() gives
+        raise TypeError(_unknown_options(unknown, "options()", "run_after"))
     if not isinstance(task, Task):
         raise TypeError(_not_a_task(task))
     ours = (

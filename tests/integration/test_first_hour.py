@@ -235,6 +235,13 @@ def test_a_delay_keyword_points_at_run_after() -> None:
         InvalidTask, match=r"run_after datetime.timedelta\(days=-1, seconds=86340\) must be a num"
     ):
         pgq(djtasks.noop_task).using(run_after=dt.timedelta(minutes=-1))
+    with pytest.raises(TypeError) as raised:
+        options(djtasks.noop_task, delay=60)  # type: ignore[arg-type]
+    assert str(raised.value) == (
+        "options() got unexpected keyword argument(s) delay: it takes run_after, max_attempts, "
+        "unique_key, concurrency_key, backoff, retry_on, discard_on; "
+        "to delay a job, pass run_after=timedelta(seconds=...) or an aware datetime"
+    )
 
 
 # -- 8: retry() and cancel() take ids, jobs or a queryset --------------------------------------

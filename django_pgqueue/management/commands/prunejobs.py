@@ -43,7 +43,7 @@ class Command(PgQueueCommand):
         parser.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        given = options["status"]  # None: not given (an empty list is refused by prune())
+        given = options["status"]  # None: not given (an empty value is refused before handle())
         statuses = FINISHED_STATUSES if given is None else tuple(dict.fromkeys(given))
         count = Job.objects.prune(
             options["older_than"],

@@ -122,12 +122,24 @@ def aware(value: dt.datetime) -> dt.datetime:
     return value
 
 
+#: The moments a job may be given: a day inside Python's years 1 to 9999 in UTC, so
+#: that the stored time reads back as a datetime in any session time zone
+#: (PostgreSQL would store year 10000 or a year BC, which nothing could read back).
+EARLIEST = dt.datetime(1, 1, 2, tzinfo=dt.UTC)
+LATEST = dt.datetime(9999, 12, 30, tzinfo=dt.UTC)
+
+
 def _run_at(value: Any) -> dt.datetime | None:
     if not isinstance(value, dt.datetime):
         return None
     if timezone.is_naive(value) and settings.USE_TZ:
         return None
-    return aware(value)
+    try:
+        moment = aware(value)
+        in_range = EARLIEST <= moment.astimezone(dt.UTC) <= LATEST
+    except (OverflowError, ValueError):  # its UTC time is before year 1 or after 9999
+        return None
+    return moment if in_range else None
 
 
 def _channel(value: Any) -> str | None:
@@ -183,7 +195,10 @@ DELAY: Rule[float] = Rule(
     lambda v: _seconds(v, MAX_DELAY),
 )
 RUN_AT: Rule[dt.datetime] = Rule(
-    "run_at", "a timezone-aware datetime (or a naive one with USE_TZ = False)", _run_at
+    "run_at",
+    "a timezone-aware datetime (or a naive one with USE_TZ = False) "
+    "from 0001-01-02 to 9999-12-30 UTC",
+    _run_at,
 )
 KEY: Rule[str] = Rule(
     "key",

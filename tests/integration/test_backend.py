@@ -166,6 +166,20 @@ def test_with_use_tz_off_a_naive_run_after_is_read_in_time_zone_as_django_does()
         djtasks.noop_task.using(run_after=when).enqueue()  # USE_TZ on again
 
 
+def test_a_run_after_outside_years_1_to_9999_in_utc_is_refused_and_writes_nothing() -> None:
+    """In UTC these are 0001-12-31 BC and the year 10000. PostgreSQL stored them, and
+    reading the row back failed after the insert (a DataError the caller saw, with
+    the job committed), and failed every run before its task started."""
+    early = dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=14)))
+    late = dt.datetime(9999, 12, 31, 23, tzinfo=dt.timezone(-dt.timedelta(hours=14)))
+    for when in (early, late):
+        with pytest.raises(InvalidTask, match=r"run_after .* from 0001-01-02 to 9999-12-30 UTC"):
+            djtasks.noop_task.using(run_after=when).enqueue()
+        with pytest.raises(InvalidTask, match="from 0001-01-02 to 9999-12-30 UTC"):
+            enqueue_many(djtasks.noop_task.using(run_after=when), [call()])
+    assert Job.objects.count() == 0
+
+
 def test_a_rolled_back_block_leaves_no_job() -> None:
     with pytest.raises(RuntimeError), transaction.atomic():
         djtasks.noop_task.enqueue()

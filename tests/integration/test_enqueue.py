@@ -235,6 +235,17 @@ def test_non_json_arguments_are_refused_before_anything_is_written(
         ({"delay": 1e12}, "delay 1000000000000.0"),
         ({"delay": -1}, "delay -1"),
         ({"run_at": dt.datetime(2026, 1, 1)}, "must be a timezone-aware datetime"),
+        # In UTC these are 0001-12-31 BC and the year 10000: PostgreSQL stored them,
+        # then the row could not be read back (a DataError after the insert).
+        (
+            {"run_at": dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=14)))},
+            "from 0001-01-02 to 9999-12-30 UTC",
+        ),
+        (
+            {"run_at": dt.datetime(9999, 12, 31, 23, tzinfo=dt.timezone(-dt.timedelta(hours=14)))},
+            "from 0001-01-02 to 9999-12-30 UTC",
+        ),
+        ({"run_at": dt.datetime.max.replace(tzinfo=dt.UTC)}, "from 0001-01-02"),
         ({"delay": 1, "run_at": timezone.now()}, "give run_at or delay, not both"),
         ({"unique_key": ""}, "unique_key ''"),
         ({"backoff": -1}, "backoff -1 must be a number of seconds from 0 to"),

@@ -639,8 +639,11 @@ relax AS MATERIALIZED (
 
 -- name: stats
 -- Counts by queue and status, with what monitoring should alert on.
+-- A run_at of -infinity (the column takes it; a row written by hand) counts as
+-- the year 1: now() minus -infinity is an error, which would fail every reader.
 SELECT queue, status, count(*) AS jobs,
-       extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now()))
+       extract(epoch FROM now() - min(greatest(run_at, '0001-01-01 00:00+00'::timestamptz))
+                                   FILTER (WHERE status = 'queued' AND run_at <= now()))
            AS oldest_ready_age,
        count(*) FILTER (WHERE status = 'dead' AND done_at > now() - interval '24 hours')
            AS dead_last_24h,
@@ -749,8 +752,10 @@ ORDER BY queue, status;
 -- table's size now (reltuples scaled to its current pages, as the planner does)
 -- times the frequencies ANALYZE found for the status and the queue.
 queued AS (
+    -- (-infinity counts as the year 1, as in stats.)
     SELECT queue, 'queued'::text AS status, count(*) AS jobs,
-           extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
+           extract(epoch FROM now() - min(greatest(run_at, '0001-01-01 00:00+00'::timestamptz))
+                                   FILTER (WHERE run_at <= now()))::float8
                AS oldest_ready_age
     FROM pgqueue_job
     WHERE status = 'queued' AND EXISTS (SELECT 1 FROM due)

@@ -4,11 +4,13 @@ estimated for many, recomputed by one caller at a time, and cheap on a big table
 from __future__ import annotations
 
 import datetime as dt
+import io
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
@@ -181,3 +183,31 @@ def test_refresh_recomputes_once_per_interval_and_one_caller_at_a_time(db_url: s
     assert list(QueueGauge.objects.values_list("queue", "status", "jobs")) == [
         ("mail", "running", 2)
     ]
+
+
+def test_a_queued_job_at_minus_infinity_counts_as_the_oldest_without_failing_the_readers() -> None:
+    """``run_at`` takes ``-infinity`` (a row written by hand), and ``now() - run_at``
+    then fails: stats(), the gauges and queuestats all raised, for every queue."""
+    add.using(queue="mail").enqueue(1, 1)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_job (task, queue, run_at) "
+            "VALUES ('tests.testapp.tasks.noop', 'odd', '-infinity')"
+        )
+    ages = {s.queue: s.oldest_ready_age for s in Job.objects.stats() if s.status == "queued"}
+    assert ages["mail"] is not None
+    assert ages["mail"] < 60
+    assert ages["odd"] is not None
+    assert ages["odd"] > 2000 * 365 * 86400  # as old as the year 1
+    rows = QueueGauge.objects.compute()
+    assert by_key(rows) == {("mail", "queued"): 1, ("odd", "queued"): 1}
+    gauge_ages = {r.queue: r.oldest_ready_age for r in rows}
+    assert gauge_ages["odd"] == pytest.approx(ages["odd"], rel=1e-6)
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as failed:  # the check fails on that job's age
+        call_command("queuestats", "--check", "--max-ready-age", "1h", stdout=out)
+    assert failed.value.code == 1
+    assert "queue odd: the oldest ready job has waited" in out.getvalue()
+    assert "queue mail: the oldest ready job" not in out.getvalue()
+    call_command("queuestats", stdout=out)
+    assert "mail" in out.getvalue()

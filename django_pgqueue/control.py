@@ -21,6 +21,7 @@ import datetime as dt
 import functools
 import inspect
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import async_to_sync
 
 from django_pgqueue import validation
+from django_pgqueue.exceptions import JobTimeout
 
 if TYPE_CHECKING:
     from django_pgqueue.records import ClaimedJob
@@ -85,6 +87,9 @@ class RunningJob:
 
     __slots__ = (
         "_aio",
+        "_deadline",
+        "_decided",
+        "_late",
         "_lock",
         "_reason",
         "_seen",
@@ -108,6 +113,10 @@ class RunningJob:
         self._seen = False
         #: (loop, task) of the coroutine running this job, while it runs.
         self._aio: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None = None
+        #: (started, timeout): monotonic start of its thread, and the job timeout.
+        self._deadline: tuple[float, float] | None = None
+        self._decided = False
+        self._late: JobTimeout | None = None
 
     def __repr__(self) -> str:
         return f"<RunningJob {self.id} {self.task} attempt {self.attempt}>"
@@ -132,6 +141,28 @@ class RunningJob:
         """Whether the request reached the task: it read ``cancel_requested`` as
         true, or its coroutine was cancelled."""
         return self._seen
+
+    def start(self, started: float, timeout: float | None) -> None:
+        """Its thread started at ``started`` (monotonic), under the job timeout."""
+        self._deadline = None if timeout is None else (started, timeout)
+
+    def overran(self) -> JobTimeout | None:
+        """A :class:`JobTimeout` if the run returned past the job timeout, else None.
+
+        Decided once, the first time it is asked as the thread returns (by the
+        Tasks layer for ``task_finished``, then by the worker for the outcome it
+        records), so that the signal and the row can never disagree."""
+        if not self._decided:
+            self._decided = True
+            if self._deadline is not None:
+                started, timeout = self._deadline
+                ran = time.monotonic() - started
+                if ran > timeout:
+                    self._late = JobTimeout(
+                        f"job ran {ran:.1f}s, past the worker's job timeout of {timeout:g}s; "
+                        "what it returned is discarded"
+                    )
+        return self._late
 
     def request_cancel(self, reason: str) -> bool:
         """Tell the job to stop (called by the worker's heartbeat); False if it was told."""

@@ -5,8 +5,9 @@ registry accept module attributes that are Tasks; :func:`invoke` then runs one
 claimed job: ``task_started``, the call (with a context if the task takes one,
 through ``async_to_sync`` if it is a coroutine function, as a task an abort can
 cancel), ``task_finished``. The executor records the outcome; the signals only
-report it: FAILED for a failure or a cancellation, READY for a snooze (the job
-runs again).
+report it: FAILED for a failure or a cancellation, and for a run that returned
+past the job timeout (whatever it did: the worker records a ``JobTimeout``),
+READY for a snooze (the job runs again).
 """
 
 from __future__ import annotations
@@ -38,11 +39,13 @@ from django_pgqueue.backend.task import PgQueueTaskContext, backend_named
 from django_pgqueue.checks import no_backend_ours
 from django_pgqueue.control import (
     Cancel,
+    RunningJob,
     Snooze,
     current_job,
     is_coroutine_function,
     run_coroutine,
 )
+from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.jsonargs import Encoded, dumps_result
 from django_pgqueue.retrypolicy import snooze_refused
@@ -142,15 +145,22 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
         else:
             value = task.call(*args, **job.kwargs)
         raise_if_transaction_left_open()
-    except KeyboardInterrupt:
-        raise  # as in Django's ImmediateBackend: an interrupt is not the task failing
     except Snooze as snooze:
         snoozed: Snooze | None = snooze
     except BaseException as exc:
-        _finished(backend, result, exc)  # inside except: the log receiver sees exc_info
+        # Whatever it raised (KeyboardInterrupt too: in a job's thread only the task
+        # raises one) fails the run, and the worker records it so: FAILED. Inside
+        # except, so that the log receiver sees exc_info.
+        _finished(backend, result, _overran(control) or exc)
         raise
     else:
         snoozed = None
+    late = _overran(control)
+    if late is not None:  # past the job timeout: recorded as failed, whatever it did
+        _finished(backend, result, late)
+        if snoozed is not None:
+            raise snoozed
+        return value
     if snoozed is not None:
         # Outside the except block, so that Django's log line carries no traceback:
         # READY when it runs again (INFO, as nothing failed); FAILED when the
@@ -195,6 +205,10 @@ def refuse(task: Task[Any, Any], job: ClaimedJob, exc: BaseException) -> None:
     result = running_result(task, job, backend.alias)
     _send(task_started, backend, result)
     _finished(backend, result, exc)
+
+
+def _overran(control: RunningJob | None) -> JobTimeout | None:
+    return None if control is None else control.overran()
 
 
 def _backend_for(task: Task[Any, Any]) -> BaseTaskBackend:

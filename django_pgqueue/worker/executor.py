@@ -101,10 +101,9 @@ def cancelled(job: ClaimedJob, reason: str, trace: str = "") -> Failure:
     )
 
 
-def timed_out(job: ClaimedJob, why: str) -> Failure:
-    """The outcome of a run past the job timeout (``why`` says how far), logged as
+def timed_out(job: ClaimedJob, exc: JobTimeout) -> Failure:
+    """The outcome of a run past the job timeout (``exc`` says how far), logged as
     any failed run is: WARNING with a retry to come, ERROR when it buries the job."""
-    exc = JobTimeout(why)
     outcome = failure(job, exc, trace="", policy=policy_for(job))
     joblog.failed(job, outcome, exc)
     return outcome

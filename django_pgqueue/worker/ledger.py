@@ -85,9 +85,9 @@ class Ledger:
             self.claimed += len(jobs)
             self.busy += len(jobs)
 
-    def start(self, job: ClaimedJob) -> RunningJob | Literal[False]:
-        """A thread is about to run ``job``: its control, or False if it is no longer
-        ours to run."""
+    def start(self, job: ClaimedJob, timeout: float | None = None) -> RunningJob | Literal[False]:
+        """A thread is about to run ``job`` (under the job ``timeout``): its control,
+        or False if it is no longer ours to run."""
         with self._lock:
             held = self._held.get(job.key)
             if held is None:  # forgotten (given back unstarted): its slot is free already
@@ -96,6 +96,7 @@ class Ledger:
                 self._drop(job.key)
                 return False
             held.started = time.monotonic()  # the job timeout counts from here
+            held.control.start(held.started, timeout)
             return held.control
 
     def finish(self, job: ClaimedJob) -> Held | None:

@@ -267,7 +267,7 @@ class Worker:
     # -- callbacks from other threads ----------------------------------------------
 
     def _job_starting(self, job: ClaimedJob) -> RunningJob | Literal[False]:
-        control = self.ledger.start(job)
+        control = self.ledger.start(job, self.config.job_timeout)
         if control is not False:
             self.events.emit("started", job=job)
         return control
@@ -283,12 +283,9 @@ class Worker:
         else:
             ran = time.monotonic() - (held.started or 0.0)
             self.prefetch.observe(ran)
-            if held.overdue:
-                outcome = timed_out(
-                    job,
-                    f"job ran {ran:.1f}s, past the worker's job timeout of "
-                    f"{self.config.job_timeout:g}s; what it returned is discarded",
-                )
+            late = held.control.overran()  # as task_finished said, if it was sent
+            if late is not None:
+                outcome = timed_out(job, late)
             elif logger.isEnabledFor(logging.DEBUG):
                 logger.debug(
                     "job %s %s %s",

@@ -23,6 +23,7 @@ from typing import Protocol
 
 from django_pgqueue import wording
 from django_pgqueue.dberrors import first_line, is_transient
+from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
 from django_pgqueue.queue import claims
 from django_pgqueue.records import ClaimedJob
@@ -224,8 +225,10 @@ class Shutdown:
         outcomes = [
             timed_out(
                 job,
-                f"job ran past the worker's job timeout of {timeout:g}s and had not returned "
-                "when its worker exited",
+                JobTimeout(
+                    f"job ran past the worker's job timeout of {timeout:g}s and had not "
+                    "returned when its worker exited"
+                ),
             )
             for job in overdue
         ]

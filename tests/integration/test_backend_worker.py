@@ -171,6 +171,23 @@ def test_a_failing_run_is_reported_failed_with_its_error(
     assert str(record.exc_info[1]) == "This Task failed due to ValueError"
 
 
+def test_a_keyboard_interrupt_raised_by_the_task_is_reported_failed(
+    signals: list[tuple[str, type, str, list[str]]],
+) -> None:
+    """It fails the run like any exception (in a job's thread only the task raises
+    one), and task_finished says so: it used to be re-raised before the signal, as
+    Django's ImmediateBackend does in the caller's process, so no FAILED was sent."""
+    failed = options(djtasks.interrupts, max_attempts=1).enqueue()
+    assert isinstance(run_next(), Failure)
+    assert [s[:3] for s in signals] == [
+        ("started", PgQueueBackend, TaskResultStatus.RUNNING),
+        ("finished", PgQueueBackend, TaskResultStatus.FAILED),
+    ]
+    failed.refresh()
+    assert failed.status == TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in failed.errors] == ["builtins.KeyboardInterrupt"]
+
+
 def test_a_nested_exception_keeps_its_traceback() -> None:
     failed = options(djtasks.complex_exception, max_attempts=1).enqueue()
     run_next()

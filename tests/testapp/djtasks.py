@@ -141,6 +141,11 @@ def cancels_itself() -> None:
 
 
 @task
+def interrupts() -> None:
+    raise KeyboardInterrupt("by hand")
+
+
+@task
 def fails_with(error: str) -> None:
     raise ConnectionError(error) if error == "io" else ValueError(error)
 

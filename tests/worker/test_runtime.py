@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 
 from django_pgqueue.backend import options
+from django_pgqueue.backend.compat import TaskResult, TaskResultStatus, task_finished
 from django_pgqueue.models import Job
 from django_pgqueue.records import ClaimedJob, JobSpec, Outcome
 from tests.conftest import run_counts, status_counts
@@ -183,6 +184,36 @@ def test_a_job_past_its_timeout_keeps_its_concurrency_key_until_its_thread_retur
     assert slow.last_error.startswith("django_pgqueue.exceptions.JobTimeout: job ran 2.")
     assert "past the worker's job timeout of 0.5s" in slow.last_error
     assert Job.objects.get(args=["quick"]).status == "done"
+
+
+def test_a_tasks_run_that_returns_past_the_timeout_is_reported_as_it_is_recorded() -> None:
+    """``task_finished`` said SUCCESSFUL (and Django logged ``state=SUCCESSFUL``) for a
+    run the worker then recorded as failed with a JobTimeout."""
+    finished: list[tuple[str, list[str]]] = []
+
+    def on_finished(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
+        finished.append((task_result.status, [e.exception_class_path for e in task_result.errors]))
+
+    late = options(djtasks.stops_when_asked, max_attempts=1).enqueue(seconds=0.8)
+    on_time = djtasks.stops_when_asked.enqueue(seconds=0.0)
+    task_finished.connect(on_finished)
+    try:
+        with worker_thread(job_timeout=0.3, concurrency=2, burst=True) as worker:
+            assert worker.join(30) == 0
+    finally:
+        task_finished.disconnect(on_finished)
+    timeout = "django_pgqueue.exceptions.JobTimeout"
+    assert sorted(finished) == [
+        (TaskResultStatus.FAILED, [timeout]),
+        (TaskResultStatus.SUCCESSFUL, []),
+    ]
+    late.refresh()
+    on_time.refresh()
+    assert (late.status, [e.exception_class_path for e in late.errors]) == (
+        TaskResultStatus.FAILED,
+        [timeout],
+    )
+    assert on_time.status == TaskResultStatus.SUCCESSFUL
 
 
 def test_a_task_that_leaves_a_transaction_open_fails_and_its_thread_keeps_working() -> None:

@@ -9,7 +9,10 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from django_pgqueue import registry
+from django.conf import settings
+from django.utils import timezone
+
+from django_pgqueue import registry, validation
 from django_pgqueue.backend.compat import (
     Task,
     TaskError,
@@ -114,13 +117,24 @@ def task_with(
 
 
 def _moment(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, UTC)
+    """A time the claim returned (epoch seconds), aware. One Python cannot hold (a
+    row written by hand: infinity, a year BC) reads as the nearest it can."""
+    try:
+        return datetime.fromtimestamp(epoch, UTC)
+    except (OverflowError, ValueError, OSError):
+        return validation.LATEST if epoch > 0 else validation.EARLIEST
+
+
+def _local_moment(epoch: float) -> datetime:
+    """:func:`_moment` as Django reads times with ``USE_TZ = False``: naive, in TIME_ZONE."""
+    return timezone.make_naive(_moment(epoch))
 
 
 def running_result(task: Task[Any, Any], job: ClaimedJob, alias: str) -> TaskResult[Any, Any]:
     """The RUNNING TaskResult of a run this worker just claimed, built from the claim
     alone: no read of the row."""
-    run_after = _moment(job.run_at) if job.run_at != job.enqueued_at else None
+    moment = _moment if settings.USE_TZ else _local_moment  # read once: not free
+    run_after = moment(job.run_at) if job.run_at != job.enqueued_at else None
     return build_result(
         task_with(
             task,
@@ -135,22 +149,33 @@ def running_result(task: Task[Any, Any], job: ClaimedJob, alias: str) -> TaskRes
         ),
         str(job.id),
         TaskResultStatus.RUNNING,
-        _moment(job.enqueued_at),
-        _moment(job.started_at),
-        _moment(job.attempted_at),
+        moment(job.enqueued_at),
+        moment(job.started_at),
+        moment(job.attempted_at),
         job.args,
         job.kwargs,
         alias,
-        task_errors(json.loads(job.errors)) if job.errors else [],
+        task_errors(_decoded(job.errors)) if job.errors else [],
         list(_worker_ids(job.worker_ids)),
     )
+
+
+def _decoded(text: str) -> Any:
+    """JSON text of a history column, or None where Python cannot read it (a row
+    written by hand: nested too deep, or a number of too many digits). The task
+    still runs: its history is only reported."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 @lru_cache(maxsize=256)
 def _worker_ids(text: str) -> tuple[str, ...]:
     """The claim's ``worker_ids`` JSON, decoded once per distinct text: a worker's
     first attempts all read ``["<its id>"]``."""
-    return tuple(str(worker) for worker in json.loads(text))
+    ids = _decoded(text)
+    return tuple(str(worker) for worker in ids) if isinstance(ids, list) else ()
 
 
 #: The fields build_result() sets: all the fields of the TaskResult it was

@@ -3,12 +3,16 @@ return values, and the retry and lease behaviour Django's own backends lack."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test import override_settings
+from django.utils import timezone
 
 pytest.importorskip(
     "django_pgqueue.backend", reason="needs django.tasks or the backport", exc_type=ImportError
@@ -318,6 +322,55 @@ def test_a_raising_receiver_does_not_change_the_outcome() -> None:
         task_started.disconnect(broken)
     assert result(task_result).return_value == 42
     assert Job.objects.get(pk=task_result.id).attempts == 1  # ran once, not retried
+
+
+def test_with_use_tz_off_the_workers_results_are_naive_in_time_zone_as_get_result() -> None:
+    """The claim's times came back aware in UTC while ``finished_at`` (and every time
+    Django gives with ``USE_TZ = False``) is naive: a receiver's ``finished_at -
+    started_at`` raised TypeError."""
+    seen: list[TaskResult[Any, Any]] = []
+
+    def on_finished(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
+        seen.append(task_result)
+
+    with override_settings(USE_TZ=False, TIME_ZONE="Europe/Paris"):
+        enqueued = djtasks.calculate_meaning_of_life.enqueue()
+        task_finished.connect(on_finished)
+        try:
+            assert isinstance(run_next(), Success)
+        finally:
+            task_finished.disconnect(on_finished)
+        stored = result(enqueued)
+    (finished,) = seen
+    moments = ("enqueued_at", "started_at", "last_attempted_at", "finished_at")
+    assert all(timezone.is_naive(getattr(finished, name)) for name in moments)
+    assert finished.finished_at is not None
+    assert finished.started_at is not None
+    assert finished.finished_at - finished.started_at < dt.timedelta(seconds=30)
+    for name in ("enqueued_at", "started_at", "last_attempted_at"):
+        assert getattr(finished, name) == getattr(stored, name), name
+    assert stored.enqueued_at == enqueued.enqueued_at
+
+
+def test_a_history_python_cannot_read_does_not_stop_the_task_from_running(
+    signals: list[tuple[str, type, str, list[str]]],
+) -> None:
+    """Rows written by hand: an error history nested too deep, worker ids with a
+    number of 5,000 digits, a creation time of -infinity. Building the result failed
+    before the task ran, on every attempt, until the job was buried."""
+    enqueued = djtasks.calculate_meaning_of_life.enqueue()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE pgqueue_job SET errors = %s::jsonb, worker_ids = %s::jsonb, "
+            "created_at = '-infinity' WHERE id = %s",
+            ["[" * 3000 + "]" * 3000, "[" + "9" * 5000 + "]", enqueued.id],
+        )
+    assert isinstance(run_next("w1"), Success)
+    assert [s[:3] for s in signals] == [
+        ("started", PgQueueBackend, TaskResultStatus.RUNNING),
+        ("finished", PgQueueBackend, TaskResultStatus.SUCCESSFUL),
+    ]
+    assert Job.objects.filter(pk=enqueued.id, status="done").exists()
 
 
 def test_jobs_sharing_a_concurrency_key_do_not_run_together() -> None:

@@ -229,7 +229,8 @@ class PgQueueCommand(BaseCommand):
         argparse's converters: each is converted, and checked, by its argument's
         converter, as on the command line (a CommandError if bad). A list or tuple
         (``queues=["emails", "sms"]``) is read as its comma-separated items, a
-        timedelta as its seconds, and a value outside an option's choices is refused."""
+        timedelta as its seconds, and a value outside an option's choices is refused, as
+        are two options of a mutually exclusive group."""
         parser = self.create_parser("manage.py", type(self).__module__.rpartition(".")[2])
         for action in parser._actions:
             value, convert = options.get(action.dest), action.type
@@ -258,6 +259,17 @@ class PgQueueCommand(BaseCommand):
             ):
                 choices = ", ".join(map(repr, action.choices))
                 _one_line_error(parser, f"argument {shown}: {value!r} is not one of {choices}")
+        # call_command() leaves argparse's mutually exclusive groups unchecked.
+        for group in parser._mutually_exclusive_groups:
+            given = [
+                "/".join(a.option_strings)
+                for a in group._group_actions
+                if options.get(a.dest) not in (None, a.default)
+            ]
+            if len(given) > 1:
+                _one_line_error(
+                    parser, f"argument {given[1]}: not allowed with argument {given[0]}"
+                )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)

@@ -145,6 +145,14 @@ def test_the_command_lists_switches_and_says_what_it_cannot_find(
     ]
     with pytest.raises(CommandError, match="no schedule named 'nope'"):
         run("--enable", "nope", periodic=periodic)
+    # Both switches at once: refused through call_command() too, which used to drop
+    # --enable without a word and disable the schedule.
+    with (
+        override_settings(PGQUEUE={"PERIODIC": periodic}),
+        pytest.raises(CommandError, match="argument --enable: not allowed with argument --disable"),
+    ):
+        call_command("schedules", disable=["report"], enable=["report"], stdout=io.StringIO())
+    assert Schedule.objects.get(pk="report").enabled
 
 
 def test_switching_a_schedule_off_in_the_settings_says_the_settings_win() -> None:

@@ -36,7 +36,8 @@ COUNT_CAP = 10_000
 #: Newest jobs whose task names the task filter offers.
 TASK_WINDOW = 10_000
 #: Columns the list does not show; they can hold kilobytes per row.
-HEAVY_COLUMNS = ("args", "kwargs", "result", "errors", "worker_ids")
+# (retry_policy is not shown; a row written by hand may hold JSON Python cannot read.)
+HEAVY_COLUMNS = ("args", "kwargs", "result", "errors", "worker_ids", "retry_policy")
 _STATS_ATTR = "_pgqueue_stats"
 
 

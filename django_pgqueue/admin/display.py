@@ -125,3 +125,35 @@ class ColumnFilter(admin.SimpleListFilter):
         if "\x00" in value:  # no text column holds NUL, and PostgreSQL refuses it (a 500)
             return queryset.none()
         return queryset.filter(**{self.column: value})
+
+
+#: A JSON column Python cannot read (see :func:`json_value`).
+UNREADABLE = object()
+
+
+def json_value(obj: Any, name: str) -> Any:
+    """The job's JSON column ``name``: as loaded, or, on a job the change page read
+    as text (``JobAdmin.get_object``: a row whose JSON Python cannot read, written
+    by hand), decoded from that text; :data:`UNREADABLE` if it cannot be."""
+    if not hasattr(obj, f"_pgqueue_{name}_text"):
+        return getattr(obj, name)
+    stored = getattr(obj, f"_pgqueue_{name}_text")
+    try:
+        return None if stored is None else json.loads(stored)
+    except (ValueError, RecursionError):
+        return UNREADABLE
+
+
+def stored_json(obj: Any, name: str) -> SafeString:
+    """The job's JSON column ``name`` pretty-printed, or as stored if Python cannot
+    read it."""
+    value = json_value(obj, name)
+    if value is not UNREADABLE:
+        return pretty_json(value)
+    stored = getattr(obj, f"_pgqueue_{name}_text")
+    shown = stored if len(stored) <= 2000 else stored[:2000] + "..."
+    return format_html(
+        '<p>{}</p><pre class="pgqueue-pre">{}</pre>',
+        "Python cannot read this JSON (shown as stored):",
+        shown,
+    )

@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from django_pgqueue.admin import actions, buttons, display, queues, workers
+from django_pgqueue.admin import actions, buttons, display, queues, times, workers
 from django_pgqueue.admin.changelist import (
     CappedPaginator,
     JobChangeList,
@@ -172,15 +172,17 @@ class JobAdmin(_ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        response = super().changelist_view(request, extra_context)
-        if isinstance(response, TemplateResponse) and response.context_data is not None:
-            # Added after the changelist ran, so the queue filter's stats() is reused.
-            paused = dict(
-                Queue.objects.filter(paused_at__isnull=False).values_list("name", "paused_at")
-            )
-            response.context_data["queue_summary"] = summarise(request_stats(request), paused)
-            response.context_data["queue_statuses"] = STATUSES
-            response.context_data["can_pause_queues"] = queues.can_pause(request)
+        with times.readable():  # the rows are read as the page renders: render here
+            response = super().changelist_view(request, extra_context)
+            if isinstance(response, TemplateResponse) and response.context_data is not None:
+                # Added after the changelist ran, so the queue filter's stats() is reused.
+                paused = dict(
+                    Queue.objects.filter(paused_at__isnull=False).values_list("name", "paused_at")
+                )
+                response.context_data["queue_summary"] = summarise(request_stats(request), paused)
+                response.context_data["queue_statuses"] = STATUSES
+                response.context_data["can_pause_queues"] = queues.can_pause(request)
+                response.render()
         return response
 
     def get_search_results(
@@ -252,11 +254,14 @@ class JobAdmin(_ModelAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        job = self.get_object(request, unquote(object_id))
-        offered = buttons.offered(self, request, job) if job is not None else []
-        return super().change_view(
-            request, object_id, form_url, {**(extra_context or {}), "pgqueue_buttons": offered}
-        )
+        with times.readable():
+            job = self.get_object(request, unquote(object_id))
+            offered = buttons.offered(self, request, job) if job is not None else []
+            extra = {**(extra_context or {}), "pgqueue_buttons": offered}
+            response = super().change_view(request, object_id, form_url, extra)
+            if isinstance(response, TemplateResponse):
+                response.render()
+        return response
 
     @admin.display(description="lease")
     def lease_left(self, obj: Job) -> SafeString:
@@ -269,8 +274,11 @@ class JobAdmin(_ModelAdmin):
         return f"asked to stop at {display.moment(obj.cancel_requested_at)}: {obj.cancel_reason}"
 
     @admin.display(description="workers that claimed it")
-    def worker_list(self, obj: Job) -> str:
-        return ", ".join(str(worker) for worker in obj.worker_ids or []) or "none yet"
+    def worker_list(self, obj: Job) -> SafeString | str:
+        workers = display.json_value(obj, "worker_ids")
+        if workers is display.UNREADABLE or not isinstance(workers, list | None):
+            return display.stored_json(obj, "worker_ids")
+        return ", ".join(str(worker) for worker in workers or []) or "none yet"
 
     def get_object(
         self, request: HttpRequest, object_id: str, from_field: str | None = None
@@ -284,8 +292,10 @@ class JobAdmin(_ModelAdmin):
             found = None
         if found is not None or from_field is not None:
             return found
-        text = {f"_pgqueue_{name}_text": Cast(name, TextField()) for name in USER_JSON}
-        queryset = self.get_queryset(request).defer(*USER_JSON).annotate(**text)
+        # Every JSON column: the row may have been written by hand.
+        shown = (*USER_JSON, "errors", "worker_ids")
+        text = {f"_pgqueue_{name}_text": Cast(name, TextField()) for name in shown}
+        queryset = self.get_queryset(request).defer(*shown, "retry_policy").annotate(**text)
         try:
             return queryset.get(pk=int(object_id))
         except (Job.DoesNotExist, ValueError, OverflowError):
@@ -293,28 +303,19 @@ class JobAdmin(_ModelAdmin):
 
     @admin.display(description="args")
     def args_json(self, obj: Job) -> SafeString:
-        return _json_of(obj, "args")
+        return display.stored_json(obj, "args")
 
     @admin.display(description="kwargs")
     def kwargs_json(self, obj: Job) -> SafeString:
-        return _json_of(obj, "kwargs")
+        return display.stored_json(obj, "kwargs")
 
     @admin.display(description="result")
     def result_json(self, obj: Job) -> SafeString:
-        return _json_of(obj, "result")
+        return display.stored_json(obj, "result")
 
     @admin.display(description="error history")
     def error_history(self, obj: Job) -> SafeString:
-        return display.error_history(obj.errors)
-
-
-def _json_of(obj: Job, name: str) -> SafeString:
-    stored = getattr(obj, f"_pgqueue_{name}_text", None)
-    if stored is None:
-        return display.pretty_json(getattr(obj, name))
-    shown = stored if len(stored) <= 2000 else stored[:2000] + "..."
-    return format_html(
-        '<p>{}</p><pre class="pgqueue-pre">{}</pre>',
-        "Python cannot read this JSON (shown as stored):",
-        shown,
-    )
+        errors = display.json_value(obj, "errors")
+        if errors is display.UNREADABLE:
+            return display.stored_json(obj, "errors")
+        return display.error_history(errors)

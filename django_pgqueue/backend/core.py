@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.apps import apps
-from django.db import transaction
+from django.db import DataError, transaction
 
 from django_pgqueue import conf, validation, wording
 from django_pgqueue.backend.checks import (
@@ -285,9 +285,9 @@ def parse_id(result_id: object) -> int | None:
 
 def load_job(result_id: object, database: str) -> Job:
     """The job a result id names, or TaskResultDoesNotExist (also for malformed ids).
-    InvalidJob, naming it, for a row whose JSON Python cannot read (a number past
-    int's 4,300 digits, nesting past the recursion limit: written by another
-    program), since a TaskResult holds its arguments and return value."""
+    InvalidJob, naming it, for a row Python cannot read (JSON with a number past
+    int's 4,300 digits or nesting past the recursion limit, a time of infinity:
+    written by another program), since a TaskResult holds its values."""
     job_id = parse_id(result_id)
     try:
         job = (
@@ -295,11 +295,12 @@ def load_job(result_id: object, database: str) -> Job:
             if job_id is None
             else job_model().objects.using(database).filter(id=job_id).first()
         )
-    except (ValueError, RecursionError) as exc:
+    except (ValueError, RecursionError, DataError) as exc:
+        # DataError: psycopg could not load a time (infinity, a year BC: written by hand).
+        what = "a time" if isinstance(exc, DataError) else "JSON"
         raise InvalidJob(
-            f"job {job_id} holds JSON in its args, kwargs or result that Python cannot read "
-            f"({first_line(exc)}), so there is no TaskResult for it (the admin shows the "
-            "row as stored)"
+            f"job {job_id} holds {what} that Python cannot read ({first_line(exc)}), so "
+            "there is no TaskResult for it (the admin shows the row as stored)"
         ) from None
     if job is None:
         raise TaskResultDoesNotExist(result_id)

@@ -10,6 +10,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import User
 from django.test import Client
 
+from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.models import Job
 from tests.integration.test_admin import URL, jobs, staff_client  # noqa: F401  (a fixture)
 
@@ -181,3 +182,61 @@ def test_the_page_of_a_job_whose_json_python_cannot_read_opens(admin_client: Cli
         assert 'name="pgqueue_retry"' in html  # and the operator can act on it
     assert "[10000000000" in page(admin_client, Job(pk=ids[0]))
     assert admin_client.get(f"{URL}999999/change/", follow=True).status_code == 200
+
+
+@pytest.mark.parametrize("column", ["errors", "worker_ids", "retry_policy"])
+@pytest.mark.parametrize("stored", ["[" + "9" * 5000 + "]", "[" * 11_000 + "]" * 11_000])
+def test_a_history_or_policy_python_cannot_read_leaves_the_pages_open(
+    admin_client: Client, column: str, stored: str
+) -> None:
+    """The worker runs such a row (written by hand) and keeps it: a retry_policy
+    Python cannot read made the whole job list fail, and any of the three made the
+    job's page fail or redirect as if the job did not exist."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO pgqueue_job (task, args, status, {column}) "
+            "VALUES ('tests.testapp.tasks.noop', '[7]', 'dead', %s::jsonb) RETURNING id",
+            [stored],
+        )
+        job_id = cursor.fetchone()[0]
+    listing = admin_client.get(URL)
+    assert listing.status_code == 200
+    assert f"{URL}{job_id}/change/" in listing.content.decode()
+    html = page(admin_client, Job(pk=job_id))
+    assert 'name="pgqueue_retry"' in html
+    assert ("Python cannot read this JSON (shown as stored):" in html) == (column != "retry_policy")
+    assert '<pre class="pgqueue-pre">[\n  7\n]</pre>' in html  # what Python reads: as usual
+
+
+def test_times_python_cannot_hold_leave_the_pages_open(admin_client: Client) -> None:
+    """``timestamptz`` takes infinity and years BC (a row written by hand): one such
+    row on the page made the whole job list fail, and its own page too."""
+    from django.db import connection
+
+    from django_pgqueue.backend.compat import task_backends
+
+    planted = {}
+    with connection.cursor() as cursor:
+        for name, columns, values in (
+            ("queued", "run_at", "'-infinity'"),
+            ("dead", "created_at, done_at", "'0001-12-31 10:00:00+00 BC', 'infinity'"),
+            ("running", "locked_until, started_at", "'infinity', '-infinity'"),
+        ):
+            cursor.execute(
+                f"INSERT INTO pgqueue_job (task, status, {columns}) "
+                f"VALUES ('tests.testapp.djtasks.noop_task', %s, {values}) RETURNING id",
+                [name],
+            )
+            planted[name] = cursor.fetchone()[0]
+    listing = admin_client.get(URL)
+    assert listing.status_code == 200
+    for job_id in planted.values():
+        assert f"{URL}{job_id}/change/" in listing.content.decode()
+        html = page(admin_client, Job(pk=job_id))
+        assert f"#{job_id} tests.testapp.djtasks.noop_task" in html
+    assert "1-01-02 00:00:00 UTC" in page(admin_client, Job(pk=planted["dead"]))  # nearest
+    assert "9999-12-30 00:00:00 UTC" in page(admin_client, Job(pk=planted["dead"]))
+    with pytest.raises(InvalidJob, match=f"job {planted['dead']} holds a time that Python cannot"):
+        task_backends["default"].get_result(str(planted["dead"]))

@@ -395,7 +395,7 @@ def test_a_live_job_whose_json_python_cannot_read_is_named_not_a_valueerror(
             [djtasks.noop_task.module_path],
         )
         planted = cursor.fetchone()[0]
-    cannot = rf"^job {planted} holds JSON in its args, kwargs or result that Python cannot read"
+    cannot = rf"^job {planted} holds JSON that Python cannot read \(Exceeds the limit"
     with pytest.raises(InvalidJob, match=cannot):
         options(djtasks.noop_task, unique_key="huge").enqueue(1)
     with pytest.raises(InvalidJob, match=cannot):

@@ -67,14 +67,27 @@ def _find_bad(value: Any, path: str, depth: int = 0) -> tuple[str, Any] | None:
 _EXPONENT = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?e\+\d+')
 
 
+#: A JSON string, or the float -0.0 as Python writes it.
+_NEGATIVE_ZERO = re.compile(r'"(?:[^"\\]|\\.)*"|-0\.0(?![\d])')
+
+
 def _for_jsonb(encoded: str) -> str:
     """``encoded`` with its floats of 1e16 or more written out in full with a decimal
     point. jsonb keeps numbers as numeric and writes ``1e+16`` back as
     ``10000000000000000``, which reads back as an int; ``10000000000000000.0``
-    reads back as the float it was (the full expansion of a float is exact)."""
-    if "e+" not in encoded:
-        return encoded
-    return _EXPONENT.sub(lambda m: m[0] if m[0][0] == '"' else f"{float(m[0]):.1f}", encoded)
+    reads back as the float it was (the full expansion of a float is exact).
+    numeric has no negative zero: ``-0.0`` is written ``0.0``, as jsonb keeps it."""
+    if "e+" in encoded:
+        encoded = _EXPONENT.sub(lambda m: m[0] if m[0][0] == '"' else f"{float(m[0]):.1f}", encoded)
+    if "-0.0" in encoded:
+        encoded = _NEGATIVE_ZERO.sub(lambda m: m[0] if m[0][0] == '"' else "0.0", encoded)
+    return encoded
+
+
+def _stored(encoded: str, read_back: Any) -> tuple[str, Any]:
+    """The text to store, and the value as it reads back from the row."""
+    stored = _for_jsonb(encoded)
+    return stored, (_decode(stored) if "-0.0" in encoded else read_back)
 
 
 _CONTAINERS = (list, tuple, dict)
@@ -168,14 +181,14 @@ def dumps_read_back(value: Any, what: str, *, returned: bool = False) -> tuple[s
             and _storable_json(encoded)
             and not _may_nest_too_deep(encoded, value)
         ):
-            return _for_jsonb(encoded), read_back
+            return _stored(encoded, read_back)
     except (TypeError, ValueError, RecursionError):
         encoded = None
     # Only when it does not read back (or cannot be encoded) walk the value to
     # name the culprit; tuples read back as lists, which the walk accepts.
     found = _find_bad(value, what)
     if found is None and encoded is not None:
-        return _for_jsonb(encoded), _decode(encoded)
+        return _stored(encoded, _decode(encoded))
     if found is None:  # the walk accepts nothing the encoder refuses; kept as a backstop
         raise InvalidJobArguments(f"{what} cannot be encoded as JSON")
     path, bad = found

@@ -523,3 +523,17 @@ def test_a_row_written_by_hand_needs_only_its_task() -> None:
     )
     run_jobs()
     assert Job.objects.values_list("status", "attempts").get(pk=job_id) == ("done", 1)
+
+
+def test_a_negative_zero_reads_back_as_the_zero_jsonb_keeps() -> None:
+    """numeric has no negative zero, so jsonb keeps -0.0 as 0.0: the enqueue's result
+    said -0.0 while get_result(), and the task, had 0.0."""
+    from django_pgqueue.backend.compat import task_backends
+    from tests.testapp.djtasks import echo
+    from tests.testapp.tasks import noop
+
+    framework = echo.enqueue(-0.0, "-0.0", -0.05, [-0.0])
+    stored = task_backends["default"].get_result(framework.id)
+    assert repr(framework.args) == repr(stored.args) == "[0.0, '-0.0', -0.05, [0.0]]"
+    direct = noop.enqueue(-0.0, {"k": -0.0})  # (its Job holds the caller's own values)
+    assert repr(Job.objects.get(pk=direct.pk).args) == "[0.0, {'k': 0.0}]"

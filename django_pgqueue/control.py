@@ -88,11 +88,11 @@ class RunningJob:
     __slots__ = (
         "_aio",
         "_deadline",
-        "_decided",
         "_late",
         "_lock",
         "_reason",
         "_seen",
+        "_verdict",
         "attempt",
         "id",
         "max_attempts",
@@ -115,7 +115,8 @@ class RunningJob:
         self._aio: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None = None
         #: (started, timeout): monotonic start of its thread, and the job timeout.
         self._deadline: tuple[float, float] | None = None
-        self._decided = False
+        #: Whether the run is past the job timeout: None until decided, then fixed.
+        self._verdict: bool | None = None
         self._late: JobTimeout | None = None
 
     def __repr__(self) -> str:
@@ -142,27 +143,43 @@ class RunningJob:
         true, or its coroutine was cancelled."""
         return self._seen
 
-    def start(self, started: float, timeout: float | None) -> None:
+    # The job timeout. Whether a run is past it is decided once, by whichever comes
+    # first: its thread's return (the Tasks layer asks before task_finished, then
+    # the worker for the outcome it records), or the worker's timer seeing it still
+    # running past the timeout. The signal, the warning, the shutdown and the row
+    # then all agree. Private: a task asking first would decide for its own run.
+
+    def _start(self, started: float, timeout: float | None) -> None:
         """Its thread started at ``started`` (monotonic), under the job timeout."""
         self._deadline = None if timeout is None else (started, timeout)
 
-    def overran(self) -> JobTimeout | None:
-        """A :class:`JobTimeout` if the run returned past the job timeout, else None.
-
-        Decided once, the first time it is asked as the thread returns (by the
-        Tasks layer for ``task_finished``, then by the worker for the outcome it
-        records), so that the signal and the row can never disagree."""
-        if not self._decided:
-            self._decided = True
-            if self._deadline is not None:
+    def _overran(self) -> JobTimeout | None:
+        """As its thread returns: a :class:`JobTimeout` if the run is past the job
+        timeout (decided now, or by the timer before), else None."""
+        with self._lock:
+            if self._verdict is None:
+                self._verdict = self._past()
+            if self._verdict and self._late is None and self._deadline is not None:
                 started, timeout = self._deadline
-                ran = time.monotonic() - started
-                if ran > timeout:
-                    self._late = JobTimeout(
-                        f"job ran {ran:.1f}s, past the worker's job timeout of {timeout:g}s; "
-                        "what it returned is discarded"
-                    )
-        return self._late
+                self._late = JobTimeout(
+                    f"job ran {time.monotonic() - started:.1f}s, past the worker's job timeout "
+                    f"of {timeout:g}s; what it returned is discarded"
+                )
+            return self._late
+
+    def _late_now(self) -> bool:
+        """The timer saw the run still going past the job timeout: late, unless its
+        thread has returned in time already (a slow receiver keeps it busy)."""
+        with self._lock:
+            if self._verdict is None:
+                self._verdict = True
+            return self._verdict
+
+    def _past(self) -> bool:
+        if self._deadline is None:
+            return False
+        started, timeout = self._deadline
+        return time.monotonic() - started > timeout
 
     def request_cancel(self, reason: str) -> bool:
         """Tell the job to stop (called by the worker's heartbeat); False if it was told."""

@@ -208,7 +208,7 @@ def refuse(task: Task[Any, Any], job: ClaimedJob, exc: BaseException) -> None:
 
 
 def _overran(control: RunningJob | None) -> JobTimeout | None:
-    return None if control is None else control.overran()
+    return None if control is None else control._overran()
 
 
 def _backend_for(task: Task[Any, Any]) -> BaseTaskBackend:

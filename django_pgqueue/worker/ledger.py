@@ -96,7 +96,7 @@ class Ledger:
                 self._drop(job.key)
                 return False
             held.started = time.monotonic()  # the job timeout counts from here
-            held.control.start(held.started, timeout)
+            held.control._start(held.started, timeout)
             return held.control
 
     def finish(self, job: ClaimedJob) -> Held | None:
@@ -251,7 +251,9 @@ class Ledger:
 
     def mark_overdue(self, started_before: float) -> list[ClaimedJob]:
         """Runs whose thread started before ``started_before`` and is still running,
-        not yet marked: marks and returns them."""
+        not yet marked: marks and returns them. One whose task returned in time (its
+        thread busy after it, in a slow task_finished receiver, say) is not late: that
+        was decided as it returned (``RunningJob._overran``)."""
         with self._lock:
             late = [
                 h
@@ -261,6 +263,7 @@ class Ledger:
                 and not h.overdue
                 and h.started is not None
                 and h.started < started_before
+                and h.control._late_now()
             ]
             for held in late:
                 held.overdue = True

@@ -283,7 +283,7 @@ class Worker:
         else:
             ran = time.monotonic() - (held.started or 0.0)
             self.prefetch.observe(ran)
-            late = held.control.overran()  # as task_finished said, if it was sent
+            late = held.control._overran()  # as task_finished said, if it was sent
             if late is not None:
                 outcome = timed_out(job, late)
             elif logger.isEnabledFor(logging.DEBUG):

@@ -216,6 +216,28 @@ def test_a_tasks_run_that_returns_past_the_timeout_is_reported_as_it_is_recorded
     assert on_time.status == TaskResultStatus.SUCCESSFUL
 
 
+def test_a_slow_receiver_after_a_run_in_time_does_not_make_the_run_late(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The task returned in time and task_finished said so; a receiver then kept the
+    thread past the timeout. The timer warned that the run "will be recorded as
+    failed" (and a shutdown then would have recorded it so) while the row ended done."""
+
+    def slow(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
+        time.sleep(0.8)
+
+    quick = djtasks.stops_when_asked.enqueue(seconds=0.0)
+    task_finished.connect(slow)
+    try:
+        with worker_thread(job_timeout=0.3, burst=True) as worker:
+            assert worker.join(30) == 0
+    finally:
+        task_finished.disconnect(slow)
+    quick.refresh()
+    assert quick.status == TaskResultStatus.SUCCESSFUL
+    assert not [r for r in caplog.records if "exceeded the job timeout" in r.getMessage()]
+
+
 def test_a_task_that_leaves_a_transaction_open_fails_and_its_thread_keeps_working() -> None:
     leaks_transaction.enqueue("leaked")
     Job.objects.enqueue_many(JobSpec.build(mark, [f"after-{n}"]) for n in range(3))

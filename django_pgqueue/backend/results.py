@@ -127,7 +127,10 @@ def _moment(epoch: float) -> datetime:
 
 def _local_moment(epoch: float) -> datetime:
     """:func:`_moment` as Django reads times with ``USE_TZ = False``: naive, in TIME_ZONE."""
-    return timezone.make_naive(_moment(epoch))
+    try:
+        return timezone.make_naive(_moment(epoch))
+    except OverflowError:  # near year 1 or 9999, the zone's offset is out of range
+        return timezone.make_naive(validation.LATEST if epoch > 0 else validation.EARLIEST)
 
 
 def running_result(task: Task[Any, Any], job: ClaimedJob, alias: str) -> TaskResult[Any, Any]:
@@ -162,8 +165,7 @@ def running_result(task: Task[Any, Any], job: ClaimedJob, alias: str) -> TaskRes
 
 def _decoded(text: str) -> Any:
     """JSON text of a history column, or None where Python cannot read it (a row
-    written by hand: nested too deep, or a number of too many digits). The task
-    still runs: its history is only reported."""
+    written by hand): the task still runs, its history is only reported."""
     try:
         return json.loads(text)
     except (ValueError, RecursionError):
@@ -172,8 +174,7 @@ def _decoded(text: str) -> Any:
 
 @lru_cache(maxsize=256)
 def _worker_ids(text: str) -> tuple[str, ...]:
-    """The claim's ``worker_ids`` JSON, decoded once per distinct text: a worker's
-    first attempts all read ``["<its id>"]``."""
+    """The claim's ``worker_ids`` JSON, decoded once per distinct text (``["<id>"]``)."""
     ids = _decoded(text)
     return tuple(str(worker) for worker in ids) if isinstance(ids, list) else ()
 

@@ -373,6 +373,25 @@ def test_a_history_python_cannot_read_does_not_stop_the_task_from_running(
     assert Job.objects.filter(pk=enqueued.id, status="done").exists()
 
 
+@pytest.mark.parametrize(
+    ("zone", "created"),
+    [("America/New_York", "0001-01-01 03:00+00"), ("Asia/Tokyo", "9999-12-31 20:00+00")],
+)
+def test_with_use_tz_off_a_time_the_zone_takes_out_of_range_does_not_stop_the_task(
+    zone: str, created: str
+) -> None:
+    """In range in UTC, out of it once read in TIME_ZONE: the run failed before its task
+    started, on every attempt."""
+    with override_settings(USE_TZ=False, TIME_ZONE=zone):
+        enqueued = djtasks.calculate_meaning_of_life.enqueue()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE pgqueue_job SET created_at = %s WHERE id = %s", [created, enqueued.id]
+            )
+        assert isinstance(run_next(), Success)
+    assert Job.objects.filter(pk=enqueued.id, status="done").exists()
+
+
 def test_jobs_sharing_a_concurrency_key_do_not_run_together() -> None:
     keyed = options(djtasks.noop_task, concurrency_key="account:1")
     first, second = keyed.enqueue(1), keyed.enqueue(2)

@@ -8,6 +8,7 @@ status or lease would bypass the state machine the queue relies on.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,7 @@ else:  # ModelAdmin is generic only in django-stubs, not at runtime.
     _ModelAdmin = admin.ModelAdmin
 
 
-class JobAdmin(_ModelAdmin):
+class JobAdmin(times.ReadsTimes):
     list_display = (
         "id",
         "task_path",
@@ -172,17 +173,20 @@ class JobAdmin(_ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        with times.readable():  # the rows are read as the page renders: render here
-            response = super().changelist_view(request, extra_context)
-            if isinstance(response, TemplateResponse) and response.context_data is not None:
-                # Added after the changelist ran, so the queue filter's stats() is reused.
-                paused = dict(
-                    Queue.objects.filter(paused_at__isnull=False).values_list("name", "paused_at")
-                )
-                response.context_data["queue_summary"] = summarise(request_stats(request), paused)
-                response.context_data["queue_statuses"] = STATUSES
-                response.context_data["can_pause_queues"] = queues.can_pause(request)
-                response.render()
+        return times.rendered(functools.partial(self._changelist, request, extra_context))
+
+    def _changelist(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None
+    ) -> HttpResponse:
+        response = super().changelist_view(request, extra_context)
+        if isinstance(response, TemplateResponse) and response.context_data is not None:
+            # Added after the changelist ran, so the queue filter's stats() is reused.
+            paused = dict(
+                Queue.objects.filter(paused_at__isnull=False).values_list("name", "paused_at")
+            )
+            response.context_data["queue_summary"] = summarise(request_stats(request), paused)
+            response.context_data["queue_statuses"] = STATUSES
+            response.context_data["can_pause_queues"] = queues.can_pause(request)
         return response
 
     def get_search_results(
@@ -254,14 +258,17 @@ class JobAdmin(_ModelAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        with times.readable():
-            job = self.get_object(request, unquote(object_id))
-            offered = buttons.offered(self, request, job) if job is not None else []
-            extra = {**(extra_context or {}), "pgqueue_buttons": offered}
-            response = super().change_view(request, object_id, form_url, extra)
-            if isinstance(response, TemplateResponse):
-                response.render()
-        return response
+        return times.rendered(
+            functools.partial(self._change, request, object_id, form_url, extra_context)
+        )
+
+    def _change(
+        self, request: HttpRequest, object_id: str, form_url: str, extra: dict[str, Any] | None
+    ) -> HttpResponse:
+        job = self.get_object(request, unquote(object_id))
+        offered = buttons.offered(self, request, job) if job is not None else []
+        extra = {**(extra or {}), "pgqueue_buttons": offered}
+        return super().change_view(request, object_id, form_url, extra)
 
     @admin.display(description="lease")
     def lease_left(self, obj: Job) -> SafeString:

@@ -12,14 +12,23 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
+from django.contrib import admin
 from django.db import connections
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 
 from django_pgqueue import conf, validation
+from django_pgqueue.models import Job
+
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[Job]
+else:  # ModelAdmin is generic only in django-stubs, not at runtime.
+    _ModelAdmin = admin.ModelAdmin
 
 TIMESTAMPTZ = psycopg.adapters.types["timestamptz"].oid
 
@@ -62,3 +71,28 @@ def readable() -> Iterator[None]:
     """Load the job database's out-of-range times tolerantly in this block."""
     with connections[conf.database()].execute_wrapper(_load_tolerantly):
         yield
+
+
+def rendered(view: Callable[[], HttpResponse]) -> HttpResponse:
+    """``view()``'s response, rendered inside :func:`readable` (a template reads the
+    rows it lists as it renders)."""
+    with readable():
+        response = view()
+        if isinstance(response, TemplateResponse):
+            response.render()
+    return response
+
+
+class ReadsTimes(_ModelAdmin):
+    """The job admin's own views that read a job (its list and page: ``JobAdmin``),
+    and Django's delete and history pages, read such times tolerantly."""
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return rendered(functools.partial(super().delete_view, request, object_id, extra_context))
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return rendered(functools.partial(super().history_view, request, object_id, extra_context))

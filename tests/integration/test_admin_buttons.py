@@ -240,3 +240,14 @@ def test_times_python_cannot_hold_leave_the_pages_open(admin_client: Client) -> 
     assert "9999-12-30 00:00:00 UTC" in page(admin_client, Job(pk=planted["dead"]))
     with pytest.raises(InvalidJob, match=f"job {planted['dead']} holds a time that Python cannot"):
         task_backends["default"].get_result(str(planted["dead"]))
+    # What the page links to opens and works too.
+    for job_id in planted.values():
+        assert admin_client.get(f"{URL}{job_id}/history/").status_code == 200
+    assert admin_client.get(f"{URL}{planted['dead']}/delete/").status_code == 200  # (finished)
+    press(admin_client, Job(pk=planted["dead"]), "retry")
+    press(admin_client, Job(pk=planted["queued"]), "cancel", reason="planted")
+    assert dict(Job.objects.filter(pk__in=planted.values()).values_list("id", "status")) == {
+        planted["queued"]: "cancelled",
+        planted["dead"]: "queued",
+        planted["running"]: "running",
+    }

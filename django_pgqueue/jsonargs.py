@@ -79,15 +79,23 @@ def _for_jsonb(encoded: str) -> str:
     numeric has no negative zero: ``-0.0`` is written ``0.0``, as jsonb keeps it."""
     if "e+" in encoded:
         encoded = _EXPONENT.sub(lambda m: m[0] if m[0][0] == '"' else f"{float(m[0]):.1f}", encoded)
-    if "-0.0" in encoded:
+    if _negative_zero(encoded):
         encoded = _NEGATIVE_ZERO.sub(lambda m: m[0] if m[0][0] == '"' else "0.0", encoded)
     return encoded
+
+
+def _negative_zero(encoded: str) -> bool:
+    """Whether ``encoded`` may hold the number -0.0: ``-0.0`` ends a number token
+    (``-0.05`` does not), so it is followed by ``,``, ``]``, ``}`` or the end."""
+    return "-0.0" in encoded and (
+        "-0.0," in encoded or "-0.0]" in encoded or "-0.0}" in encoded or encoded[-4:] == "-0.0"
+    )
 
 
 def _stored(encoded: str, read_back: Any) -> tuple[str, Any]:
     """The text to store, and the value as it reads back from the row."""
     stored = _for_jsonb(encoded)
-    return stored, (_decode(stored) if "-0.0" in encoded else read_back)
+    return stored, (_decode(stored) if _negative_zero(encoded) else read_back)
 
 
 _CONTAINERS = (list, tuple, dict)

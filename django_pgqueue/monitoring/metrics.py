@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from django_pgqueue.records import ClaimedJob, JobStatus, ReapResult, RunOutcome
 from django_pgqueue.worker.events import Events
+from django_pgqueue.worker.latency import waited
 
 Key = tuple[int, int]
 #: Seconds: jobs of milliseconds to jobs of an hour.
@@ -118,7 +119,7 @@ class WorkerMetrics:
     def _started(self, job: ClaimedJob) -> None:
         self._start_times[job.key] = time.monotonic()
         self.running.inc()
-        self.wait.labels(job.queue).observe(max(0.0, time.time() - job.run_at))
+        self.wait.labels(job.queue).observe(waited(job))
 
     def _finished(self, job: ClaimedJob, outcome: Any) -> None:
         started = self._start_times.pop(job.key, None)

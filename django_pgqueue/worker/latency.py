@@ -40,6 +40,17 @@ class Window:
         )
 
 
+#: The longest wait reported (some 3,000 years): a run_at of -infinity, written by
+#: hand, would make every sum and histogram it reaches infinite for good.
+LONGEST_WAIT = 1e11
+
+
+def waited(job: ClaimedJob) -> float:
+    """How long ``job`` waited since its ``run_at``, as it starts (0 for a start
+    before it: the worker's clock may be behind the database's)."""
+    return max(0.0, min(time.time() - job.run_at, LONGEST_WAIT))
+
+
 class Latency:
     def __init__(self, events: Events) -> None:
         self._lock = threading.Lock()
@@ -57,7 +68,7 @@ class Latency:
             self._claim_seconds += seconds
 
     def _started(self, job: ClaimedJob) -> None:
-        lag = max(0.0, time.time() - job.run_at)
+        lag = waited(job)
         with self._lock:
             self._started_jobs += 1
             self._lag_seconds += lag

@@ -173,3 +173,25 @@ def test_reaped_runs_are_counted_by_what_the_reaper_made_of_them() -> None:
     }
     assert counted == {"returned": 1, "buried": 2, "cancelled": 3}
     metrics.close()
+
+
+def test_a_run_at_of_minus_infinity_leaves_the_wait_histogram_finite(start_worker: Start) -> None:
+    """A row written by hand with ``run_at = '-infinity'`` made the wait histogram's
+    sum (and the throughput line's queue lag) infinite for the life of the worker."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_job (task, args, queue, run_at) "
+            "VALUES (%s, '[1, 2]', 'odd', '-infinity')",
+            [add.path],
+        )
+    worker = start_worker("--metrics-port", "0", "--no-listen", "--poll-interval", "0.2")
+    base = base_url(worker)
+    wait_for(lambda: status_counts() == {"done": 1}, 30, "the job to run")
+    wait_for(
+        lambda: value(samples(base), "pgqueue_job_wait_seconds_count", queue="odd") == 1,
+        10,
+        "its wait to be observed",
+    )
+    assert value(samples(base), "pgqueue_job_wait_seconds_sum", queue="odd") == 1e11

@@ -252,7 +252,8 @@ class PgQueueCommand(BaseCommand):
                     ]
                 except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
                     _one_line_error(parser, f"argument {shown}: {exc}")
-                value = converted if items is not None else converted[0]
+                # One value for an argument of several (disable="tick"): a list of one.
+                value = converted if each else converted[0]
                 options[action.dest] = value
             if action.choices is not None and not all(
                 v in action.choices for v in (value if isinstance(value, list) else [value])

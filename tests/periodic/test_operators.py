@@ -153,6 +153,11 @@ def test_the_command_lists_switches_and_says_what_it_cannot_find(
     ):
         call_command("schedules", disable=["report"], enable=["report"], stdout=io.StringIO())
     assert Schedule.objects.get(pk="report").enabled
+    # One name as a string is that name, not its letters.
+    with override_settings(PGQUEUE={"PERIODIC": periodic}):
+        out = io.StringIO()
+        call_command("schedules", disable="report", stdout=out)
+    assert out.getvalue() == "schedule 'report' was disabled\n"
 
 
 def test_switching_a_schedule_off_in_the_settings_says_the_settings_win() -> None:

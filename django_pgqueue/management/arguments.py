@@ -237,9 +237,12 @@ class PgQueueCommand(BaseCommand):
             shown = "/".join(action.option_strings) or action.dest
             if value is None:
                 continue
+            # An argument of several values (nargs): each converted on its own, and one
+            # string given for it (disable="tick") is a list of one, not its letters.
+            each = action.nargs in ("+", "*") or isinstance(action.nargs, int)
+            if each and isinstance(value, str):
+                value = options[action.dest] = [value]
             if callable(convert):
-                # An argument of several values (nargs): each converted on its own.
-                each = action.nargs in ("+", "*") or isinstance(action.nargs, int)
                 items = list(value) if each and isinstance(value, list | tuple) else None
                 texts = [_as_text(v) for v in items] if items is not None else [_as_text(value)]
                 if None in texts or texts == []:
@@ -252,8 +255,7 @@ class PgQueueCommand(BaseCommand):
                     ]
                 except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
                     _one_line_error(parser, f"argument {shown}: {exc}")
-                # One value for an argument of several (disable="tick"): a list of one.
-                value = converted if each else converted[0]
+                value = converted if items is not None else converted[0]
                 options[action.dest] = value
             if action.choices is not None and not all(
                 v in action.choices for v in (value if isinstance(value, list) else [value])

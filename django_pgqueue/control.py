@@ -156,10 +156,12 @@ class RunningJob:
     def _overran(self) -> JobTimeout | None:
         """As its thread returns: a :class:`JobTimeout` if the run is past the job
         timeout (decided now, or by the timer before), else None."""
+        if self._deadline is None:  # no job timeout (and so no timer): never late
+            return None
         with self._lock:
             if self._verdict is None:
                 self._verdict = self._past()
-            if self._verdict and self._late is None and self._deadline is not None:
+            if self._verdict and self._late is None:
                 started, timeout = self._deadline
                 self._late = JobTimeout(
                     f"job ran {time.monotonic() - started:.1f}s, past the worker's job timeout "

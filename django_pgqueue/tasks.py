@@ -83,10 +83,17 @@ def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
             result = target.func(*job.args, **job.kwargs)
         raise_if_transaction_left_open()
     except BaseException as exc:
-        # Inside the except block: a receiver logging with exc_info sees exc.
-        outcome = _raised(target, job, exc)
-        _send(job_finished, target, job=job, outcome=outcome, result=None, exception=exc)
+        # Inside the except block: a receiver logging with exc_info sees exc. Past the
+        # job timeout (decided now, as the task returns) the worker records that.
+        reported = _overran() or exc
+        outcome = _raised(target, job, reported)
+        _send(job_finished, target, job=job, outcome=outcome, result=None, exception=reported)
         raise
+    late = _overran()  # decided as the task returns, not after the receivers below
+    if late is not None:
+        outcome = _raised(target, job, late)
+        _send(job_finished, target, job=job, outcome=outcome, result=None, exception=late)
+        return result
     running = current_job()
     if running is not None and running.stopped_by_request and running.cancel_reason is not None:
         # It saw the request and returned: the executor ends the job cancelled.
@@ -104,6 +111,12 @@ def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
         job_finished, target, job=job, outcome=RunOutcome.SUCCEEDED, result=result, exception=None
     )
     return Encoded(encoded)  # checked and encoded once: the executor stores the text
+
+
+def _overran() -> BaseException | None:
+    """The run's JobTimeout if it returned past the job timeout (RunningJob._overran)."""
+    running = current_job()
+    return None if running is None else running._overran()
 
 
 def _raised(target: TaskFunction[..., Any], job: ClaimedJob, exc: BaseException) -> RunOutcome:

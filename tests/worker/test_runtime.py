@@ -15,7 +15,8 @@ from django.db import connection
 from django_pgqueue.backend import options
 from django_pgqueue.backend.compat import TaskResult, TaskResultStatus, task_finished
 from django_pgqueue.models import Job
-from django_pgqueue.records import ClaimedJob, JobSpec, Outcome
+from django_pgqueue.records import ClaimedJob, JobSpec, Outcome, RunOutcome
+from django_pgqueue.signals import job_finished
 from tests.conftest import run_counts, status_counts
 from tests.testapp import djtasks
 from tests.testapp.tasks import add, leaks_transaction, mark, snoozes, tracked
@@ -236,6 +237,33 @@ def test_a_slow_receiver_after_a_run_in_time_does_not_make_the_run_late(
     quick.refresh()
     assert quick.status == TaskResultStatus.SUCCESSFUL
     assert not [r for r in caplog.records if "exceeded the job timeout" in r.getMessage()]
+
+
+def test_a_plain_run_is_reported_and_recorded_by_one_timeout_decision() -> None:
+    """The same for the direct API's job_finished: a run that returned at once was
+    recorded as timed out when a slow receiver kept its thread past the timeout, and
+    job_finished said "succeeded" for a run the worker then recorded as timed out."""
+    seen: list[tuple[str, RunOutcome, str | None]] = []
+
+    def slow(sender: Any, job: ClaimedJob, outcome: RunOutcome, **kwargs: Any) -> None:
+        exception = kwargs["exception"]
+        seen.append((job.args[0], outcome, type(exception).__name__ if exception else None))
+        if job.args[0] == "quick":
+            time.sleep(0.8)
+
+    mark.using(max_attempts=1).enqueue("late", sleep=0.6)
+    mark.enqueue("quick")
+    job_finished.connect(slow)
+    try:
+        with worker_thread(job_timeout=0.3, concurrency=2, burst=True) as worker:
+            assert worker.join(30) == 0
+    finally:
+        job_finished.disconnect(slow)
+    assert sorted(seen) == [
+        ("late", RunOutcome.DEAD, "JobTimeout"),
+        ("quick", RunOutcome.SUCCEEDED, None),
+    ]
+    assert dict(Job.objects.values_list("args__0", "status")) == {"late": "dead", "quick": "done"}
 
 
 def test_a_task_that_leaves_a_transaction_open_fails_and_its_thread_keeps_working() -> None:

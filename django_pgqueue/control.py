@@ -214,6 +214,12 @@ class RunningJob:
 _current: ContextVar[RunningJob | None] = ContextVar("pgqueue_current_job", default=None)
 
 
+def overran(job: RunningJob | None) -> JobTimeout | None:
+    """``job``'s JobTimeout if it returned past the job timeout, as its kind's signal
+    reports it (:meth:`RunningJob._overran`); None outside a worker."""
+    return None if job is None else job._overran()
+
+
 def current_job() -> RunningJob | None:
     """The job this code runs in (``cancel_requested``, ``id``, ``attempt``, ...),
     or None outside a job run by a django-pgqueue worker (a task called directly)."""

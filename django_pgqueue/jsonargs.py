@@ -75,13 +75,10 @@ def _for_jsonb(encoded: str) -> str:
     """``encoded`` with its floats of 1e16 or more written out in full with a decimal
     point. jsonb keeps numbers as numeric and writes ``1e+16`` back as
     ``10000000000000000``, which reads back as an int; ``10000000000000000.0``
-    reads back as the float it was (the full expansion of a float is exact).
-    numeric has no negative zero: ``-0.0`` is written ``0.0``, as jsonb keeps it."""
-    if "e+" in encoded:
-        encoded = _EXPONENT.sub(lambda m: m[0] if m[0][0] == '"' else f"{float(m[0]):.1f}", encoded)
-    if _negative_zero(encoded):
-        encoded = _NEGATIVE_ZERO.sub(lambda m: m[0] if m[0][0] == '"' else "0.0", encoded)
-    return encoded
+    reads back as the float it was (the full expansion of a float is exact)."""
+    if "e+" not in encoded:
+        return encoded
+    return _EXPONENT.sub(lambda m: m[0] if m[0][0] == '"' else f"{float(m[0]):.1f}", encoded)
 
 
 def _negative_zero(encoded: str) -> bool:
@@ -93,9 +90,13 @@ def _negative_zero(encoded: str) -> bool:
 
 
 def _stored(encoded: str, read_back: Any) -> tuple[str, Any]:
-    """The text to store, and the value as it reads back from the row."""
+    """The text to store, and the value as it reads back from the row. numeric has no
+    negative zero: ``-0.0`` is written ``0.0``, as jsonb keeps it."""
     stored = _for_jsonb(encoded)
-    return stored, (_decode(stored) if _negative_zero(encoded) else read_back)
+    if not _negative_zero(stored):
+        return stored, read_back
+    stored = _NEGATIVE_ZERO.sub(lambda m: m[0] if m[0][0] == '"' else "0.0", stored)
+    return stored, _decode(stored)
 
 
 _CONTAINERS = (list, tuple, dict)

@@ -20,6 +20,7 @@ from django_pgqueue.control import (
     Snooze,
     current_job,
     is_coroutine_function,
+    overran,
     run_coroutine,
 )
 from django_pgqueue.installed import job_model
@@ -85,11 +86,11 @@ def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
     except BaseException as exc:
         # Inside the except block: a receiver logging with exc_info sees exc. Past the
         # job timeout (decided now, as the task returns) the worker records that.
-        reported = _overran() or exc
+        reported = overran(current_job()) or exc
         outcome = _raised(target, job, reported)
         _send(job_finished, target, job=job, outcome=outcome, result=None, exception=reported)
         raise
-    late = _overran()  # decided as the task returns, not after the receivers below
+    late = overran(current_job())  # decided as the task returns, not after the receivers below
     if late is not None:
         outcome = _raised(target, job, late)
         _send(job_finished, target, job=job, outcome=outcome, result=None, exception=late)
@@ -111,12 +112,6 @@ def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
         job_finished, target, job=job, outcome=RunOutcome.SUCCEEDED, result=result, exception=None
     )
     return Encoded(encoded)  # checked and encoded once: the executor stores the text
-
-
-def _overran() -> BaseException | None:
-    """The run's JobTimeout if it returned past the job timeout (RunningJob._overran)."""
-    running = current_job()
-    return None if running is None else running._overran()
 
 
 def _raised(target: TaskFunction[..., Any], job: ClaimedJob, exc: BaseException) -> RunOutcome:

@@ -39,13 +39,12 @@ from django_pgqueue.backend.task import PgQueueTaskContext, backend_named
 from django_pgqueue.checks import no_backend_ours
 from django_pgqueue.control import (
     Cancel,
-    RunningJob,
     Snooze,
     current_job,
     is_coroutine_function,
+    overran,
     run_coroutine,
 )
-from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.jsonargs import Encoded, dumps_result
 from django_pgqueue.retrypolicy import snooze_refused
@@ -151,11 +150,11 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
         # Whatever it raised (KeyboardInterrupt too: in a job's thread only the task
         # raises one) fails the run, and the worker records it so: FAILED. Inside
         # except, so that the log receiver sees exc_info.
-        _finished(backend, result, _overran(control) or exc)
+        _finished(backend, result, overran(control) or exc)
         raise
     else:
         snoozed = None
-    late = _overran(control)
+    late = overran(control)
     if late is not None:  # past the job timeout: recorded as failed, whatever it did
         _finished(backend, result, late)
         if snoozed is not None:
@@ -205,10 +204,6 @@ def refuse(task: Task[Any, Any], job: ClaimedJob, exc: BaseException) -> None:
     result = running_result(task, job, backend.alias)
     _send(task_started, backend, result)
     _finished(backend, result, exc)
-
-
-def _overran(control: RunningJob | None) -> JobTimeout | None:
-    return None if control is None else control._overran()
 
 
 def _backend_for(task: Task[Any, Any]) -> BaseTaskBackend:

@@ -11,6 +11,7 @@ import psycopg
 from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
+from django_pgqueue import validation
 from django_pgqueue.backoff import retry_delay
 from django_pgqueue.queue.enqueue import notify_params
 from django_pgqueue.records import FINISHED, JobStatus, QueueStats, Reaped, ReapResult
@@ -19,6 +20,9 @@ from django_pgqueue.sql import runner
 
 #: Ids per retry statement: each statement's work (and the locks it holds) stays bounded.
 RETRY_BATCH = 1000
+#: Seconds ahead past which a running row's lease was written by no worker (LEASE
+#: is at most validation.MAX_DELAY; a day more for clocks): the reaper takes it.
+UNWRITTEN_LEASE = validation.MAX_DELAY + 86400.0
 #: Tries of a cancel statement that PostgreSQL keeps picking as a deadlock's victim.
 CANCEL_ATTEMPTS = 5
 
@@ -34,7 +38,9 @@ def reap(batch_size: int, alias: str) -> ReapResult:
     returned: list[Reaped] = []
     while True:
         with transaction.atomic(using=alias):
-            expired = runner.fetch("expired_leases", {"limit": batch_size}, alias)
+            expired = runner.fetch(
+                "expired_leases", {"limit": batch_size, "beyond": UNWRITTEN_LEASE}, alias
+            )
             delays = [
                 DEFAULT.after_lease_expired(row["attempts"], row["max_attempts"], row["backoff"])
                 for row in expired
@@ -45,6 +51,7 @@ def reap(batch_size: int, alias: str) -> ReapResult:
                     {
                         "ids": [row["id"] for row in expired],
                         "delays": delays,
+                        "beyond": UNWRITTEN_LEASE,
                         "commit": runner.commit_mode(),
                     },
                     alias,

@@ -430,13 +430,27 @@ RETURNING id;
 -- name: expired_leases
 -- One batch of runs whose lease expired, oldest first, locked until the reaper's
 -- transaction ends: the reaper's retry policy decides each one's delay, then
--- reap writes them. Rows another reaper holds are skipped.
-SELECT id, attempts, max_attempts, backoff
-FROM pgqueue_job
-WHERE status = 'running' AND locked_until < now()
-ORDER BY locked_until
-LIMIT %(limit)s::int
-FOR UPDATE SKIP LOCKED;
+-- reap writes them. Rows another reaper holds are skipped. A lease ending further
+-- ahead than any LEASE a worker may hold (the beyond parameter; up to
+-- 'infinity') was written by no worker, would never expire and would hold its
+-- concurrency key for ever: it is taken too, from the other end of the index.
+SELECT id, attempts, max_attempts, backoff FROM (
+    SELECT id, attempts, max_attempts, backoff
+    FROM pgqueue_job
+    WHERE status = 'running' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT %(limit)s::int
+    FOR UPDATE SKIP LOCKED
+) AS expired
+UNION ALL
+SELECT id, attempts, max_attempts, backoff FROM (
+    SELECT id, attempts, max_attempts, backoff
+    FROM pgqueue_job
+    WHERE status = 'running' AND locked_until > now() + make_interval(secs => %(beyond)s::float8)
+    ORDER BY locked_until DESC
+    LIMIT %(limit)s::int
+    FOR UPDATE SKIP LOCKED
+) AS unwritten;
 
 -- name: reap
 -- Expired leases (locked by expired_leases in this transaction): back to queued
@@ -445,7 +459,7 @@ FOR UPDATE SKIP LOCKED;
 -- none, cancelled when an operator had asked the job to stop. Idempotent: a job
 -- is touched only while its lease is expired. The worker may have finished the
 -- run and failed to record it (it died, hung, or lost the database), which the
--- entry says.
+-- entry says (or, for a lease no worker wrote, that one).
 WITH
 -- include: _relax_commit
 UPDATE pgqueue_job AS j
@@ -458,21 +472,29 @@ SET status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
     last_error = CASE WHEN j.cancel_requested_at IS NOT NULL
                       THEN pgqueue_error_line('Cancelled', j.cancel_reason)
                       ELSE pgqueue_error_line('LeaseExpired', format(
-                          'the lease expired: worker %%s stopped renewing it on attempt %%s',
-                          COALESCE(j.locked_by, '?'), j.attempts)) END,
+                          CASE WHEN j.locked_until < now()
+                               THEN 'the lease expired: worker %%1$s stopped renewing it on attempt %%2$s'
+                               ELSE 'the lease of worker %%1$s on attempt %%2$s ran to %%3$s, '
+                                    'longer than any worker holds one' END,
+                          COALESCE(j.locked_by, '?'), j.attempts, j.locked_until)) END,
     errors = pgqueue_push_error(j.errors, pgqueue_error_entry(
         j.attempts,
         CASE WHEN j.cancel_requested_at IS NULL THEN 'LeaseExpired' ELSE 'Cancelled' END,
-        CASE WHEN j.cancel_requested_at IS NULL THEN format(
+        CASE WHEN j.cancel_requested_at IS NOT NULL THEN j.cancel_reason
+             WHEN j.locked_until < now() THEN format(
             'the lease expired: worker %%s stopped renewing it before recording an outcome: it died, hung '
             'or lost the database, and the run may have finished', COALESCE(j.locked_by, '?'))
-        ELSE j.cancel_reason END,
+        ELSE format('the lease of worker %%s ran to %%s, longer than any worker holds one: '
+                    'no worker wrote it, and the run may have finished',
+                    COALESCE(j.locked_by, '?'), j.locked_until) END,
         CASE WHEN j.cancel_requested_at IS NULL THEN '' ELSE format(
             'LeaseExpired: worker %%s stopped renewing its lease before the job stopped',
             COALESCE(j.locked_by, '?')) END)),
     error_count = least(j.error_count + 1, 1000000000)
 FROM unnest(%(ids)s::bigint[], %(delays)s::float8[]) AS r (id, delay), relax
-WHERE j.id = r.id AND j.status = 'running' AND j.locked_until < now()
+WHERE j.id = r.id AND j.status = 'running'
+  AND (j.locked_until < now()
+       OR j.locked_until > now() + make_interval(secs => %(beyond)s::float8))
 RETURNING j.id, j.status, j.task, j.queue, j.attempts, j.max_attempts, j.locked_by;
 
 -- name: retry

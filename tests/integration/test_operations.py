@@ -9,6 +9,7 @@ import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from django_pgqueue import validation
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.models import Job
 from django_pgqueue.records import Failure, JobSpec
@@ -136,6 +137,43 @@ def test_a_job_on_its_thousandth_attempt_is_reaped_with_the_others() -> None:
     Job.objects.filter(status="running").update(locked_until=timezone.now())
     assert Job.objects.reap().returned == 2
     assert status_counts() == {"queued": 2}
+
+
+def test_a_running_row_whose_lease_no_worker_wrote_is_reaped_and_frees_its_key() -> None:
+    """``locked_until`` takes ``'infinity'`` and year 9999 (a row written by hand):
+    such a lease never expired, so the job stayed running for ever and held its
+    concurrency key. A worker's lease is at most LEASE, ten years: one further ahead
+    is reaped like an expired one, with what it was; a ten-year lease is not."""
+    held = add.using(concurrency_key="user:9").enqueue(1, 1)
+    last = add.using(max_attempts=1).enqueue(2, 2)
+    Job.objects.claim("by-hand", limit=2)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE pgqueue_job SET locked_until = CASE WHEN id = %s THEN 'infinity'::timestamptz "
+            "ELSE '9999-12-31 00:00+00' END WHERE id IN (%s, %s)",
+            [held.pk, held.pk, last.pk],
+        )
+    long = add.enqueue(3, 3)
+    Job.objects.claim("long-lease", limit=1, lease=validation.MAX_DELAY)
+    waiting = add.using(concurrency_key="user:9").enqueue(4, 4)
+    assert Job.objects.claim("w", limit=5) == []  # user:9 is held
+    result = Job.objects.reap()
+    assert (result.returned, result.buried) == (1, 1)
+    rows = {job.pk: job for job in Job.objects.all()}
+    assert (rows[held.pk].status, rows[last.pk].status, rows[long.pk].status) == (
+        "queued",
+        "dead",
+        "running",
+    )
+    assert rows[held.pk].last_error == (
+        "LeaseExpired: the lease of worker by-hand on attempt 1 ran to infinity, "
+        "longer than any worker holds one"
+    )
+    assert rows[last.pk].last_error.endswith(
+        "ran to 9999-12-31 00:00:00+00, longer than any worker holds one"
+    )
+    assert "no worker wrote it" in rows[held.pk].errors[-1]["message"]
+    assert [job.id for job in Job.objects.claim("w", limit=5)] == [waiting.pk]  # key freed
 
 
 @pytest.mark.parametrize("retried", [1, 2], ids=["batch-shortened", "batch-emptied"])

@@ -13,7 +13,7 @@ import operator
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, connections, transaction
 
@@ -164,24 +164,39 @@ def claim(
     return [_decoded(row) for row in rows]
 
 
+class Recorded(NamedTuple):
+    """What writing a batch of outcomes came to: the ids done, {id: new status} of
+    the rest recorded, and the ids skipped because another transaction held their
+    rows locked (still held by the worker: to be written later)."""
+
+    done: set[int]
+    failed: dict[int, str]
+    busy: set[int]
+
+
 def record(
     worker: str, successes: Sequence[Success], failures: Sequence[Failure], alias: str
-) -> tuple[set[int], dict[int, str]]:
-    """Record a batch of outcomes, all of it or none (a retried batch must not find
-    half of it written): the ids done, and {id: new status} of the rest recorded.
-    Its rows are locked in id order first when it takes two statements."""
+) -> Recorded:
+    """Record a batch of outcomes in one transaction, all of it or none (a retried
+    batch must not find half of it written). Rows another transaction holds locked
+    are skipped, not waited for (``busy``): neither statement ever waits for a row
+    lock, so the two cannot be one side of a deadlock."""
     with transaction.atomic(using=alias):
-        if successes and failures:
-            ids = sorted([*map(_job_id, successes), *map(_job_id, failures)])
-            runner.fetch("lock_runs", {"ids": ids}, alias)
-        return complete(worker, successes, alias), fail(worker, failures, alias)
+        done, busy = _complete(worker, successes, alias)
+        failed, busy_failing = _fail(worker, failures, alias)
+    return Recorded(done, failed, busy | busy_failing)
 
 
 def complete(worker: str, successes: Sequence[Success], alias: str) -> set[int]:
-    """Mark runs done with their results; the ids recorded (the rest were fenced out)."""
+    """Mark runs done with their results; the ids recorded (the rest were fenced
+    out, or their rows locked by another transaction)."""
+    return _complete(worker, successes, alias)[0]
+
+
+def _complete(worker: str, successes: Sequence[Success], alias: str) -> tuple[set[int], set[int]]:
     if not successes:
-        return set()
-    successes = sorted(successes, key=_job_id)  # in id order: see lock_runs
+        return set(), set()
+    successes = sorted(successes, key=_job_id)
     rows = runner.fetch(
         "complete",
         {
@@ -193,14 +208,19 @@ def complete(worker: str, successes: Sequence[Success], alias: str) -> set[int]:
         },
         alias,
     )
-    return {row["id"] for row in rows}
+    busy = {row["id"] for row in rows if row["busy"]}
+    return {row["id"] for row in rows} - busy, busy
 
 
 def fail(worker: str, failures: Sequence[Failure], alias: str) -> dict[int, str]:
     """Record the runs that did not succeed (failed: retry later or dead; snoozed;
     cancelled); {id: new status} of those recorded."""
+    return _fail(worker, failures, alias)[0]
+
+
+def _fail(worker: str, failures: Sequence[Failure], alias: str) -> tuple[dict[int, str], set[int]]:
     if not failures:
-        return {}
+        return {}, set()
     failures = sorted(failures, key=_job_id)
     rows = runner.fetch(
         "fail",
@@ -219,7 +239,10 @@ def fail(worker: str, failures: Sequence[Failure], alias: str) -> dict[int, str]
         },
         alias,
     )
-    return {row["id"]: row["status"] for row in rows}
+    return (
+        {row["id"]: row["status"] for row in rows if not row["busy"]},
+        {row["id"] for row in rows if row["busy"]},
+    )
 
 
 def heartbeat(worker: str, runs: Sequence[tuple[int, int]], lease: float, alias: str) -> Renewal:
@@ -228,7 +251,7 @@ def heartbeat(worker: str, runs: Sequence[tuple[int, int]], lease: float, alias:
     another transaction holds locked are skipped (busy), not waited for."""
     if not runs:
         return Renewal(set(), {})
-    runs = sorted(runs)  # in id order: see lock_runs
+    runs = sorted(runs)
     rows = runner.fetch(
         "heartbeat",
         {
@@ -260,7 +283,8 @@ def release(
     """Put running jobs (id, run) back in the queue without spending the attempt;
     ``reason`` None (runs that never started) adds nothing to their error history.
     The jobs this worker still held, each with its status now: ``queued``, or
-    ``cancelled`` for one an operator had asked to stop."""
+    ``cancelled`` for one an operator had asked to stop. A run whose row another
+    transaction holds locked is skipped, not waited for, and not listed."""
     if not runs:
         return {}
     runs = sorted(runs)
@@ -275,13 +299,15 @@ def release(
         },
         alias,
     )
-    return {row["id"]: row["status"] for row in rows}
+    # A NULL status: its row was locked by another transaction, and it was skipped.
+    return {row["id"]: row["status"] for row in rows if row["status"] is not None}
 
 
 __all__ = [
     "MAX_CLAIM",
     "ONE_RUNNING_PER_KEY",
     "JobStatus",
+    "Recorded",
     "batch_size",
     "claim",
     "complete",

@@ -77,7 +77,8 @@ class QueueOperations:
     def complete(
         self, worker: str, successes: Iterable[Success], *, using: str | None = None
     ) -> set[int]:
-        """Mark runs done with their results; returns the ids recorded (fenced)."""
+        """Mark runs done with their results; returns the ids recorded (fenced; a run
+        whose row another transaction holds locked is skipped, not waited for)."""
         successes = list(successes)  # a generator is read once, by the check
         claims.check_successes(successes, decode=True)
         return claims.complete(worker, successes, self._alias(using))
@@ -87,7 +88,7 @@ class QueueOperations:
     ) -> dict[int, str]:
         """Record the runs that did not succeed: failed (retry later, or dead), snoozed
         (queued later, the attempt not spent) or cancelled; returns {id: new status}
-        (fenced)."""
+        (fenced; a run whose row another transaction holds locked is skipped)."""
         return claims.fail(worker, failures, self._alias(using))
 
     def record(
@@ -97,10 +98,11 @@ class QueueOperations:
         failures: Sequence[Failure],
         *,
         using: str | None = None,
-    ) -> tuple[set[int], dict[int, str]]:
-        """:meth:`complete` and :meth:`fail` in one transaction, all or nothing, their
-        rows locked in id order first (what the worker writes each batch of outcomes
-        with); returns what each returns."""
+    ) -> claims.Recorded:
+        """:meth:`complete` and :meth:`fail` in one transaction, all or nothing (what
+        the worker writes each batch of outcomes with): a ``Recorded(done, failed,
+        busy)``, ``busy`` the ids skipped because another transaction held their rows
+        locked (still held: write them again later)."""
         successes = list(successes)
         claims.check_successes(successes, decode=False)  # the worker's own: JSON it encoded
         return claims.record(worker, successes, failures, self._alias(using))

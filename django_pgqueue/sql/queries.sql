@@ -264,29 +264,29 @@ RETURNING j.id, j.lease_token AS run, j.task, j.args::text AS args, j.kwargs::te
           CASE WHEN j.errors = '[]'::jsonb THEN NULL ELSE j.errors::text END AS errors,
           j.worker_ids::text AS worker_ids, j.retry_policy::text AS retry_policy;
 
--- name: lock_runs
--- Lock these jobs' rows in id order, the order cancel() takes them in, before a
--- transaction writes them in more than one statement (the completer's successes,
--- then its failures): taken in the statements' order instead, a later id locked
--- by the first statement and an earlier one wanted by the second could each wait
--- for a cancel() holding the other, until PostgreSQL failed one of the two.
-SELECT j.id FROM pgqueue_job AS j
-WHERE j.id = ANY(%(ids)s::bigint[])
-ORDER BY j.id
-FOR NO KEY UPDATE;
-
 -- name: complete
--- Record finished runs in one statement (the batch in id order, as every writer of
--- many running rows sends it: see lock_runs). The fence (still running, the same run,
+-- Record finished runs in one statement. The fence (still running, the same run,
 -- the same worker) stops a run whose lease expired from overwriting a newer run.
+-- Returns each run written (busy false) and each run still held whose row another
+-- transaction holds locked (busy true): skipped, to be written later (_free_runs).
 WITH
 -- include: _relax_commit
+,
+-- include: _free_runs
+, written AS (
 UPDATE pgqueue_job AS j
 SET status = 'done', done_at = now(), locked_until = NULL, result = o.result::jsonb
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[], %(results)s::text[])
-     AS o (id, run, result), relax
+     AS o (id, run, result), relax, free
 -- include: _still_held
-RETURNING j.id;
+  AND free.id = j.id
+RETURNING j.id
+)
+SELECT id, false AS busy FROM written
+UNION ALL
+SELECT o.id, true
+-- include: _locked_out
+;
 
 -- name: fail
 -- Record the runs that did not succeed, each by what the worker asked for:
@@ -298,9 +298,13 @@ RETURNING j.id;
 --   asked to): cancelled, with the reason as the message.
 -- A job an operator asked to stop is never retried nor snoozed: whatever its run
 -- ended with, it ends cancelled with the operator's reason, and what the run did
--- is kept as the entry's traceback. Fenced like complete.
+-- is kept as the entry's traceback. Fenced like complete; a run whose row another
+-- transaction holds locked is returned busy (status NULL), not waited for.
 WITH
 -- include: _relax_commit
+,
+-- include: _free_runs
+, written AS (
 UPDATE pgqueue_job AS j
 SET status = CASE WHEN o.cancel OR j.cancel_requested_at IS NOT NULL THEN 'cancelled'
                   WHEN o.snooze THEN 'queued'
@@ -339,9 +343,16 @@ SET status = CASE WHEN o.cancel OR j.cancel_requested_at IS NOT NULL THEN 'cance
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[], %(delays)s::float8[],
             %(exceptions)s::text[], %(messages)s::text[], %(tracebacks)s::text[],
             %(finals)s::bool[], %(cancels)s::bool[], %(snoozes)s::bool[])
-     AS o (id, run, delay, exception, message, traceback, final, cancel, snooze), relax
+     AS o (id, run, delay, exception, message, traceback, final, cancel, snooze), relax, free
 -- include: _still_held
-RETURNING j.id, j.status;
+  AND free.id = j.id
+RETURNING j.id, j.status
+)
+SELECT id, status, false AS busy FROM written
+UNION ALL
+SELECT o.id, NULL, true
+-- include: _locked_out
+;
 
 -- name: heartbeat
 -- Extend the leases this worker still holds on these runs; returns the runs still
@@ -355,10 +366,9 @@ RETURNING j.id, j.status;
 -- again at the next beat.
 WITH
 -- include: _relax_commit
-, free AS MATERIALIZED (
-    SELECT j.id FROM pgqueue_job AS j WHERE j.id = ANY(%(ids)s::bigint[])
-    ORDER BY j.id FOR NO KEY UPDATE OF j SKIP LOCKED
-), renewed AS (
+,
+-- include: _free_runs
+, renewed AS (
 UPDATE pgqueue_job AS j
 SET locked_until = now() + make_interval(secs => %(lease)s::float8)
 FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), relax, free
@@ -372,17 +382,21 @@ RETURNING j.id, j.lease_token AS run, true AS kept,
 SELECT * FROM renewed
 UNION ALL
 SELECT o.id, o.run, false, false, NULL::text, false
-FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), pgqueue_job AS j
--- include: _still_held
-  AND NOT EXISTS (SELECT FROM free WHERE free.id = o.id);
+-- include: _locked_out
+;
 
 -- name: release
 -- Give runs back without spending their attempt (a stopping worker; prefetched
 -- runs that never started). A job an operator asked to stop is not given back:
 -- it ends cancelled. A NULL reason (runs that never started) adds no entry to
--- the error history of a job given back.
+-- the error history of a job given back. A run whose row another transaction
+-- holds locked is skipped (not waited for: a stopping worker must not hang on an
+-- operator's open transaction) and returned with status NULL.
 WITH
 -- include: _relax_commit
+,
+-- include: _free_runs
+, written AS (
 UPDATE pgqueue_job AS j
 SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
     done_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE now() END,
@@ -400,9 +414,36 @@ SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancell
         END) END,
     error_count = CASE WHEN j.cancel_requested_at IS NULL AND %(reason)s::text IS NULL
                        THEN j.error_count ELSE least(j.error_count + 1, 1000000000) END
-FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), relax
+FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), relax, free
 -- include: _still_held
-RETURNING j.id, j.status;
+  AND free.id = j.id
+RETURNING j.id, j.status
+)
+SELECT id, status FROM written
+UNION ALL
+SELECT o.id, NULL
+-- include: _locked_out
+;
+
+-- name: _free_runs
+-- The batch's rows this transaction can lock now, in id order. A row another
+-- transaction holds locked (an operator's cancel() inside a long atomic block,
+-- an edit in the admin) is skipped, not waited for: waiting stalled every other
+-- write of the worker (each lease's renewal, each outcome of the batch) until
+-- that transaction ended. Taking no lock it would wait for, a statement of these
+-- can never be one side of a deadlock either.
+free AS MATERIALIZED (
+    SELECT j.id FROM pgqueue_job AS j WHERE j.id = ANY(%(ids)s::bigint[])
+    ORDER BY j.id FOR NO KEY UPDATE OF j SKIP LOCKED
+)
+
+-- name: _locked_out
+-- The rest of the batch's runs that this worker still holds (a plain read, which
+-- a row lock does not block): skipped by _free_runs, neither written nor lost,
+-- tried again by the caller.
+FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), pgqueue_job AS j
+-- include: _still_held
+  AND NOT EXISTS (SELECT FROM free WHERE free.id = o.id)
 
 -- name: _still_held
 -- The fence of complete, fail, heartbeat and release: row j is still running

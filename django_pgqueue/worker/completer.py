@@ -12,6 +12,7 @@ from collections.abc import Callable
 from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.exceptions import OutcomeNotStored
 from django_pgqueue.models import Job
+from django_pgqueue.queue.claims import Recorded
 from django_pgqueue.records import Failure, JobStatus, Outcome, Success
 from django_pgqueue.worker.executor import clean_text
 from django_pgqueue.worker.services import ServiceThread, Supervision, reset_connection
@@ -29,6 +30,11 @@ MAX_BATCH = 1000
 LINGER = 0.003
 LINGER_BUSY = 0.01
 BUSY = 8
+#: Outcomes whose rows another transaction held locked (an operator's cancel()
+#: inside a long atomic block) are skipped by the write and tried again after
+#: this long, doubling up to HELD_MAX while they stay locked; the rest go on.
+HELD_FIRST = 0.01
+HELD_MAX = 1.0
 #: Called with the (id, run) pairs settled (written, or refused by the fence),
 #: how many became done, how many dead and how many went back for a retry, and each
 #: run's new status (None: fenced).
@@ -63,6 +69,11 @@ class Completer(ServiceThread):
         self._in_flight = in_flight or (lambda: 1)
         self._outcomes: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._batch: list[Outcome] = []  # taken, not yet written (kept across retries)
+        #: Skipped by the last write, their rows locked by another transaction:
+        #: written again from ``_held_at`` (monotonic) on.
+        self._held: list[Outcome] = []
+        self._held_at = 0.0
+        self._held_delay = HELD_FIRST
         self._pending = 0
         self._lock = threading.Lock()
 
@@ -88,9 +99,13 @@ class Completer(ServiceThread):
             time.sleep(0.005)
         return not self.pending
 
+    def locked_out(self) -> list[int]:
+        """Ids of the outcomes waiting because other transactions hold their rows."""
+        return sorted(o.job_id for o in self._held)
+
     def unwritten(self) -> list[int]:
         """Ids of the outcomes not yet written (for the log, at exit)."""
-        waiting = list(self._batch)
+        waiting = [*self._held, *self._batch]
         while True:
             try:
                 outcome = self._outcomes.get_nowait()
@@ -106,22 +121,31 @@ class Completer(ServiceThread):
         still inside a write, its batch is not ours to touch: nothing is written."""
         if self.is_alive():
             return self.unwritten()
+        self._batch = [*self._held, *self._batch]
+        held: list[Outcome] = []
+        self._held = []
         while True:
             self._gather()
             if not self._batch:
-                return []
+                self._held = held
+                return self.locked_out()
             try:
-                self._write(self._batch)
+                held += self._write(self._batch)
             except Exception as exc:
                 reset_connection(self.alias)
                 logger.warning("writing the last outcomes failed: %s", first_line(exc))
+                self._held = held
                 return self.unwritten()
             self._batch = []
 
     def step(self) -> float:
-        if not self._batch:
+        if not self._batch and self._held and time.monotonic() >= self._held_at:
+            self._batch, self._held = self._held, []  # their turn again
+            self._gather()
+        elif not self._batch:
+            wait = 0.1 if not self._held else min(0.1, self._held_at - time.monotonic())
             try:
-                first = self._outcomes.get(timeout=0.1)
+                first = self._outcomes.get(timeout=max(0.0, wait))
             except queue.Empty:
                 return 0.0
             if first is None:  # stop() woke us
@@ -137,9 +161,25 @@ class Completer(ServiceThread):
                 if len(self._batch) >= BUSY and self._in_flight():
                     time.sleep(LINGER_BUSY - LINGER)
                     self._gather()
-        self._write(self._batch)  # a transient error leaves the batch for the retry
+        held = self._write(self._batch)  # a transient error leaves the batch for the retry
         self._batch = []
+        if held:
+            self._hold(held)
+        elif not self._held:
+            self._held_delay = HELD_FIRST
         return 0.0
+
+    def _hold(self, held: list[Outcome]) -> None:
+        """Keep outcomes whose rows were locked, to write after a pause."""
+        if self._held_delay == HELD_FIRST:  # the first skip since writes went through
+            logger.info(
+                "jobs %s: their rows are locked by another transaction; their outcomes "
+                "wait, the others are written",
+                sorted(o.job_id for o in held),
+            )
+        self._held += held
+        self._held_at = time.monotonic() + self._held_delay
+        self._held_delay = min(HELD_MAX, self._held_delay * 2)
 
     def _gather(self) -> None:
         """Add the outcomes waiting now to the batch (up to MAX_BATCH)."""
@@ -151,19 +191,20 @@ class Completer(ServiceThread):
             if outcome is not None:
                 self._batch.append(outcome)
 
-    def _record(self, batch: list[Outcome]) -> tuple[set[int], dict[int, str]]:
+    def _record(self, batch: list[Outcome]) -> Recorded:
         successes = [o for o in batch if isinstance(o, Success)]
         failures = [o for o in batch if isinstance(o, Failure)]
         return Job.objects.record(self.worker_id, successes, failures, using=self.alias)
 
-    def _record_each(self, batch: list[Outcome]) -> tuple[set[int], dict[int, str]]:
+    def _record_each(self, batch: list[Outcome]) -> Recorded:
         """One outcome at a time, replacing any the database refuses by a final
         failure that says why, so that one bad outcome cannot hold up the rest."""
         done: set[int] = set()
         failed: dict[int, str] = {}
+        busy: set[int] = set()
         for outcome in batch:
             try:
-                one_done, one_failed = self._record([outcome])
+                one_done, one_failed, one_busy = self._record([outcome])
             except Exception as exc:
                 if is_transient(exc):
                     raise
@@ -183,7 +224,7 @@ class Completer(ServiceThread):
                     final=True,
                 )
                 try:
-                    one_done, one_failed = self._record([replacement])
+                    one_done, one_failed, one_busy = self._record([replacement])
                 except Exception as again:
                     if is_transient(again):
                         raise
@@ -191,15 +232,20 @@ class Completer(ServiceThread):
                     continue
             done |= one_done
             failed.update(one_failed)
-        return done, failed
+            busy |= one_busy
+        return Recorded(done, failed, busy)
 
-    def _write(self, batch: list[Outcome]) -> None:
+    def _write(self, batch: list[Outcome]) -> list[Outcome]:
+        """Write ``batch``; the outcomes skipped because their rows were locked."""
         try:
-            done, failed = self._record(batch)
+            done, failed, busy = self._record(batch)
         except Exception as exc:
             if is_transient(exc):
                 raise
-            done, failed = self._record_each(batch)
+            done, failed, busy = self._record_each(batch)
+        held = [o for o in batch if o.job_id in busy]
+        if held:
+            batch = [o for o in batch if o.job_id not in busy]
         fenced = sorted(o.job_id for o in batch if o.job_id not in done and o.job_id not in failed)
         if fenced:
             # Our lease expired and the job was reaped (and maybe claimed again):
@@ -226,6 +272,8 @@ class Completer(ServiceThread):
             (o.job_id, o.run): JobStatus.DONE.value if o.job_id in done else failed.get(o.job_id)
             for o in batch
         }
-        self._on_settled(list(statuses), len(done), buried, retried, statuses)
+        if batch:
+            self._on_settled(list(statuses), len(done), buried, retried, statuses)
         with self._lock:
             self._pending -= len(batch)
+        return held

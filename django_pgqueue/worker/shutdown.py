@@ -114,11 +114,18 @@ class Shutdown:
         # A job may have returned after the flush (while the threads stopped): its
         # outcome is written here, unless the database was already failing us.
         unwritten = w.completer.write_left() if flushed else w.completer.unwritten()
-        if unwritten:
+        locked = set(w.completer.locked_out())
+        if locked:
+            logger.error(
+                "could not record the outcomes of jobs %s: other transactions held their "
+                "rows locked until the end; the reaper returns them once their leases expire",
+                sorted(locked),
+            )
+        if set(unwritten) - locked:
             logger.error(
                 "could not record the outcomes of jobs %s (the database is "
                 "unreachable): the reaper returns them once their leases expire",
-                unwritten,
+                sorted(set(unwritten) - locked),
             )
         # Idle job threads exit now; one still inside an overrunning job is a
         # daemon and ends with the process.
@@ -217,6 +224,14 @@ class Shutdown:
             if released:
                 logger.warning(
                     "shutdown: put %s back in the queue: %s", jobs(len(released)), released
+                )
+            kept = sorted(k[0] for k in keys if k[0] not in statuses)
+            if kept:
+                logger.warning(
+                    "shutdown: did not give back jobs %s: no longer held, or another "
+                    "transaction held their rows locked (the reaper returns those once "
+                    "their leases expire)",
+                    kept,
                 )
             return
 

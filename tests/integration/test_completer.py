@@ -51,8 +51,9 @@ class Gathering(Completer):
         super().__init__("w", "default", lambda *args: None, supervision, in_flight)
         self.written: list[list[int]] = []
 
-    def _write(self, batch: list[Success | Failure]) -> None:
+    def _write(self, batch: list[Success | Failure]) -> list[Success | Failure]:
         self.written.append([o.job_id for o in batch])
+        return []
 
 
 def test_a_lone_outcome_waits_the_short_linger_and_a_stream_gathers_longer(
@@ -129,15 +130,16 @@ def test_with_no_job_left_in_flight_the_outcomes_are_written_without_waiting(
 
 
 @pytest.mark.slow
-def test_a_batch_of_successes_and_failures_locks_its_rows_in_id_order(
+def test_a_batch_of_successes_and_failures_never_waits_for_a_row_so_never_deadlocks(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The completer writes a batch's successes, then its failures, in one
     transaction; cancel() locks rows in id order. Were the completer to lock the
-    success (the later id) and then reach for the failure (the earlier id) that a
+    success (the later id) and then wait for the failure (the earlier id) that a
     cancel already holds, each would wait for the other until PostgreSQL failed
-    one of them. It takes the batch's rows in id order first, so cancel waits
-    once, behind it, and runs once."""
+    one of them. It skips a row another transaction holds instead: the success is
+    written, cancel (waiting behind it) runs once, and the failure, kept, is
+    written on the next try and ends cancelled."""
     import threading
 
     import psycopg
@@ -149,7 +151,7 @@ def test_a_batch_of_successes_and_failures_locks_its_rows_in_id_order(
     Job.objects.enqueue_many(JobSpec.build(add, [n, n]) for n in range(2))
     first, second = sorted(Job.objects.claim("w", limit=2), key=lambda job: job.id)
     statements: list[str] = []
-    fetch, fail = runner.fetch, claims.fail
+    fetch, fail = runner.fetch, claims._fail
     cancelled: list[object] = []
 
     def counting_fetch(name: str, *args: object, **kwargs: object) -> object:
@@ -181,23 +183,22 @@ def test_a_batch_of_successes_and_failures_locks_its_rows_in_id_order(
         return fail(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(runner, "fetch", counting_fetch)
-    monkeypatch.setattr(claims, "fail", fail_once_cancel_waits)
+    monkeypatch.setattr(claims, "_fail", fail_once_cancel_waits)
     completer = Completer(
         "w", "default", lambda *args: None, Supervision(fatal=pytest.fail, epoch=ConnectionEpoch())
     )
     with connections["default"].cursor() as cursor:
         cursor.execute("SET deadlock_timeout = '60s'")  # never the one to give up
     try:
-        completer._write(
-            [
-                Success(second.id, second.run, "4"),
-                Failure(first.id, first.run, "ValueError", "boom", "", delay=60.0),
-            ]
-        )
+        failure = Failure(first.id, first.run, "ValueError", "boom", "", delay=60.0)
+        held = completer._write([Success(second.id, second.run, "4"), failure])
         canceller.join(10)
+        assert held == [failure]  # cancel held its row: skipped, kept
+        monkeypatch.setattr(claims, "_fail", fail)
+        assert completer._write(held) == []
     finally:
         connections.close_all()
-    assert cancelled == [[first.id]]  # second was done by then; first queued for its retry
+    assert cancelled == [[first.id]]  # second was done by then; first asked to stop
     assert statements.count("cancel") == 1  # no deadlock, no retry
     assert Job.objects.get(pk=second.id).status == "done"
     assert Job.objects.get(pk=first.id).status == "cancelled"

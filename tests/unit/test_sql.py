@@ -18,7 +18,6 @@ EXPECTED = {
     "live_job_by_unique_key",
     "claim",
     "claim_queues",
-    "lock_runs",
     "complete",
     "fail",
     "heartbeat",

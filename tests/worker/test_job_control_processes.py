@@ -93,3 +93,37 @@ def test_a_paused_queue_is_skipped_by_three_workers_and_drains_on_resume(
     for worker in workers:
         worker.signal(signal.SIGTERM)
     assert [worker.wait(20) for worker in workers] == [0, 0, 0]
+
+
+def test_a_row_held_by_another_transaction_holds_up_only_its_own_outcome(
+    start_worker: Start, db_url: str
+) -> None:
+    """An operator's cancel() inside a long atomic block holds one running job's row.
+    The worker waited for it to write any outcome: jobs done in milliseconds stayed
+    running until that transaction ended, and a SIGTERM meanwhile overran its bound
+    (exit 1, "a statement hangs"), so their leases lapsed and succeeded jobs were
+    buried. The held row's outcome waits now, alone."""
+    import psycopg
+
+    worker = start_worker("--concurrency", "2", "--shutdown-timeout", "1", "--worker-id", "held")
+    worker.wait_for_output("listening for new jobs")
+    slow = mark.enqueue("held-slow", sleep=0.5)
+    wait_for(lambda: status(slow.pk) == "running", 20, "the slow job to start")
+    with psycopg.connect(db_url) as holder:  # a transaction, left open
+        holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR NO KEY UPDATE", [slow.pk])
+        wait_for(lambda: run_counts("held-slow") == {"held-slow": 1}, 20, "the slow job to end")
+        quick = Job.objects.enqueue_many(JobSpec.build(mark, [f"held-quick-{n}"]) for n in range(3))
+        wait_for(
+            lambda: all(status(job_id) == "done" for job_id in quick),
+            20,
+            "the quick jobs' outcomes",
+        )
+        assert status(slow.pk) == "running"  # its outcome waits for the row
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(20) == 0
+        holder.rollback()
+    assert f"could not record the outcomes of jobs [{slow.pk}]: other transactions held" in (
+        worker.output
+    )
+    assert "a statement hangs" not in worker.output
+    assert status_counts() == {"done": 3, "running": 1}  # the reaper returns it later

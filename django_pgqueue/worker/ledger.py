@@ -85,9 +85,12 @@ class Ledger:
             self.claimed += len(jobs)
             self.busy += len(jobs)
 
-    def start(self, job: ClaimedJob, timeout: float | None = None) -> RunningJob | Literal[False]:
+    def start(
+        self, job: ClaimedJob, timeout: float | None = None
+    ) -> RunningJob | Literal[False, "lapsed"]:
         """A thread is about to run ``job`` (under the job ``timeout``): its control,
-        or False if it is no longer ours to run."""
+        False if it is no longer ours to run, or ``"lapsed"`` if its lease ran out
+        while it waited, unrenewed (dropped too: the caller gives it back)."""
         with self._lock:
             held = self._held.get(job.key)
             if held is None:  # forgotten (given back unstarted): its slot is free already
@@ -95,7 +98,14 @@ class Ledger:
             if not held.ours:  # lost while it waited, and the heartbeat did not drop it
                 self._drop(job.key)
                 return False
-            held.started = time.monotonic()  # the job timeout counts from here
+            now = time.monotonic()
+            if held.lease_until - min(1.0, self._lease / 10) <= now:
+                # No renewal reached it in time (the process was paused, the database
+                # slow): the reaper may have given the job to another worker already,
+                # which the heartbeat would learn only after this thread started it.
+                self._drop(job.key)
+                return "lapsed"
+            held.started = now  # the job timeout counts from here
             held.control._start(held.started, timeout)
             return held.control
 

@@ -173,3 +173,27 @@ def give_back(
             break
     ledger.forget(waiting)
     return emit_released(events, ledger, keys, statuses, unstarted=True)
+
+
+def give_back_lapsed(config: WorkerConfig, ledger: Ledger, events: Events, job: ClaimedJob) -> None:
+    """A prefetched run whose lease lapsed before a thread started it (the ledger
+    dropped it, :meth:`Ledger.start`): back in the queue unstarted, its attempt not
+    spent; fenced, so nothing happens if the reaper returned the job already."""
+    try:
+        statuses = claims.release(config.worker_id, [job.key], None, config.database)
+    except Exception as exc:
+        reset_connection(config.database)
+        logger.warning(
+            "job %s: its lease lapsed before it started; giving it back failed (%s), "
+            "the reaper returns it",
+            job.id,
+            first_line(exc),
+        )
+        return
+    back = emit_released(events, ledger, [job.key], statuses, unstarted=True)
+    logger.warning(
+        "job %s: its lease lapsed while it waited for a thread (was the worker paused?): "
+        "not started, %s",
+        job.id,
+        "given back to the queue" if back else "no longer this worker's",
+    )

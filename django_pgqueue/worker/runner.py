@@ -31,7 +31,7 @@ from django_pgqueue.worker.housekeeping import Housekeeping
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.pool import JobPool
-from django_pgqueue.worker.prefetch import GiveBack, Prefetch
+from django_pgqueue.worker.prefetch import GiveBack, Prefetch, give_back_lapsed
 from django_pgqueue.worker.presence import Presence
 from django_pgqueue.worker.services import (
     Backoff,
@@ -268,6 +268,9 @@ class Worker:
 
     def _job_starting(self, job: ClaimedJob) -> RunningJob | Literal[False]:
         control = self.ledger.start(job, self.config.job_timeout)
+        if control == "lapsed":
+            give_back_lapsed(self.config, self.ledger, self.events, job)
+            return False
         if control is not False:
             self.events.emit("started", job=job)
         return control

@@ -105,6 +105,42 @@ def test_a_worker_stopped_past_its_lease_is_fenced_out_of_the_newer_run(
         assert worker.wait(20) == 0
 
 
+def test_a_worker_stopped_past_its_lease_starts_none_of_the_jobs_it_prefetched(
+    start_worker: Start,
+) -> None:
+    """Resumed, the job thread took its next prefetched job before the heartbeat's
+    round trip learned that the lease was lost: a second run of a job the reaper had
+    given back, which another worker may be running under a lease that holds."""
+    specs = [JobSpec.build(tracked, ["ahead-0"], {"sleep": 0.3}, backoff=600)]
+    specs += [JobSpec.build(tracked, [f"ahead-{n}"], backoff=600) for n in (1, 2)]
+    Job.objects.enqueue_many(specs)
+    paused = start_worker(
+        "--lease", "2", "--concurrency", "1", "--prefetch", "2", "--worker-id", "paused"
+    )
+    wait_for(lambda: run_counts("ahead-") == {"ahead-0": 1}, 20, "the first job to start")
+    assert running_count() == 3  # the other two wait in its prefetch
+    paused.signal(signal.SIGSTOP)  # the first job's sleep ends while it is stopped
+    with connection.cursor() as cursor:
+
+        def lapsed() -> bool:
+            cursor.execute("SELECT bool_and(locked_until < now()) FROM pgqueue_job")
+            row = cursor.fetchone()
+            return bool(row and row[0])
+
+        wait_for(lapsed, 20, "every lease to lapse")
+    assert Job.objects.reap().returned == 3  # queued again, 600 s ahead
+    paused.signal(signal.SIGCONT)  # the first job returns at once, with no query
+    wait_for(
+        lambda: "leases had expired" in paused.output or "its outcome is dropped" in paused.output,
+        20,
+        "the first job's stale outcome refused",
+    )
+    paused.signal(signal.SIGTERM)
+    assert paused.wait(20) == 0
+    assert run_counts("ahead-") == {"ahead-0": 1}  # the other two never started
+    assert status_counts() == {"queued": 3}
+
+
 def test_a_dead_heartbeat_gives_the_jobs_back_before_the_lease_lapses_and_exits_1(
     start_worker: Start,
 ) -> None:

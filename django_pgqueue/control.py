@@ -61,8 +61,10 @@ class Cancel(Exception):
     """Raised by a task to give up for good: ``raise django_pgqueue.Cancel("order gone")``.
 
     The job ends ``cancelled`` at once with the reason, whatever attempts are
-    left and whatever its retry policy says. Without a reason, the one an
-    operator gave when asking the job to stop is used, else "cancelled by the task".
+    left and whatever its retry policy says; without one, "cancelled by the task".
+    Raised after an operator asked the job to stop (``cancel_requested`` is true),
+    it ends the job with the operator's reason, as anything a task raises or
+    returns then does; its own reason is kept in the traceback of the job's entry.
     """
 
     #: Also when a subclass's ``__init__`` does not call this one's.

@@ -159,7 +159,10 @@ def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Fai
         with running(control):
             result = runnable(job)  # which checks for a transaction left open (see Invoke)
     except Cancel as exc:
-        reason = exc.reason or control.cancel_reason or CANCELLED_BY_TASK
+        # After an operator asked the job to stop, theirs is the reason, as for
+        # anything else the task raises then (the first request's reason stays, as
+        # for a second cancel()); the task's own is in the entry's traceback.
+        reason = control.cancel_reason or exc.reason or CANCELLED_BY_TASK
         return cancel_outcome(job, reason, _trace(exc))
     except BaseException as exc:
         # Whatever a task raises (sys.exit(), KeyboardInterrupt raised by hand:

@@ -133,15 +133,18 @@ def returns_a_set() -> set[int]:
 
 
 @task
-def waits_to_be_stopped(label: str, seconds: float = 30.0) -> str:
+def waits_to_be_stopped(label: str, seconds: float = 30.0, cancel: str | None = None) -> str:
     """Polls ``cancel_requested`` every 5 ms; returns when asked to stop (the job then
-    ends cancelled) or after ``seconds`` (it finished anyway)."""
+    ends cancelled), or raises ``Cancel(cancel)`` if given, or returns after
+    ``seconds`` (it finished anyway)."""
     record(label)
     job = current_job()
     assert job is not None
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if job.cancel_requested:
+            if cancel is not None:
+                raise Cancel(cancel)
             return "stopped"
         time.sleep(0.005)
     return "finished"

@@ -114,6 +114,28 @@ def ended(job_id: int, status: str, data: dict[str, Any]) -> bool:
     return any(key[0] == job_id and new == status for key, new in data["statuses"].items())
 
 
+def test_cancel_raised_after_a_stop_request_ends_with_the_operators_reason() -> None:
+    """The task saw the request and raised Cancel("its own"): the job ended with the
+    task's reason, where the docs (tasks.md, guarantees.md) give the operator's, the
+    first reason given, as a second cancel() keeps the first."""
+    job = waits_to_be_stopped.enqueue("own reason", cancel="its own")
+    with worker_thread(poll_interval=5) as worker:
+        worker.wait("listening")
+        abort(worker, job.pk, "own reason", reason="customer left")
+        worker.wait("recorded", where=partial(ended, job.pk, "cancelled"))
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.last_error, row.cancel_reason) == (
+        "cancelled",
+        "Cancelled: customer left",
+        "customer left",
+    )
+    assert (row.errors[-1]["exception"], row.errors[-1]["message"]) == (
+        "Cancelled",
+        "customer left",
+    )
+    assert "Cancel: its own" in row.errors[-1]["traceback"]  # the task's own, kept
+
+
 def test_a_prefetched_job_asked_to_stop_ends_cancelled_at_once_without_running() -> None:
     """A job claimed ahead, waiting for the one thread behind a long job, ends
     cancelled when the request arrives, not when the thread frees."""

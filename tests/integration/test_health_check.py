@@ -22,12 +22,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def check(*args: str) -> tuple[int, list[str]]:
+    """call_command's exit status and lines: a failed check raises CommandError."""
     out = io.StringIO()
     try:
         call_command("queuestats", "--check", *args, stdout=out)
-    except SystemExit as exc:
-        return int(str(exc.code)), out.getvalue().splitlines()
-    return 0, out.getvalue().splitlines()
+    except CommandError as exc:
+        failed: CommandError | None = exc
+    else:
+        failed = None
+    lines = out.getvalue().splitlines()
+    if failed is None:
+        return 0, lines
+    assert str(failed) == f"unhealthy: {'; '.join(lines)}"  # the same lines, in one
+    return failed.returncode, lines
 
 
 def worker(worker_id: str, queues: list[str] | None, *, alive: bool = True) -> None:
@@ -156,14 +163,27 @@ def test_limits_without_check_and_bad_limits_are_one_line_errors() -> None:
         call_command("queuestats", "--check", "--max-ready-age", "soon")
 
 
+def test_a_failed_check_in_call_command_raises_command_error_not_system_exit() -> None:
+    """It raised SystemExit(1), which ends a caller's process (a view, a Celery beat
+    task, a test runner) unless it knows to catch what is no Exception."""
+    ready_since("mail", 5)
+    out = io.StringIO()
+    with pytest.raises(CommandError) as failed:
+        call_command("queuestats", "--check", stdout=out)
+    assert failed.value.returncode == 1
+    assert str(failed.value).startswith("unhealthy: queue mail: jobs are ready (the oldest")
+    assert out.getvalue().startswith("queue mail: jobs are ready (the oldest")
+
+
 def test_the_command_line_exit_status_is_what_a_probe_reads(db_url: str) -> None:
     ready_since("mail", 5)
     command = [sys.executable, "-m", "django", "queuestats", "--check", "--settings=tests.settings"]
     env = {**os.environ, "DATABASE_URL": db_url}
     failed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-    assert (failed.returncode, failed.stdout.splitlines()[0][:36]) == (
+    assert (failed.returncode, failed.stdout.splitlines()[0][:36], failed.stderr) == (
         1,
         "queue mail: jobs are ready (the olde",
+        "",  # the lines, and nothing else
     )
     worker("w", ["mail"])
     passed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)

@@ -1,5 +1,6 @@
 """``manage.py queuestats``: counts by queue and status, the workers, and what to
-alert on; ``--check`` exits 1 with one line per failed condition."""
+alert on; ``--check`` exits 1 with one line per failed condition (``call_command()``
+raises ``CommandError`` instead)."""
 
 from __future__ import annotations
 
@@ -144,5 +145,8 @@ class Command(PgQueueCommand):
         for line in found:
             self.stdout.write(line)
         if found:
-            sys.exit(1)
+            if self._parsed:  # the command line: exit 1 with those lines, nothing more
+                sys.exit(1)
+            # call_command(): an exception its caller can catch, not the process's end.
+            raise CommandError(f"unhealthy: {'; '.join(found)}", returncode=1)
         self.stdout.write("ok")

@@ -15,6 +15,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
 from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.postgres.functions import TransactionNow
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -137,10 +138,17 @@ def cancel_jobs(
     ids = selected_ids(queryset)
     with transaction.atomic(using=conf.database()):  # the job table's database
         acted = Job.objects.cancel(ids, reason=reason)
-        stopping = set(
-            Job.objects.filter(pk__in=acted, status=JobStatus.RUNNING).values_list("id", flat=True)
+        running = Job.objects.filter(pk__in=acted, status=JobStatus.RUNNING)
+        # A job asked before keeps that first request and its reason: it is named
+        # with the reason it keeps, and nothing new is logged for it. Its request
+        # predates this transaction (cancel() locked the rows, so none changed since).
+        already = dict(
+            running.filter(cancel_requested_at__lt=TransactionNow())
+            .order_by("id")
+            .values_list("id", "cancel_reason")
         )
-        cancelled = sorted(set(acted) - stopping)
+        stopping = set(running.values_list("id", flat=True)) - already.keys()
+        cancelled = sorted(set(acted) - stopping - already.keys())
         log_change(request, cancelled, f"Cancelled: {reason}")
         log_change(request, stopping, f"Asked to stop: {reason}")
     report(
@@ -158,6 +166,16 @@ def cancel_jobs(
             f"stop: {reason}. "
             "Each ends cancelled once its task stops; one that finishes first ends as it finished.",
             messages.SUCCESS,
+        )
+    if already:
+        named = "; ".join(f"#{pk}: {kept}" for pk, kept in list(already.items())[:NAMED_SKIPS])
+        more = len(already) - NAMED_SKIPS
+        model_admin.message_user(
+            request,
+            f"{jobs(len(already))} had already been asked to stop, and "
+            f"{'keeps its' if len(already) == 1 else 'keep their'} first request: {named}"
+            + (f" and {more} more." if more > 0 else "."),
+            messages.WARNING,
         )
 
 

@@ -362,6 +362,31 @@ def test_cancel_records_the_reason_and_who(admin_client: Client, jobs: dict[str,
 
 
 @committed
+def test_cancelling_a_job_already_asked_to_stop_says_it_keeps_the_first_request(
+    admin_client: Client, jobs: dict[str, Job]
+) -> None:
+    """The second ask said "Asked 1 running job to stop: second ..." and logged the
+    second reason, which cancel() never stored: the job keeps the first request."""
+    ready, running = jobs["ready"].pk, jobs["running"].pk
+    first = "customer refunded (by admin in the admin)"
+    post_action(admin_client, "cancel_jobs", [running], reason="customer refunded")
+    shown = post_action(admin_client, "cancel_jobs", [running, ready], reason="second thoughts")
+    assert shown == [
+        "Cancelled 1 job: second thoughts (by admin in the admin).",
+        f"1 job had already been asked to stop, and keeps its first request: #{running}: {first}.",
+    ]
+    assert Job.objects.get(pk=running).cancel_reason == first
+    assert sorted(
+        LogEntry.objects.values_list("object_id", "action_flag", "change_message")
+    ) == sorted(
+        [
+            (str(running), CHANGE, f"Asked to stop: {first}"),  # once, with the reason kept
+            (str(ready), CHANGE, "Cancelled: second thoughts (by admin in the admin)"),
+        ]
+    )
+
+
+@committed
 def test_delete_removes_finished_jobs_only(admin_client: Client, jobs: dict[str, Job]) -> None:
     dead, done, ready = jobs["dead"].pk, jobs["done"].pk, jobs["ready"].pk
     shown = post_action(admin_client, "delete_finished_jobs", [dead, done, ready])

@@ -24,6 +24,7 @@ from django_pgqueue.backend.compat import (
     TaskResultStatus,
     task_backends,
     task_finished,
+    task_started,
 )
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.models import Job
@@ -80,6 +81,45 @@ def test_a_takes_context_task_sees_cancel_requested_and_its_result_is_failed(
     assert error.traceback.endswith("Cancelled: operator\n")
     assert Job.objects.get(pk=int(enqueued.id)).status == "cancelled"
     assert finished == [(TaskResultStatus.FAILED, "django_pgqueue.control.Cancel")]
+
+
+@pytest.mark.slow
+def test_a_job_cancelled_before_it_starts_sends_no_signal() -> None:
+    """Cancelled while queued, or while claimed ahead behind a long job: neither ran,
+    so neither sends task_started or task_finished (docs/backend.md); each reads
+    FAILED with its Cancel error. The long job, asked to stop, sends both."""
+    sent: list[tuple[str, str]] = []
+
+    def on_started(sender: type, task_result: TaskResult[Any, Any], **kw: Any) -> None:
+        sent.append(("started", task_result.id))
+
+    def on_finished(sender: type, task_result: TaskResult[Any, Any], **kw: Any) -> None:
+        sent.append(("finished", task_result.id))
+
+    queued = djtasks.echo.enqueue("cancelled while queued")
+    Job.objects.cancel([int(queued.id)], reason="not needed")
+    long = djtasks.stops_when_asked.enqueue()
+    ahead = djtasks.echo.enqueue("cancelled while claimed ahead")
+    task_started.connect(on_started)
+    task_finished.connect(on_finished)
+    try:
+        with worker_thread(concurrency=1, prefetch=1, poll_interval=5) as worker:
+            wait_for(partial(is_running, long.id), 10, "the long job to run")
+            wait_for(partial(is_running, ahead.id), 10, "the other to be claimed ahead")
+            Job.objects.cancel([int(ahead.id)], reason="not needed")
+            wait_for(lambda: fetch(ahead).status == TaskResultStatus.FAILED, 10, "the cancel")
+            Job.objects.cancel([int(long.id)], reason="operator")
+            wait_for(lambda: fetch(long).status == TaskResultStatus.FAILED, 10, "the stop")
+            worker.wait("recorded")
+    finally:
+        task_started.disconnect(on_started)
+        task_finished.disconnect(on_finished)
+    assert sent == [("started", long.id), ("finished", long.id)]
+    for cancelled in (queued, ahead):
+        error = fetch(cancelled).errors[-1]
+        assert error.exception_class_path == "django_pgqueue.control.Cancel"
+        assert error.traceback.endswith("Cancelled: not needed\n")
+    assert status_counts() == {"cancelled": 3}
 
 
 @pytest.mark.slow

@@ -13,7 +13,12 @@ this module makes sure the next job finds them in a clean state:
   old, is closed;
 - after the worker lost its database (the server restarted), every kept
   connection is dropped before the next job, so no job is charged with a
-  connection that broke before it started.
+  connection that broke before it started;
+- a kept connection that sat idle for IDLE_CHECK seconds or more is asked
+  ``SELECT 1`` before the next job, and closed if it does not answer: the server
+  or something between (``idle_session_timeout``, an operator's
+  ``pg_terminate_backend``, a proxy) may have closed it meanwhile, while the
+  worker's own connections went on working.
 """
 
 from __future__ import annotations
@@ -133,6 +138,26 @@ def tidy() -> None:
             conn.close_if_unusable_or_obsolete()
         elif conn.errors_occurred and not conn.is_usable():
             conn.close()
+
+
+#: Seconds a job thread's kept connection may sit idle before the next job checks
+#: it first (one round trip, only after such a pause: a busy thread never pays it).
+IDLE_CHECK = 1.0
+
+
+def check_idle(idle: float) -> None:
+    """Before a job, after this thread sat ``idle`` seconds: close its kept
+    connections that no longer answer, so that the job reconnects."""
+    if idle < IDLE_CHECK:
+        return
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None or conn.in_atomic_block or conn.is_usable():
+            continue
+        logger.info("a connection to %r was closed while idle; reconnecting", conn.alias)
+        try:
+            conn.close()
+        except Exception:
+            _discard(conn.alias)
 
 
 def drop_all() -> None:

@@ -213,6 +213,7 @@ class JobPool:
         parking = _Parking()
         seen_epoch = self._epoch.value
         ran: Ran | None = None
+        tidied = time.monotonic()
         while (job := self._next(me, parking, ran)) is not None:
             ran = None
             control = self._on_start(job)
@@ -222,6 +223,11 @@ class JobPool:
                 # The worker lost its database since this thread's last job: its
                 # kept connections are likely dead, and not this job's fault.
                 seen_epoch = self._epoch.value
+                jobdb.drop_all()
+            try:
+                jobdb.check_idle(time.monotonic() - tidied)
+            except Exception:
+                logger.exception("job %s: checking its idle connections failed", job.id)
                 jobdb.drop_all()
             wall, cpu = time.monotonic(), time.thread_time()
             try:
@@ -238,6 +244,7 @@ class JobPool:
                 except Exception:
                     logger.exception("job %s: tidying its connections failed", job.id)
                     jobdb.drop_all()
-            ran = (time.monotonic() - wall, time.thread_time() - cpu)
+            tidied = time.monotonic()
+            ran = (tidied - wall, time.thread_time() - cpu)
             self._on_done(job, outcome)
         connections.close_all()

@@ -399,3 +399,32 @@ def test_a_worker_run_in_a_test_thread_as_the_docs_show() -> None:
     assert not thread.is_alive()
     assert status == [0]
     assert Job.objects.get(pk=int(result.id)).status == "done"
+
+
+def test_a_job_is_not_charged_for_a_connection_closed_while_its_thread_sat_idle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server (idle_session_timeout, pg_terminate_backend) or a proxy closed a job
+    thread's kept connection between two jobs, while the worker's own went on: the
+    next job's first query failed, and with one attempt it was buried."""
+    from django_pgqueue import jobdb
+
+    monkeypatch.setattr(jobdb, "IDLE_CHECK", 0.0)  # the test need not sit out a second
+    first = mark.enqueue("idle-first")
+    with worker_thread(concurrency=1) as worker:
+        wait_for(lambda: run_counts("idle-first") == {"idle-first": 1}, 20, "the first job")
+        worker.wait("recorded")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND query LIKE 'INSERT INTO testapp_run%%'"
+            )
+            assert [row[0] for row in cursor.fetchall()] == [True]  # the job thread's
+        second = mark.using(max_attempts=1).enqueue("idle-second")
+        wait_for(lambda: Job.objects.get(pk=second.pk).status != "queued", 20, "the second job")
+        wait_for(lambda: Job.objects.get(pk=second.pk).status != "running", 20, "its outcome")
+    row = Job.objects.get(pk=second.pk)
+    assert (row.status, row.attempts, row.last_error) == ("done", 1, "")
+    assert Job.objects.get(pk=first.pk).status == "done"
+    assert run_counts("idle-") == {"idle-first": 1, "idle-second": 1}

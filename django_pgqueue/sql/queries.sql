@@ -321,20 +321,22 @@ SET status = CASE WHEN o.cancel OR j.cancel_requested_at IS NOT NULL THEN 'cance
     attempts = CASE WHEN o.snooze AND NOT o.cancel AND j.cancel_requested_at IS NULL
                     THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
     snoozes = CASE WHEN o.snooze THEN least(j.snoozes + 1, 1000000000) ELSE j.snoozes END,
-    last_error = CASE WHEN o.cancel THEN pgqueue_error_line(o.exception, o.message)
-                      WHEN j.cancel_requested_at IS NOT NULL
+    last_error = CASE WHEN j.cancel_requested_at IS NOT NULL
                       THEN pgqueue_error_line('Cancelled', j.cancel_reason)
+                      WHEN o.cancel THEN pgqueue_error_line(o.exception, o.message)
                       WHEN o.snooze THEN j.last_error
                       ELSE pgqueue_error_line(o.exception, o.message) END,
     errors = CASE
-        WHEN o.cancel
-        THEN pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, o.exception,
-                                                              o.message, o.traceback))
         WHEN j.cancel_requested_at IS NOT NULL
         THEN pgqueue_push_error(j.errors, pgqueue_error_entry(
             j.attempts, 'Cancelled', j.cancel_reason,
-            CASE WHEN o.traceback = '' THEN pgqueue_error_line(o.exception, o.message)
-                 ELSE o.traceback END))
+            CASE WHEN o.traceback <> '' THEN o.traceback
+                 -- the run's own Cancel carried the operator's reason: nothing to add
+                 WHEN o.cancel AND o.message = j.cancel_reason THEN ''
+                 ELSE pgqueue_error_line(o.exception, o.message) END))
+        WHEN o.cancel
+        THEN pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, o.exception,
+                                                              o.message, o.traceback))
         WHEN o.snooze THEN j.errors
         ELSE pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, o.exception,
                                                               o.message, o.traceback)) END,

@@ -401,3 +401,24 @@ def test_the_heartbeat_skips_a_row_locked_elsewhere_and_renews_the_rest(db_url: 
     finally:
         with connection.cursor() as cursor:
             cursor.execute("RESET statement_timeout")
+
+
+def test_a_tasks_own_cancel_written_after_a_stop_request_ends_with_the_operators_reason() -> None:
+    """The worker had not heard of the request yet when the task raised Cancel("own"):
+    the outcome carried the task's reason, and the row took it, where every other
+    way out after a request ends with the operator's (the first request's) reason."""
+    job = add.enqueue(1, 1)
+    (claimed,) = Job.objects.claim("w", limit=1)
+    assert Job.objects.cancel([job.pk], reason="customer left") == [job.pk]
+    own = Failure(
+        job.pk, claimed.run, "Cancelled", "own", "Cancel: own", delay=0.0, final=True, cancel=True
+    )
+    assert Job.objects.fail("w", [own]) == {job.pk: "cancelled"}
+    row = Job.objects.get(pk=job.pk)
+    assert row.last_error == "Cancelled: customer left"
+    entry = row.errors[-1]
+    assert (entry["exception"], entry["message"], entry["traceback"]) == (
+        "Cancelled",
+        "customer left",
+        "Cancel: own",  # the task's own reason is kept here
+    )

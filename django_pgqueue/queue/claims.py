@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from django.db import IntegrityError, connections, transaction
 
-from django_pgqueue import validation
+from django_pgqueue import sql, validation
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.jsonargs import jsonb_text_problem
 from django_pgqueue.records import (
@@ -165,9 +165,8 @@ def claim(
 
 
 class Recorded(NamedTuple):
-    """What writing a batch of outcomes came to: the ids done, {id: new status} of
-    the rest recorded, and the ids skipped because another transaction held their
-    rows locked (still held by the worker: to be written later)."""
+    """A batch's ids done, {id: new status} of the rest recorded, and the ids whose
+    rows another transaction held locked (skipped: to write again later)."""
 
     done: set[int]
     failed: dict[int, str]
@@ -177,23 +176,28 @@ class Recorded(NamedTuple):
 def record(
     worker: str, successes: Sequence[Success], failures: Sequence[Failure], alias: str
 ) -> Recorded:
-    """Record a batch of outcomes in one transaction, all of it or none (a retried
-    batch must not find half of it written). Rows another transaction holds locked
-    are skipped, not waited for (``busy``): neither statement ever waits for a row
-    lock, so the two cannot be one side of a deadlock."""
+    """Record a batch of outcomes in one transaction, all or none (a retried batch
+    must not find half of it written). Rows locked elsewhere are skipped (``busy``):
+    waiting for none, the two statements cannot be one side of a deadlock."""
     with transaction.atomic(using=alias):
-        done, busy = _complete(worker, successes, alias)
-        failed, busy_failing = _fail(worker, failures, alias)
+        done, busy = _complete(worker, successes, alias, wait=False)
+        failed, busy_failing = _fail(worker, failures, alias, wait=False)
     return Recorded(done, failed, busy | busy_failing)
 
 
 def complete(worker: str, successes: Sequence[Success], alias: str) -> set[int]:
-    """Mark runs done with their results; the ids recorded (the rest were fenced
-    out, or their rows locked by another transaction)."""
-    return _complete(worker, successes, alias)[0]
+    """Mark runs done with their results; the ids recorded (the rest were fenced out)."""
+    return _complete(worker, successes, alias, wait=True)[0]
 
 
-def _complete(worker: str, successes: Sequence[Success], alias: str) -> tuple[set[int], set[int]]:
+def _statement(name: str, wait: bool) -> str | None:
+    """A _free_runs statement as written (skipping rows locked elsewhere), or waiting."""
+    return sql.waiting(name) if wait else None
+
+
+def _complete(
+    worker: str, successes: Sequence[Success], alias: str, *, wait: bool
+) -> tuple[set[int], set[int]]:
     if not successes:
         return set(), set()
     successes = sorted(successes, key=_job_id)
@@ -207,6 +211,7 @@ def _complete(worker: str, successes: Sequence[Success], alias: str) -> tuple[se
             "results": [s.result for s in successes],
         },
         alias,
+        text=_statement("complete", wait),
     )
     busy = {row["id"] for row in rows if row["busy"]}
     return {row["id"] for row in rows} - busy, busy
@@ -215,10 +220,12 @@ def _complete(worker: str, successes: Sequence[Success], alias: str) -> tuple[se
 def fail(worker: str, failures: Sequence[Failure], alias: str) -> dict[int, str]:
     """Record the runs that did not succeed (failed: retry later or dead; snoozed;
     cancelled); {id: new status} of those recorded."""
-    return _fail(worker, failures, alias)[0]
+    return _fail(worker, failures, alias, wait=True)[0]
 
 
-def _fail(worker: str, failures: Sequence[Failure], alias: str) -> tuple[dict[int, str], set[int]]:
+def _fail(
+    worker: str, failures: Sequence[Failure], alias: str, *, wait: bool
+) -> tuple[dict[int, str], set[int]]:
     if not failures:
         return {}, set()
     failures = sorted(failures, key=_job_id)
@@ -238,6 +245,7 @@ def _fail(worker: str, failures: Sequence[Failure], alias: str) -> tuple[dict[in
             "snoozes": [f.snooze for f in failures],
         },
         alias,
+        text=_statement("fail", wait),
     )
     return (
         {row["id"]: row["status"] for row in rows if not row["busy"]},
@@ -247,8 +255,7 @@ def _fail(worker: str, failures: Sequence[Failure], alias: str) -> tuple[dict[in
 
 def heartbeat(worker: str, runs: Sequence[tuple[int, int]], lease: float, alias: str) -> Renewal:
     """Extend the leases ``worker`` holds on these (id, run) pairs: those still held,
-    and of those the ones an operator asked to stop, with the reason; runs whose rows
-    another transaction holds locked are skipped (busy), not waited for."""
+    those asked to stop (with the reason); rows locked elsewhere are skipped (busy)."""
     if not runs:
         return Renewal(set(), {})
     runs = sorted(runs)
@@ -278,13 +285,18 @@ def expire_orphans(worker: str, alias: str) -> list[int]:
 
 
 def release(
-    worker: str, runs: Sequence[tuple[int, int]], reason: str | None, alias: str
-) -> dict[int, str]:
+    worker: str,
+    runs: Sequence[tuple[int, int]],
+    reason: str | None,
+    alias: str,
+    *,
+    wait: bool = True,
+) -> dict[int, str | None]:
     """Put running jobs (id, run) back in the queue without spending the attempt;
     ``reason`` None (runs that never started) adds nothing to their error history.
     The jobs this worker still held, each with its status now: ``queued``, or
-    ``cancelled`` for one an operator had asked to stop. A run whose row another
-    transaction holds locked is skipped, not waited for, and not listed."""
+    ``cancelled`` for one an operator had asked to stop. With ``wait=False`` a run
+    whose row another transaction holds locked is skipped, its status None."""
     if not runs:
         return {}
     runs = sorted(runs)
@@ -298,9 +310,9 @@ def release(
             "reason": reason,
         },
         alias,
+        text=_statement("release", wait),
     )
-    # A NULL status: its row was locked by another transaction, and it was skipped.
-    return {row["id"]: row["status"] for row in rows if row["status"] is not None}
+    return {row["id"]: row["status"] for row in rows}
 
 
 __all__ = [

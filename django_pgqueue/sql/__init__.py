@@ -59,6 +59,22 @@ def query(name: str) -> str:
     return QUERIES[name]
 
 
+#: The lock of the _free_runs part: rows another transaction holds are skipped.
+_SKIP_LOCKED = "FOR NO KEY UPDATE OF j SKIP LOCKED"
+
+
+@lru_cache(maxsize=8)
+def waiting(name: str) -> str:
+    """Statement ``name``, which starts from the _free_runs part, waiting for rows
+    another transaction holds instead of skipping them. For callers that must write
+    every run they still hold (``Job.objects.complete()`` and its kin): a row is
+    also held for a moment by any claim whose scan passes its old version."""
+    text = QUERIES[name]
+    if text.count(_SKIP_LOCKED) != 1:
+        raise ValueError(f"{name!r} does not start from _free_runs")
+    return text.replace(_SKIP_LOCKED, "FOR NO KEY UPDATE OF j")
+
+
 #: Parameters a statement variant may have written into its text instead of bound.
 _LITERALS = {"limit": "%(limit)s::int", "queues": "%(queues)s::text[]"}
 

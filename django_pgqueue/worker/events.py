@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django_pgqueue import wording
@@ -79,7 +79,7 @@ def emit_released(
     events: Events,
     ledger: Ledger,
     keys: Sequence[tuple[int, int]],
-    statuses: dict[int, str],
+    statuses: Mapping[int, str | None],
     *,
     unstarted: bool,
 ) -> list[int]:

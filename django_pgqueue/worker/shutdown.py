@@ -202,9 +202,18 @@ class Shutdown:
     def _release(self, keys: list[tuple[int, int]], reason: str, *, unstarted: bool) -> None:
         until = self._until(MARGIN)
         delay = 0.1
+        statuses: dict[int, str | None] = {}
         while True:
             try:
-                statuses = claims.release(self.worker_id, keys, reason, self.alias)
+                # Rows another transaction holds are skipped (an operator's open
+                # transaction must not hang the exit) and tried again until ``until``.
+                busy = [k for k in keys if k[0] not in statuses or statuses[k[0]] is None]
+                statuses |= claims.release(self.worker_id, busy, reason, self.alias, wait=False)
+                if any(statuses.get(k[0], "") is None for k in keys) and (
+                    time.monotonic() + 0.05 < until
+                ):
+                    time.sleep(0.05)
+                    continue
             except Exception as exc:
                 reset_connection(self.alias)
                 if not is_transient(exc) or time.monotonic() + delay >= until:
@@ -225,13 +234,12 @@ class Shutdown:
                 logger.warning(
                     "shutdown: put %s back in the queue: %s", jobs(len(released)), released
                 )
-            kept = sorted(k[0] for k in keys if k[0] not in statuses)
-            if kept:
+            locked = sorted(k[0] for k in keys if k[0] in statuses and statuses[k[0]] is None)
+            if locked:
                 logger.warning(
-                    "shutdown: did not give back jobs %s: no longer held, or another "
-                    "transaction held their rows locked (the reaper returns those once "
-                    "their leases expire)",
-                    kept,
+                    "shutdown: could not give back jobs %s: another transaction held their "
+                    "rows locked; the reaper returns them once their leases expire",
+                    locked,
                 )
             return
 

@@ -324,29 +324,112 @@ def test_cancel_picked_as_a_deadlock_victim_is_retried(
     assert set(Job.objects.values_list("cancel_reason", flat=True)) == {"stop"}
 
 
-@pytest.mark.parametrize("writer", ["complete", "fail", "release", "record"])
-def test_a_write_of_many_running_rows_skips_a_row_locked_elsewhere_and_writes_the_rest(
-    db_url: str, writer: str
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("writer", "asked_to_stop"),
+    [("complete", "none"), ("fail", "both"), ("release", "both")],
+)
+def test_a_write_of_many_running_rows_takes_them_in_id_order_as_cancel_does(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, writer: str, asked_to_stop: str
 ) -> None:
-    """A worker's statement over many running rows waited for a row another
-    transaction held (an operator's cancel() inside an open atomic block): every
-    other outcome of the batch waited with it, a SIGTERM then overran its bound,
-    and a cancel() holding an earlier row while waiting for a later one made a
-    deadlock. The held row is skipped now, the rest written at once; record()
-    says which it skipped, and writes it once the row is free."""
+    """A worker's statement over many running rows, given them out of order, would
+    lock a later id and then wait for an earlier one that a cancel() holds while the
+    cancel waits for the later one: a deadlock, which PostgreSQL breaks by failing
+    one of the two. Both lock in id order, so cancel waits behind the worker once.
+    (The heartbeat waits for no row: see the test after this one.)"""
+    import threading
+
     from django_pgqueue.records import Success
+    from django_pgqueue.sql import runner
 
     Job.objects.enqueue_many(JobSpec.build(add, [n, n]) for n in range(2))
     first, second = sorted(Job.objects.claim("w", limit=2), key=lambda job: job.id)
+    # Enough other rows that the statements find theirs by primary key, in the
+    # order given, as on any real table (on a tiny one they read it in its order).
+    Job.objects.enqueue_many(JobSpec.build(add, [n, n], queue="idle") for n in range(2000))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE pgqueue_job")
     backwards = [second, first]
-    writes: dict[str, Callable[[], object]] = {
+    writes = {
         "complete": lambda: Job.objects.complete(
             "w", [Success(j.id, j.run, "1") for j in backwards]
         ),
         "fail": lambda: Job.objects.fail("w", [boom(j.id, j.run, delay=60) for j in backwards]),
         "release": lambda: Job.objects.release("w", [j.key for j in backwards], reason="stop"),
+    }
+    statements: list[str] = []
+    fetch = runner.fetch
+    cancelled: list[object] = []
+
+    def counting_fetch(name: str, *args: object, **kwargs: object) -> object:
+        statements.append(name)
+        return fetch(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner, "fetch", counting_fetch)
+
+    def in_thread(
+        deadlock_timeout: str, work: Callable[[], object], out: list[object]
+    ) -> threading.Thread:
+        def run() -> None:
+            try:
+                with connection.cursor() as cursor:  # the cancel is the side that checks
+                    cursor.execute(f"SET deadlock_timeout = '{deadlock_timeout}'")
+                out.append(work())
+            finally:
+                connections.close_all()  # this thread's own connection
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    def waiting() -> int:
+        query = (
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0"
+        )
+        with psycopg.connect(db_url, autocommit=True) as probe:
+            row = probe.execute(query).fetchone()
+        return int(row[0]) if row else 0
+
+    written: list[object] = []
+    with psycopg.connect(db_url) as holder:  # holds the later row until both wait
+        holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [second.id])
+        worker = in_thread("60s", writes[writer], written)
+        wait_for(lambda: waiting() == 1, 10, f"{writer} to wait for the held row")
+        canceller = in_thread(
+            "200ms", lambda: Job.objects.cancel([first.id, second.id], reason="stop"), cancelled
+        )
+        wait_for(lambda: waiting() == 2, 10, "cancel to wait too")
+        holder.commit()
+    worker.join(10)
+    canceller.join(10)
+    assert len(written) == 1
+    assert cancelled == [[first.id, second.id] if asked_to_stop == "both" else []]
+    assert statements.count("cancel") == 1  # no deadlock, no retry
+
+
+@pytest.mark.parametrize("writer", ["record", "release"])
+def test_the_workers_writes_skip_a_row_locked_elsewhere_and_write_the_rest(
+    db_url: str, writer: str
+) -> None:
+    """A worker's write of many running rows waited for a row another transaction
+    held (an operator's cancel() inside an open atomic block): every other outcome
+    of the batch waited with it, and a SIGTERM then overran its bound. The
+    completer's record() and a stopping worker's release skip the held row now,
+    write the rest at once, and say which they skipped; the row, once free, is
+    written. (Job.objects.complete(), fail() and release() wait, in id order: the
+    test before this one.)"""
+    from django_pgqueue.queue import claims
+    from django_pgqueue.records import Success
+
+    Job.objects.enqueue_many(JobSpec.build(add, [n, n]) for n in range(2))
+    first, second = sorted(Job.objects.claim("w", limit=2), key=lambda job: job.id)
+    writes: dict[str, Callable[[], object]] = {
         "record": lambda: Job.objects.record(
             "w", [Success(second.id, second.run, "1")], [boom(first.id, first.run, delay=60)]
+        ),
+        "release": lambda: claims.release(
+            "w", [second.key, first.key], "stop", "default", wait=False
         ),
     }
     with connection.cursor() as cursor:
@@ -360,21 +443,19 @@ def test_a_write_of_many_running_rows_skips_a_row_locked_elsewhere_and_writes_th
         with connection.cursor() as cursor:
             cursor.execute("RESET statement_timeout")
     expected = {
-        "complete": {first.id},
-        "fail": {first.id: "queued"},
-        "release": {first.id},
         "record": (set(), {first.id: "queued"}, {second.id}),
+        "release": {first.id: "queued", second.id: None},
     }
     assert result == expected[writer]
     row = Job.objects.get(pk=second.id)
     assert (row.status, row.lease_token, row.locked_by) == ("running", second.run, "w")
-    if writer == "record":  # the row is free now: the kept outcome is written
-        assert Job.objects.record("w", [Success(second.id, second.run, "1")], []) == (
-            {second.id},
-            {},
-            set(),
-        )
-        assert Job.objects.get(pk=second.id).status == "done"
+    assert (
+        writes[writer]()
+        == {  # the row is free now: written
+            "record": ({second.id}, {}, set()),
+            "release": {second.id: "queued"},
+        }[writer]
+    )
 
 
 def test_the_heartbeat_skips_a_row_locked_elsewhere_and_renews_the_rest(db_url: str) -> None:

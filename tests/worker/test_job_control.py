@@ -456,7 +456,7 @@ def test_a_give_back_that_fails_keeps_the_jobs_until_it_succeeds(
 
     release, failures = claims.release, [2]
 
-    def release_on_a_terminated_connection(*args: Any, **kwargs: Any) -> dict[int, str]:
+    def release_on_a_terminated_connection(*args: Any, **kwargs: Any) -> dict[int, str | None]:
         if failures[0]:
             failures[0] -= 1
             alias = connections["default"]

@@ -74,7 +74,8 @@ class Scheduler(ServiceThread):
         # Aware, whatever USE_TZ says: the ticks are instants in UTC.
         self.started = dt.datetime.now(dt.UTC)
         specs = conf.get().schedules
-        # Checked at start-up by the system check (E010): a failure here is a bug.
+        # Checked at start-up by the system check (E010); with --skip-checks,
+        # runworker turns the InvalidSchedule into its one-line CommandError.
         self.planned = [Planned.of(s) for s in specs if s.enabled]
         self._synced = False
         self._up_since = self.started

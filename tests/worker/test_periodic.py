@@ -109,3 +109,25 @@ def test_a_worker_does_not_start_with_a_schedule_whose_job_it_would_refuse(
     assert "PGQUEUE['PERIODIC']['report']" in worker.output
     assert "missing a required argument: 'b'" in worker.output
     assert not Schedule.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        (
+            {"task": "tests.testapp.tasks.add", "every": 60, "args": [1]},
+            "missing a required argument: 'b'",
+        ),
+        ({"task": "tests.testapp.tasks.no_such_task", "every": 60}, "no_such_task"),
+    ],
+)
+def test_with_the_checks_skipped_a_schedule_whose_job_it_would_refuse_is_a_one_line_error(
+    start_worker: Start, entry: dict[str, object], said: str
+) -> None:
+    worker = start_worker("--skip-checks", env=periodic_env({"report": entry}))
+    assert worker.wait(30) == 1
+    last = worker.output.strip().splitlines()[-1]
+    assert last.startswith("CommandError: PGQUEUE['PERIODIC']['report']: "), worker.output
+    assert said in last
+    assert "Traceback" not in worker.output
+    assert not Schedule.objects.exists()

@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError, CommandParser
 
 from django_pgqueue import conf
+from django_pgqueue.exceptions import InvalidSchedule
 from django_pgqueue.jobdb import worker_in_transaction
 from django_pgqueue.management.arguments import (
     PgQueueCommand,
@@ -188,7 +189,7 @@ class Command(PgQueueCommand):
         if options["reload"]:
 
             def build() -> Worker:  # in the reloading child, each time it starts
-                worker = Worker(config)
+                worker = new_worker(config)
                 serve_metrics(worker, port, addr)  # closed as the child exits
                 return worker
 
@@ -196,7 +197,7 @@ class Command(PgQueueCommand):
             status = run_reloading(build, checks)
             worker = None
         else:
-            worker = Worker(config)
+            worker = new_worker(config)
             exporter = serve_metrics(worker, port, addr)
             exits = ExitGuard(worker)
             exits.install()
@@ -223,6 +224,16 @@ class Command(PgQueueCommand):
         gc.freeze()
         if status:
             sys.exit(status)
+
+
+def new_worker(config: WorkerConfig) -> Worker:
+    """The worker of ``config``, or a CommandError for a schedule whose job it would
+    refuse (a task it cannot find, arguments the task does not take): the system
+    check (E010) says so first, unless ``--skip-checks`` skipped it."""
+    try:
+        return Worker(config)
+    except InvalidSchedule as exc:
+        raise CommandError(str(exc)) from None
 
 
 def serve_metrics(worker: Worker, port: int | None, addr: str | None) -> Any:

@@ -22,6 +22,7 @@ from django_pgqueue import conf
 from django_pgqueue.basemodel import OnJobDatabaseModel
 from django_pgqueue.exceptions import InvalidSchedule
 from django_pgqueue.periodic.spec import MAX_EXPRESSION, MAX_NAME
+from django_pgqueue.queue import schedules
 from django_pgqueue.validation import MAX_KEY
 
 
@@ -53,8 +54,12 @@ class ScheduleManager(conf.OnJobDatabase["Schedule"], _ScheduleManagerBase["Sche
         changed. A schedule of the settings that no worker has written yet gets its
         row here, so it can be switched before the first worker starts.
         InvalidSchedule for a name neither the settings nor the table know."""
-        wanted = sorted(set(names))
         alias = self._alias(using)
+        # Under the rows' lock: a worker's sync writes several rows too.
+        with schedules.locked(alias):
+            return self._switch(sorted(set(names)), enabled, alias)
+
+    def _switch(self, wanted: list[str], enabled: bool, alias: str) -> list[str]:
         known = set(self.using(alias).filter(name__in=wanted).values_list("name", flat=True))
         declared = {spec.name: spec for spec in conf.get().schedules}
         unknown = [name for name in wanted if name not in known and name not in declared]

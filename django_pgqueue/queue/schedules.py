@@ -3,14 +3,30 @@ enqueued (with its job), and since when schedulers have been up."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+
+from django.db import transaction
 
 from django_pgqueue.queue.enqueue import notify_params
 from django_pgqueue.records import JobSpec
 from django_pgqueue.sql import runner
 from django_pgqueue.validation import aware
+
+#: The advisory lock of the writers of several schedule rows (see :func:`locked`).
+ROWS_LOCK = 0x7067_7173_6368_6564  # "pgqsched"
+
+
+@contextlib.contextmanager
+def locked(alias: str) -> Iterator[None]:
+    """A transaction in which no other sync or operator switch writes schedule rows:
+    two that lock several rows each, in orders of their own, could deadlock (workers
+    with different settings starting together)."""
+    with transaction.atomic(using=alias):
+        runner.fetch("schedules_lock", {"lock": ROWS_LOCK}, alias)
+        yield
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -46,18 +62,17 @@ class Sync:
 
 
 def sync(declared: Sequence[Declared], alias: str) -> Sync:
-    """Write the declared schedules' rows and mark the others not configured."""
-    rows = runner.fetch(
-        "schedules_sync",
-        {
-            "names": [d.name for d in declared],
-            "tasks": [d.task for d in declared],
-            "expressions": [d.expression for d in declared],
-            "timezones": [d.timezone for d in declared],
-            "enabled": [d.enabled for d in declared],
-        },
-        alias,
-    )
+    """Write the declared schedules' rows and mark the others not configured (one
+    sync at a time: see :func:`locked`)."""
+    params = {
+        "names": [d.name for d in declared],
+        "tasks": [d.task for d in declared],
+        "expressions": [d.expression for d in declared],
+        "timezones": [d.timezone for d in declared],
+        "enabled": [d.enabled for d in declared],
+    }
+    with locked(alias):
+        rows = runner.fetch("schedules_sync", params, alias)
     # Aware, as the ticks are, with USE_TZ = False too (where Django's loaders drop the zone).
     return Sync(
         rows=[

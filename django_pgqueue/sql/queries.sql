@@ -913,12 +913,20 @@ WHERE status IN ('done', 'dead', 'cancelled') AND done_at > now() - make_interva
 GROUP BY queue
 ORDER BY queue;
 
+-- name: schedules_lock
+-- Held by a transaction that writes several schedule rows (schedules_sync, an
+-- operator's switch), until it ends: two such writers, each locking its own rows
+-- first and the other's after (workers with different PERIODIC settings), would
+-- deadlock. schedule_tick writes one row and needs no such lock.
+SELECT 1 AS locked FROM pg_advisory_xact_lock(%(lock)s::bigint);
+
 -- name: schedules_sync
 -- The schedules a worker's settings declare (PGQUEUE["PERIODIC"]), written when its
 -- scheduler starts: a new one is added, enabled and never ticked; a known one takes
 -- the settings' task, expression and time zone (its enabled switch and its last
 -- tick stay); one the settings no longer name is marked not configured, and its row
--- and its jobs stay for people to read. In name order, as every worker writes them.
+-- and its jobs stay for people to read. Run after schedules_lock, in its
+-- transaction: one sync at a time.
 -- One declared again after it was removed, switched on in the settings ("enabled")
 -- after the latest worker to start had it off (or before any worker wrote it: a row
 -- `schedules --enable` made), or given another expression or time zone, goes on

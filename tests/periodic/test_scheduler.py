@@ -4,6 +4,7 @@ after an outage as ``catch_up`` says, and settings changes applied at start."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import threading
 import time
@@ -21,6 +22,7 @@ from django_pgqueue.periodic.overview import overview
 from django_pgqueue.periodic.scheduler import Scheduler, declared
 from django_pgqueue.periodic.spec import MAX_TICKS, parse
 from django_pgqueue.queue import schedules
+from django_pgqueue.queue.schedules import Declared
 from django_pgqueue.sql import query
 from tests.worker.conftest import wait_for
 
@@ -126,6 +128,53 @@ def test_the_tick_statement_is_decided_by_the_row_lock_across_connections(
             assert ticked
             assert job_id is not None
     assert ran_at("minutely") == [tick, tick + dt.timedelta(minutes=1)]
+
+
+def test_syncs_of_workers_with_other_schedules_wait_for_each_other_not_deadlock(
+    db_url: str,
+) -> None:
+    """Each sync locks its first row, then the rows it marks removed, then its other
+    rows: two at once (settings A and B) took the same rows' locks in opposite
+    orders ('deadlock detected'). A third connection holding old, which both mark
+    removed first, lines them up: A holds a1 and B b1, both wait for old; let go,
+    A takes old and wants b1, while B wants old."""
+
+    def declare(*names: str) -> list[Declared]:
+        return [Declared(name, "tests.testapp.tasks.noop", "every 1s", "UTC") for name in names]
+
+    schedules.sync(declare("a0_old", "a1", "b1"), "default")  # in this order in the heap too
+    errors: list[Exception] = []
+
+    def sync(these: list[Declared]) -> None:
+        try:
+            schedules.sync(these, "default")
+        except Exception as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    def waiting() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            )
+            (count,) = cursor.fetchone() or (0,)
+            return int(count)
+
+    with psycopg.connect(db_url) as holder:
+        holder.execute("SELECT 1 FROM pgqueue_schedule WHERE name = 'a0_old' FOR UPDATE")
+        threads = [threading.Thread(target=sync, args=(declare(n),)) for n in ("a1", "b1")]
+        for started, thread in enumerate(threads, 1):
+            thread.start()
+            wait_for(functools.partial(lambda n: waiting() == n, started), 10, "the lock waits")
+        holder.rollback()
+        for thread in threads:
+            thread.join(30)
+    assert errors == []
+    assert not any(thread.is_alive() for thread in threads)
+    # One after the other: the later sync (B's) has the last word.
+    assert list(Schedule.objects.configured().values_list("name", flat=True)) == ["b1"]
 
 
 def outage(name: str, minutes: int) -> dt.datetime:

@@ -9,6 +9,7 @@ import django_pgqueue
 from django_pgqueue.sql import QUERIES, _compact, query, variant
 
 EXPECTED = {
+    "schedules_lock",
     "schedules_sync",
     "schedule_tick",
     "schedulers_up_since",

@@ -6,21 +6,24 @@ schedule filter (``?schedule=NAME``)."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from django_pgqueue import conf, wording
+from django_pgqueue.admin import times
 from django_pgqueue.admin.display import ColumnFilter
 from django_pgqueue.models import Schedule
 from django_pgqueue.periodic.models import ScheduleQuerySet
-from django_pgqueue.periodic.overview import ScheduleView, describe, local_moment
+from django_pgqueue.periodic.overview import OUT_OF_RANGE, ScheduleView, describe, local_moment
+from django_pgqueue.tolerant import out_of_range
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Schedule]
@@ -139,7 +142,26 @@ class ScheduleAdmin(_ModelAdmin):
                     "one off before that.",
                     messages.INFO,
                 )
-        return super().changelist_view(request, extra_context)
+        # Its pages read rows as they render: a row written by hand with a time Python
+        # cannot hold reads as the nearest, not a failed page.
+        return times.rendered(functools.partial(super().changelist_view, request, extra_context))
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        view = functools.partial(super().change_view, request, object_id, form_url, extra_context)
+        return times.rendered(view)
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return times.rendered(
+            functools.partial(super().history_view, request, object_id, extra_context)
+        )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -155,7 +177,7 @@ class ScheduleAdmin(_ModelAdmin):
 
     @admin.display(description="state")
     def state(self, obj: Schedule) -> str:
-        return self._view(obj).state
+        return self._view(obj).state_text()
 
     @admin.display(description="last job")
     def last_job(self, obj: Schedule) -> SafeString:
@@ -173,12 +195,13 @@ class ScheduleAdmin(_ModelAdmin):
 
     @admin.display(description="last tick")
     def last_tick_display(self, obj: Schedule) -> str:
-        view = self._view(obj)
-        return local_moment(view.last_tick, view.timezone)
+        return self._view(obj).last_tick_text()
 
     @admin.display(description="restarted at")
     def restarted_at_display(self, obj: Schedule) -> str:
         """When it was enabled again or changed: it went on from its next tick."""
+        if obj.restarted_at is not None and out_of_range(obj.restarted_at):
+            return OUT_OF_RANGE
         return local_moment(obj.restarted_at, self._view(obj).timezone)
 
     @admin.display(description="next tick")

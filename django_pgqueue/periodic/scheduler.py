@@ -13,6 +13,11 @@ the most recent one; "none"; "all": up to ``MAX_TICKS``). Later ticks, due while
 some scheduler was up, are all enqueued (up to ``MAX_TICKS`` at once). A scheduler
 that looks more than a minute late (the database unreachable, the process paused)
 counts the ticks since its last look as missed, as one starting then would.
+
+A last tick ahead of the clock (a worker's clock running fast) holds the
+schedule until then, each instant still enqueued once; the scheduler says so
+when it starts. A time no worker writes (``infinity``, a year BC: a row written
+by hand) counts as none (``schedules_sync``, ``schedule_tick``).
 """
 
 from __future__ import annotations
@@ -104,8 +109,20 @@ class Scheduler(ServiceThread):
         self._up_since = min(since, self.started) if since is not None else self.started
         for plan in self.planned:
             row = rows[plan.spec.name]
-            plan.cursor = row.resume_from or row.created_at
+            resume_from = row.resume_from or row.created_at
+            # Not past now: should the row's time be cleared, the ticks go on at once.
+            plan.cursor = min(resume_from, result.now)
             plan.due = result.now  # looked at in this first step
+            if resume_from - result.now > FELL_BEHIND:
+                # Each instant is enqueued once: no tick at or before it is taken.
+                logger.warning(
+                    "schedule %s: its last tick or restart (%s) is %.0f s ahead of the "
+                    "database's clock (a worker's clock running fast, or a row written by "
+                    "hand): no tick is enqueued until then",
+                    plan.spec.name,
+                    resume_from.isoformat(timespec="seconds"),
+                    (resume_from - result.now).total_seconds(),
+                )
         if result.removed:
             logger.info(
                 "scheduler: %d schedule(s) no longer in PGQUEUE['PERIODIC'] are marked removed",

@@ -13,8 +13,11 @@ from django.db import transaction
 from django_pgqueue.queue.enqueue import notify_params
 from django_pgqueue.records import JobSpec
 from django_pgqueue.sql import runner
-from django_pgqueue.validation import aware
+from django_pgqueue.validation import EARLIEST, LATEST, aware
 
+#: The times a worker writes lie between these (exclusive): the statements count
+#: any other (a row written by hand: infinity, a year BC) as none.
+BOUNDS = {"earliest": EARLIEST, "latest": LATEST}
 #: The advisory lock of the writers of several schedule rows (see :func:`locked`).
 ROWS_LOCK = 0x7067_7173_6368_6564  # "pgqsched"
 
@@ -70,6 +73,7 @@ def sync(declared: Sequence[Declared], alias: str) -> Sync:
         "expressions": [d.expression for d in declared],
         "timezones": [d.timezone for d in declared],
         "enabled": [d.enabled for d in declared],
+        **BOUNDS,
     }
     with locked(alias):
         rows = runner.fetch("schedules_sync", params, alias)
@@ -105,6 +109,7 @@ def tick_params(declared: Declared, spec: JobSpec, moment: dt.datetime) -> dict[
         "concurrency_key": spec.concurrency_key,
         "backoff": spec.backoff,
         "retry_policy": spec.retry_policy,
+        **BOUNDS,
         **notify_params(),
     }
 

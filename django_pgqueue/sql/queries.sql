@@ -937,6 +937,10 @@ SELECT 1 AS locked FROM pg_advisory_xact_lock(%(lock)s::bigint);
 -- tick it) is about to take is not lost: a scheduler looks once a second. The
 -- settings' "enabled" is kept in the row for that, and nothing else. Each row
 -- comes back with resume_from, the later of the two, where its ticking goes on.
+-- A time no worker writes (a row written by hand: infinity, -infinity, a year BC
+-- or past 9999; outside earliest and latest, the times Python holds, exclusive)
+-- counts as none, here as in schedule_tick: one such row must not fail the sync,
+-- which would stop every schedule. Such a created_at reads as now.
 WITH declared AS (
     SELECT name, task, expression, timezone, on_in_settings
     FROM unnest(%(names)s::text[], %(tasks)s::text[], %(expressions)s::text[],
@@ -959,15 +963,25 @@ upserted AS (
                               OR (EXCLUDED.settings_enabled AND NOT s.settings_enabled)
                               OR (s.expression, s.timezone)
                                  IS DISTINCT FROM (EXCLUDED.expression, EXCLUDED.timezone)
-                            THEN GREATEST(s.restarted_at, now() - interval '2 seconds')
+                            THEN GREATEST(CASE WHEN s.restarted_at < %(latest)s::timestamptz
+                                               THEN s.restarted_at END,
+                                          now() - interval '2 seconds')
                             ELSE s.restarted_at END,
         updated_at = CASE
             WHEN (s.task, s.expression, s.timezone, s.configured, s.settings_enabled)
                  IS DISTINCT FROM (EXCLUDED.task, EXCLUDED.expression, EXCLUDED.timezone, true,
                                    EXCLUDED.settings_enabled)
             THEN now() ELSE s.updated_at END
-    RETURNING s.name, s.enabled, GREATEST(s.last_tick, s.restarted_at) AS resume_from,
-              s.created_at
+    RETURNING s.name, s.enabled,
+              GREATEST(
+                  CASE WHEN s.last_tick > %(earliest)s::timestamptz
+                        AND s.last_tick < %(latest)s::timestamptz THEN s.last_tick END,
+                  CASE WHEN s.restarted_at > %(earliest)s::timestamptz
+                        AND s.restarted_at < %(latest)s::timestamptz THEN s.restarted_at END
+              ) AS resume_from,
+              CASE WHEN s.created_at > %(earliest)s::timestamptz
+                    AND s.created_at < %(latest)s::timestamptz THEN s.created_at
+                   ELSE now() END AS created_at
 ),
 removed AS (
     UPDATE pgqueue_schedule
@@ -988,7 +1002,9 @@ WHERE NOT EXISTS (SELECT FROM declared);
 -- happen or neither, so a worker that dies cannot leave a tick marked and its job
 -- missing. A second worker with the same tick waits on the first one's row lock,
 -- then finds last_tick already there and inserts nothing. No tick at or before
--- the schedule's restarted_at is taken. A disabled schedule's
+-- the schedule's restarted_at is taken; a last_tick or restarted_at at or past
+-- latest (a row written by hand: no worker writes one, see schedules_sync) counts
+-- as none, and the tick replaces that last_tick. A disabled schedule's
 -- tick is taken and enqueues nothing (not counted in ticks), so that when it is
 -- enabled again it goes on from its next tick, not from the ticks it skipped.
 -- Each worker ticks the definition its own settings give (the row
@@ -1004,8 +1020,10 @@ WHERE NOT EXISTS (SELECT FROM declared);
 WITH taken AS (
     SELECT name, enabled FROM pgqueue_schedule
     WHERE name = %(name)s::text
-      AND (last_tick IS NULL OR last_tick < %(tick)s::timestamptz)
-      AND (restarted_at IS NULL OR restarted_at < %(tick)s::timestamptz)
+      AND (last_tick IS NULL OR last_tick < %(tick)s::timestamptz
+           OR last_tick >= %(latest)s::timestamptz)
+      AND (restarted_at IS NULL OR restarted_at < %(tick)s::timestamptz
+           OR restarted_at >= %(latest)s::timestamptz)
     FOR UPDATE
 ),
 inserted AS (

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SCHEDULES = "/admin/django_pgqueue/schedule/"
 JOBS = "/admin/django_pgqueue/job/"
 REPORT = {"task": "tests.testapp.tasks.mark", "cron": "0 3 * * *", "kwargs": {"label": "r"}}
+MINUTELY_PING = {"task": "tests.testapp.tasks.mark", "every": 60, "kwargs": {"label": "p"}}
 
 
 def errors(periodic: dict[str, object]) -> list[tuple[str, str]]:
@@ -310,6 +311,51 @@ def test_the_admins_schedule_page_shows_the_last_tick_in_the_schedules_zone(
         response = admin_client.get(SCHEDULES)
     assert response.status_code == 200
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:00:00 UTC", response.content.decode())
+
+
+@pytest.mark.parametrize("tz", ["UTC", "off"])
+def test_the_listing_and_the_admin_read_a_row_with_a_time_python_cannot_hold(
+    request: pytest.FixtureRequest, tz: str
+) -> None:
+    """A row written by hand with ``infinity`` (or a year BC) made ``schedules`` fail
+    with a DataError and the admin's list a server error: it reads as out of range,
+    which the workers ignore, and a last tick ahead of the clock is said to hold."""
+    if tz == "off":  # first: around the later fixtures (see use_tz_off)
+        request.getfixturevalue("use_tz_off")
+    admin_client: Client = request.getfixturevalue("admin_client")
+    scheduler: Callable[..., Scheduler] = request.getfixturevalue("scheduler")
+    periodic = {"report": REPORT, "ping": {**MINUTELY_PING}}
+    scheduler(periodic).step()
+    Schedule.objects.filter(pk="report").update(
+        last_tick=timezone.now() + dt.timedelta(days=2), restarted_at=timezone.now()
+    )
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE pgqueue_schedule SET last_tick = 'infinity', restarted_at = '-infinity', "
+            "created_at = '3000-01-01 00:00+00 BC', updated_at = 'infinity' WHERE name = 'ping'"
+        )
+    lines = {line.split()[0]: line for line in run(periodic=periodic).splitlines()}
+    assert "active  " in lines["ping"]
+    assert "out of range (ignored)" in lines["ping"]
+    assert "active (held: its last tick is ahead of the clock)" in lines["report"]
+    (ping, report) = json.loads(run("--json", periodic=periodic))
+    assert (ping["last_tick"], ping["last_tick_out_of_range"], ping["held_until"]) == (
+        None,
+        True,
+        None,
+    )
+    assert report["held_until"] is not None
+    assert report["next_tick"] > report["held_until"]  # the tick after the held one
+    with override_settings(PGQUEUE={"PERIODIC": periodic}):
+        listing = admin_client.get(SCHEDULES)
+        page = admin_client.get(f"{SCHEDULES}ping/change/")
+        history = admin_client.get(f"{SCHEDULES}ping/history/")
+    assert (listing.status_code, page.status_code, history.status_code) == (200, 200, 200)
+    assert "out of range (ignored)" in listing.content.decode()
+    assert "held: its last tick is ahead of the clock" in listing.content.decode()
+    assert page.content.decode().count("out of range (ignored)") == 2  # last tick, restart
 
 
 @pytest.fixture

@@ -177,6 +177,62 @@ def test_syncs_of_workers_with_other_schedules_wait_for_each_other_not_deadlock(
     assert list(Schedule.objects.configured().values_list("name", flat=True)) == ["b1"]
 
 
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "last_tick = 'infinity'",
+        "restarted_at = 'infinity'",
+        "last_tick = '-infinity', restarted_at = '20000-01-01 00:00+00'",
+        "last_tick = '4713-01-01 00:00+00 BC', created_at = '-infinity'",
+    ],
+)
+def test_a_row_with_a_time_no_worker_writes_stops_no_schedule(
+    scheduler: Callable[..., Scheduler], planted: str
+) -> None:
+    """A row written by hand with a time Python cannot hold failed every worker's
+    sync (its scheduler restarted for good: no schedule ticked). Such a time counts
+    as none: the others tick, and so does that one, its next tick replacing it."""
+    periodic = {"minutely": MINUTELY, "planted": MINUTELY}
+    scheduler(periodic).step()
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE pgqueue_schedule SET {planted} WHERE name = 'planted'")
+    s = scheduler(periodic)
+    s.step()
+    tick = s.planned[0].spec.next_after(timezone.now())
+    for plan in s.planned:
+        s._enqueue_due(plan, tick + dt.timedelta(seconds=0.2))
+    assert (ran_at("minutely"), ran_at("planted")) == ([tick], [tick])
+    last_tick = Schedule.objects.filter(pk="planted").values_list("last_tick", flat=True)
+    assert list(last_tick) == [tick]
+
+
+def test_a_last_tick_ahead_of_the_clock_holds_the_schedule_until_then_and_says_so(
+    scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker whose clock runs an hour fast took a tick an hour ahead: each
+    instant is still enqueued once, so none is until then; the worker says so, and
+    so does the listing. Cleared by hand, the ticks go on at once."""
+    scheduler({"minutely": MINUTELY}).step()
+    ahead = next(parse("minutely", MINUTELY).at_or_before(timezone.now() + dt.timedelta(hours=1)))
+    Schedule.objects.filter(pk="minutely").update(last_tick=ahead)
+    s = scheduler({"minutely": MINUTELY})
+    with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
+        s.step()
+    assert f"schedule minutely: its last tick or restart ({ahead.isoformat()})" in caplog.text
+    assert "ahead of the database's clock" in caplog.text
+    (plan,) = s.planned
+    tick = plan.spec.next_after(timezone.now())
+    s._enqueue_due(plan, tick + dt.timedelta(seconds=0.2))
+    assert ran_at("minutely") == []
+    (view,) = overview()
+    assert view.held_until == ahead
+    assert view.next_tick == ahead + dt.timedelta(minutes=1)
+    assert view.state_text() == "active (held: its last tick is ahead of the clock)"
+    Schedule.objects.filter(pk="minutely").update(last_tick=None)
+    s._enqueue_due(plan, tick + dt.timedelta(minutes=1, seconds=0.2))
+    assert ran_at("minutely") == [tick + dt.timedelta(minutes=1)]
+
+
 def outage(name: str, minutes: int) -> dt.datetime:
     """Make the schedule look as if its last tick was ``minutes`` ticks ago (every
     worker down since): its last_tick moved back. The latest tick due now, and

@@ -25,8 +25,8 @@ def _row(view: ScheduleView) -> tuple[str, ...]:
         view.name,
         view.expression,
         view.timezone,
-        view.state if view.seen else f"{view.state} (no worker has started with it yet)",
-        local_moment(view.last_tick, view.timezone),
+        view.state_text() if view.seen else f"{view.state} (no worker has started with it yet)",
+        view.last_tick_text(),
         job,
         local_moment(view.next_tick, view.timezone),
     )

@@ -86,6 +86,12 @@ class RegisteredWorker(OnJobDatabaseModel):
         help_text="Whether it runs the scheduler of periodic jobs (--burst and --max-jobs "
         "workers do not).",
     )
+    schedule_names = models.JSONField(
+        default=list,
+        db_default=[],
+        blank=True,
+        help_text="The schedules its scheduler runs: those enabled in its settings.",
+    )
     jobs_running = models.IntegerField(default=0, db_default=0)
     jobs_done = models.BigIntegerField(
         default=0, db_default=0, help_text="Outcomes it recorded since it started."

@@ -48,6 +48,10 @@ FELL_BEHIND = dt.timedelta(seconds=LONGEST_PAUSE)
 CATCH_UP_LIMITS = {"none": 0, "latest": 1, "all": MAX_TICKS}
 
 
+#: Later than any tick: a schedule not looked at yet.
+NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
 @dataclasses.dataclass
 class Planned:
     """One schedule as this worker's scheduler follows it."""
@@ -58,11 +62,12 @@ class Planned:
     #: Every tick up to this instant has been dealt with (enqueued, here or elsewhere).
     cursor: dt.datetime
     due: dt.datetime
+    #: Since when a scheduler running this schedule has been up, without a break.
+    up_since: dt.datetime = NEVER
 
     @classmethod
     def of(cls, spec: ScheduleSpec) -> Planned:
-        never = dt.datetime.max.replace(tzinfo=dt.UTC)
-        return cls(spec, declared(spec), job_spec(spec), cursor=never, due=never)
+        return cls(spec, declared(spec), job_spec(spec), cursor=NEVER, due=NEVER)
 
 
 def declared(spec: ScheduleSpec) -> Declared:
@@ -83,7 +88,6 @@ class Scheduler(ServiceThread):
         # runworker turns the InvalidSchedule into its one-line CommandError.
         self.planned = [Planned.of(s) for s in specs if s.enabled]
         self._synced = False
-        self._up_since = self.started
 
     def step(self) -> float:
         # A tick's job is an enqueue: it commits durably, whatever ASYNC_COMMIT says.
@@ -106,8 +110,8 @@ class Scheduler(ServiceThread):
         result = schedules.sync([declared(s) for s in conf.get().schedules], self.alias)
         rows = {row.name: row for row in result.rows}
         since = schedules.up_since(self.alias)
-        self._up_since = min(since, self.started) if since is not None else self.started
         for plan in self.planned:
+            plan.up_since = min(since.get(plan.spec.name, self.started), self.started)
             row = rows[plan.spec.name]
             resume_from = row.resume_from or row.created_at
             # Not past now: should the row's time be cleared, the ticks go on at once.
@@ -136,8 +140,8 @@ class Scheduler(ServiceThread):
         more than ``FELL_BEHIND`` (every statement failing while the database was
         unreachable, the process paused) finds the ticks since the last one missed
         too, as a scheduler starting then would."""
-        spec, start, boundary = plan.spec, plan.cursor, self._up_since
-        while_ = "while no worker was up"
+        spec, start, boundary = plan.spec, plan.cursor, plan.up_since
+        while_ = "while no worker running it was up"
         if now - plan.due > FELL_BEHIND:
             boundary = max(boundary, now)
             while_ = (

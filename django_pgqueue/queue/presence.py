@@ -27,6 +27,8 @@ class Registration:
     gone_after: float
     #: Whether it runs the scheduler (a --burst or --max-jobs worker does not).
     schedules: bool = True
+    #: The schedules that scheduler runs (those enabled in its settings).
+    schedule_names: Sequence[str] = ()
 
 
 def register(entry: Registration, running: int, done: int, *, starting: bool, alias: str) -> None:
@@ -43,6 +45,7 @@ def register(entry: Registration, running: int, done: int, *, starting: bool, al
             "version": entry.version,
             "gone_after": entry.gone_after,
             "schedules": entry.schedules,
+            "schedule_names": json.dumps(list(entry.schedule_names)),
             "jobs_running": running,
             "jobs_done": done,
             "starting": starting,

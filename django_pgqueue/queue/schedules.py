@@ -124,7 +124,9 @@ def tick(
     return bool(row["ticked"]), row["id"]
 
 
-def up_since(alias: str) -> dt.datetime | None:
-    """The start of the oldest worker the registry shows alive, or None."""
-    since: dt.datetime | None = runner.fetch_one("schedulers_up_since", {}, alias)["since"]
-    return None if since is None else aware(since)
+def up_since(alias: str) -> dict[str, dt.datetime]:
+    """By schedule name, the start of the oldest worker the registry shows alive
+    whose scheduler runs it."""
+    return {
+        row["name"]: aware(row["since"]) for row in runner.fetch("schedulers_up_since", {}, alias)
+    }

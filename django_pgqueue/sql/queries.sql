@@ -734,17 +734,17 @@ SELECT pg_try_advisory_lock(%(key)s::bigint) AS locked;
 -- shown as gone unless the next heartbeat moves it on.
 INSERT INTO pgqueue_worker (
     id, hostname, pid, queues, concurrency, version, started_at, last_seen, alive_until,
-    schedules, jobs_running, jobs_done
+    schedules, schedule_names, jobs_running, jobs_done
 )
 VALUES (
     %(worker)s::text, %(hostname)s::text, %(pid)s::int, %(queues)s::jsonb, %(concurrency)s::int,
     %(version)s::text, now(), now(), now() + make_interval(secs => %(gone_after)s::float8),
-    %(schedules)s::bool, %(jobs_running)s::int, %(jobs_done)s::bigint
+    %(schedules)s::bool, %(schedule_names)s::jsonb, %(jobs_running)s::int, %(jobs_done)s::bigint
 )
 ON CONFLICT (id) DO UPDATE
 SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
     concurrency = EXCLUDED.concurrency, version = EXCLUDED.version,
-    schedules = EXCLUDED.schedules,
+    schedules = EXCLUDED.schedules, schedule_names = EXCLUDED.schedule_names,
     started_at = CASE WHEN %(starting)s::bool THEN EXCLUDED.started_at
                       ELSE pgqueue_worker.started_at END,
     last_seen = EXCLUDED.last_seen, alive_until = EXCLUDED.alive_until,
@@ -1057,9 +1057,17 @@ FROM (SELECT 1) AS one
 LEFT JOIN inserted AS i ON true;
 
 -- name: schedulers_up_since
--- Since when a scheduler has been up without a break, as far as the registry can
--- tell: the start of the oldest worker still alive that runs one (not a --burst
--- or --max-jobs worker). Ticks after it were due while some scheduler ran, so
--- none of them counts as missed.
-SELECT min(started_at) AS since, now() AS now
-FROM pgqueue_worker WHERE alive_until >= now() AND schedules;
+-- For each schedule, since when a scheduler that runs it has been up without a
+-- break, as far as the registry can tell: the start of the oldest worker still
+-- alive whose scheduler runs it (not a --burst or --max-jobs worker, and the
+-- schedule enabled in its settings). Ticks after it were due while one ran, so
+-- none of them counts as missed; a worker up all along with other settings
+-- does not count. (A schedule_names that is not a list, written by hand, names
+-- nothing.)
+SELECT n.name, min(w.started_at) AS since
+FROM pgqueue_worker AS w
+CROSS JOIN LATERAL jsonb_array_elements_text(
+    CASE WHEN jsonb_typeof(w.schedule_names) = 'array' THEN w.schedule_names
+         ELSE '[]'::jsonb END) AS n (name)
+WHERE w.alive_until >= now() AND w.schedules
+GROUP BY n.name;

@@ -16,6 +16,7 @@ import socket
 import threading
 
 import django_pgqueue
+from django_pgqueue import conf
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
 from django_pgqueue.monitoring.models import RegisteredWorker
 from django_pgqueue.queue.presence import Registration
@@ -36,6 +37,7 @@ class Presence:
     def __init__(self, config: WorkerConfig, ledger: Ledger, events: Events) -> None:
         self.config = config
         self.ledger = ledger
+        scheduling = not config.burst and config.max_jobs is None
         self.entry = Registration(
             worker=config.worker_id,
             hostname=socket.gethostname(),
@@ -44,7 +46,10 @@ class Presence:
             concurrency=config.concurrency,
             version=django_pgqueue.__version__,
             gone_after=gone_after(config),
-            schedules=not config.burst and config.max_jobs is None,
+            schedules=scheduling,
+            schedule_names=[s.name for s in conf.get().schedules if s.enabled]
+            if scheduling
+            else [],
         )
         self.done = 0
         self._registered = False

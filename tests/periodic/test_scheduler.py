@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import logging
 import threading
 import time
@@ -247,14 +248,19 @@ def outage(name: str, minutes: int) -> dt.datetime:
     return now_tick
 
 
-def worker_up_for_an_hour(worker_id: str = "other", *, schedules: bool = True) -> None:
-    """Another worker's row in the registry: alive, started an hour ago."""
+def worker_up_for_an_hour(
+    worker_id: str = "other", *, schedules: bool = True, running: list[str] | None = None
+) -> None:
+    """Another worker's row in the registry: alive, started an hour ago, its scheduler
+    running the schedules ``running`` (by default every one the table holds)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO pgqueue_worker (id, hostname, pid, concurrency, version, started_at, "
-            "last_seen, alive_until, schedules, jobs_running, jobs_done) VALUES (%s, 'h', 1, 1, "
-            "'x', now() - interval '1 hour', now(), now() + interval '1 minute', %s, 0, 0)",
-            [worker_id, schedules],
+            "last_seen, alive_until, schedules, schedule_names, jobs_running, jobs_done) "
+            "VALUES (%s, 'h', 1, 1, 'x', now() - interval '1 hour', now(), "
+            "now() + interval '1 minute', %s, COALESCE(%s::jsonb, "
+            "(SELECT coalesce(jsonb_agg(name), '[]') FROM pgqueue_schedule)), 0, 0)",
+            [worker_id, schedules, None if running is None else json.dumps(running)],
         )
 
 
@@ -352,6 +358,20 @@ def test_a_bounded_worker_up_meanwhile_does_not_count_as_a_scheduler(
     assert ran_at("minutely") == []  # missed while no scheduler ran: catch_up "none"
 
 
+def test_a_worker_up_meanwhile_with_other_settings_does_not_count_for_a_schedule(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    """Ticks count as due, not missed, only while a worker whose scheduler runs the
+    schedule was up. A worker up all along without it (other settings, the schedule
+    disabled there) let the ticks of a 20-minute outage through catch_up "none"."""
+    every = {**MINUTELY, "catch_up": "none"}
+    scheduler({"minutely": every}).step()
+    outage("minutely", 3)
+    worker_up_for_an_hour("other-settings", running=["nightly"])
+    scheduler({"minutely": every}).step()
+    assert ran_at("minutely") == []  # missed while no worker running it was up
+
+
 def test_a_disabled_schedule_enqueues_nothing_until_enabled_again(
     scheduler: Callable[..., Scheduler],
 ) -> None:
@@ -378,7 +398,7 @@ def test_ticks_that_fell_while_disabled_are_not_enqueued_after_it_is_enabled(
     latest = outage("minutely", 5)  # the last tick taken five minutes ago
     worker_up_for_an_hour()
     # The running worker, up all along, passes the five ticks while it is disabled.
-    s._up_since = s.planned[0].cursor = latest - dt.timedelta(minutes=5)
+    s.planned[0].up_since = s.planned[0].cursor = latest - dt.timedelta(minutes=5)
     s._enqueue_due(s.planned[0], timezone.now())
     assert ran_at("minutely") == []
     assert Schedule.objects.get(pk="minutely").last_tick == latest  # taken, not enqueued

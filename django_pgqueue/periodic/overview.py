@@ -101,6 +101,15 @@ def _state(spec: ScheduleSpec | None, row: Schedule | None) -> str:
     return ACTIVE
 
 
+def _next_tick(spec: ScheduleSpec, after: dt.datetime) -> dt.datetime | None:
+    """The schedule's first tick after ``after``; None past what Python's dates hold
+    (a last tick written by hand in year 9999)."""
+    try:
+        return spec.next_after(after)
+    except OverflowError:
+        return None
+
+
 def describe(
     name: str,
     spec: ScheduleSpec | None,
@@ -132,7 +141,7 @@ def describe(
         else None,
         last_job_id=row.last_job_id if row else None,
         last_job_status=last_job_status,
-        next_tick=spec.next_after(resume) if spec is not None and state == ACTIVE else None,
+        next_tick=_next_tick(spec, resume) if spec is not None and state == ACTIVE else None,
         ticks=row.ticks if row else 0,
         seen=row is not None,
         last_tick_out_of_range=ignored,

@@ -117,7 +117,8 @@ class Scheduler(ServiceThread):
             # Not past now: should the row's time be cleared, the ticks go on at once.
             plan.cursor = min(resume_from, result.now)
             plan.due = result.now  # looked at in this first step
-            if resume_from - result.now > FELL_BEHIND:
+            # Only a tick or a restart holds ticks back (schedule_tick), not created_at.
+            if row.resume_from is not None and row.resume_from - result.now > FELL_BEHIND:
                 # Each instant is enqueued once: no tick at or before it is taken.
                 logger.warning(
                     "schedule %s: its last tick or restart (%s) is %.0f s ahead of the "

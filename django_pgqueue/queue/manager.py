@@ -77,8 +77,8 @@ class QueueOperations:
     def complete(
         self, worker: str, successes: Iterable[Success], *, using: str | None = None
     ) -> set[int]:
-        """Mark runs done with their results; returns the ids recorded (fenced; a run
-        whose row another transaction holds locked is skipped, not waited for)."""
+        """Mark runs done with their results; returns the ids recorded (fenced). A row
+        another transaction holds locked is waited for, the rows taken in id order."""
         successes = list(successes)  # a generator is read once, by the check
         claims.check_successes(successes, decode=True)
         return claims.complete(worker, successes, self._alias(using))
@@ -88,7 +88,7 @@ class QueueOperations:
     ) -> dict[int, str]:
         """Record the runs that did not succeed: failed (retry later, or dead), snoozed
         (queued later, the attempt not spent) or cancelled; returns {id: new status}
-        (fenced; a run whose row another transaction holds locked is skipped)."""
+        (fenced; a row another transaction holds locked is waited for)."""
         return claims.fail(worker, failures, self._alias(using))
 
     def record(

@@ -394,3 +394,21 @@ def test_schedules_tick_and_list_with_use_tz_off(
     assert f'href="{JOBS}{job.id}/change/">#{job.id}</a> queued' in html
     page = admin_client.get(f"{JOBS}{job.id}/change/").content.decode()
     assert shown.strftime("%H:%M:%S") in page  # run_at in TIME_ZONE, not read as UTC
+
+
+def test_the_listing_of_a_schedule_held_until_year_9999_shows_no_next_tick() -> None:
+    """A last tick written by hand in year 9999 is a real tick to the workers (it
+    holds the schedule); the tick after it is past what Python's dates hold, and
+    computing it failed the listing and the admin's schedule pages."""
+    from django_pgqueue.periodic.overview import describe
+    from django_pgqueue.periodic.spec import parse_all
+
+    (spec,) = parse_all({"yearly": {"task": "tests.testapp.tasks.noop", "cron": "@yearly"}})
+    row = Schedule(name="yearly", task=spec.task, expression=spec.expression, timezone="UTC")
+    row.last_tick = dt.datetime(9999, 6, 1, tzinfo=dt.UTC)
+    view = describe("yearly", spec, row, None, dt.datetime(2026, 12, 6, tzinfo=dt.UTC))
+    assert (view.state, view.next_tick, view.held_until) == (
+        "active",
+        None,
+        dt.datetime(9999, 6, 1, tzinfo=dt.UTC),
+    )

@@ -234,6 +234,21 @@ def test_a_last_tick_ahead_of_the_clock_holds_the_schedule_until_then_and_says_s
     assert ran_at("minutely") == [tick + dt.timedelta(minutes=1)]
 
 
+def test_a_created_at_ahead_of_the_clock_holds_nothing_and_is_not_said_to(
+    scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only a last tick or a restart holds ticks back: a row never ticked whose
+    created_at is ahead (written by hand) ticks at once, so the start-up warning
+    that it would not was false."""
+    scheduler({"minutely": MINUTELY}).step()
+    Schedule.objects.filter(pk="minutely").update(
+        last_tick=None, restarted_at=None, created_at=timezone.now() + dt.timedelta(days=1)
+    )
+    with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
+        scheduler({"minutely": MINUTELY}).step()
+    assert "ahead of the database's clock" not in caplog.text
+
+
 def outage(name: str, minutes: int) -> dt.datetime:
     """Make the schedule look as if its last tick was ``minutes`` ticks ago (every
     worker down since): its last_tick moved back. The latest tick due now, and

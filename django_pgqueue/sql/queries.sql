@@ -276,10 +276,10 @@ WITH
 , written AS (
 UPDATE pgqueue_job AS j
 SET status = 'done', done_at = now(), locked_until = NULL, result = o.result::jsonb
-FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[], %(results)s::text[])
-     AS o (id, run, result), relax, free
+FROM (SELECT u.* FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[], %(results)s::text[])
+                      AS u (id, run, result)
+      WHERE u.id IN (SELECT id FROM free) OFFSET 0) AS o, relax
 -- include: _still_held
-  AND free.id = j.id
 RETURNING j.id
 )
 SELECT id, false AS busy FROM written
@@ -342,12 +342,12 @@ SET status = CASE WHEN o.cancel OR j.cancel_requested_at IS NOT NULL THEN 'cance
                                                               o.message, o.traceback)) END,
     error_count = CASE WHEN o.snooze AND NOT o.cancel AND j.cancel_requested_at IS NULL
                        THEN j.error_count ELSE least(j.error_count + 1, 1000000000) END
-FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[], %(delays)s::float8[],
-            %(exceptions)s::text[], %(messages)s::text[], %(tracebacks)s::text[],
-            %(finals)s::bool[], %(cancels)s::bool[], %(snoozes)s::bool[])
-     AS o (id, run, delay, exception, message, traceback, final, cancel, snooze), relax, free
+FROM (SELECT u.* FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[], %(delays)s::float8[],
+                             %(exceptions)s::text[], %(messages)s::text[], %(tracebacks)s::text[],
+                             %(finals)s::bool[], %(cancels)s::bool[], %(snoozes)s::bool[])
+           AS u (id, run, delay, exception, message, traceback, final, cancel, snooze)
+      WHERE u.id IN (SELECT id FROM free) OFFSET 0) AS o, relax
 -- include: _still_held
-  AND free.id = j.id
 RETURNING j.id, j.status
 )
 SELECT id, status, false AS busy FROM written
@@ -373,9 +373,9 @@ WITH
 , renewed AS (
 UPDATE pgqueue_job AS j
 SET locked_until = now() + make_interval(secs => %(lease)s::float8)
-FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), relax, free
+FROM (SELECT u.* FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS u (id, run)
+      WHERE u.id IN (SELECT id FROM free) OFFSET 0) AS o, relax
 -- include: _still_held
-  AND free.id = j.id
 RETURNING j.id, j.lease_token AS run, true AS kept,
           j.cancel_requested_at IS NOT NULL AS cancel_requested, j.cancel_reason,
           EXISTS (SELECT FROM pgqueue_queue AS q
@@ -416,9 +416,9 @@ SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancell
         END) END,
     error_count = CASE WHEN j.cancel_requested_at IS NULL AND %(reason)s::text IS NULL
                        THEN j.error_count ELSE least(j.error_count + 1, 1000000000) END
-FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), relax, free
+FROM (SELECT u.* FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS u (id, run)
+      WHERE u.id IN (SELECT id FROM free) OFFSET 0) AS o, relax
 -- include: _still_held
-  AND free.id = j.id
 RETURNING j.id, j.status
 )
 SELECT id, status FROM written
@@ -428,7 +428,11 @@ SELECT o.id, NULL
 ;
 
 -- name: _free_runs
--- The batch's rows this transaction can lock now, in id order. A row another
+-- The batch's rows this transaction can lock now, in id order. Those that use it
+-- read the batch once, filtered by it (IN / NOT IN: hashed), OFFSET 0 keeping that
+-- a subquery of its own: joined to it instead, the prepared statement's generic
+-- plan (which expects a few rows from each) looped over it for every run, and a
+-- batch of 1,000 outcomes took ten times as long as before this part existed. A row another
 -- transaction holds locked (an operator's cancel() inside a long atomic block,
 -- an edit in the admin) is skipped, not waited for: waiting stalled every other
 -- write of the worker (each lease's renewal, each outcome of the batch) until
@@ -443,9 +447,9 @@ free AS MATERIALIZED (
 -- The rest of the batch's runs that this worker still holds (a plain read, which
 -- a row lock does not block): skipped by _free_runs, neither written nor lost,
 -- tried again by the caller.
-FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS o (id, run), pgqueue_job AS j
+FROM (SELECT u.* FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS u (id, run)
+      WHERE u.id NOT IN (SELECT id FROM free) OFFSET 0) AS o, pgqueue_job AS j
 -- include: _still_held
-  AND NOT EXISTS (SELECT FROM free WHERE free.id = o.id)
 
 -- name: _still_held
 -- The fence of complete, fail, heartbeat and release: row j is still running

@@ -60,6 +60,7 @@ class Completer(ServiceThread):
         on_settled: OnSettled,
         supervision: Supervision,
         in_flight: Callable[[], int] | None = None,
+        own_writes: threading.Lock | None = None,
     ) -> None:
         super().__init__(alias, "pgqueue-completer", supervision)
         self.worker_id = worker_id
@@ -67,6 +68,8 @@ class Completer(ServiceThread):
         #: The worker's jobs claimed and not yet returned, whose outcomes could
         #: still join a batch (unknown: assume some).
         self._in_flight = in_flight or (lambda: 1)
+        #: The ledger's: the heartbeat's statement and ours take turns (Ledger.own_writes).
+        self._own_writes = own_writes or threading.Lock()
         self._outcomes: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._batch: list[Outcome] = []  # taken, not yet written (kept across retries)
         #: Skipped by the last write, their rows locked by another transaction:
@@ -194,7 +197,8 @@ class Completer(ServiceThread):
     def _record(self, batch: list[Outcome]) -> Recorded:
         successes = [o for o in batch if isinstance(o, Success)]
         failures = [o for o in batch if isinstance(o, Failure)]
-        return Job.objects.record(self.worker_id, successes, failures, using=self.alias)
+        with self._own_writes:
+            return Job.objects.record(self.worker_id, successes, failures, using=self.alias)
 
     def _record_each(self, batch: list[Outcome]) -> Recorded:
         """One outcome at a time, replacing any the database refuses by a final

@@ -81,9 +81,10 @@ class Housekeeping:
             self.events.emit("heartbeat", kept=set(), lost=[])
             return None
         sent = time.monotonic()
-        renewal = Job.objects.renew(
-            self.config.worker_id, keys, lease=self.config.lease, using=self.config.database
-        )
+        with self.ledger.own_writes:
+            renewal = Job.objects.renew(
+                self.config.worker_id, keys, lease=self.config.lease, using=self.config.database
+            )
         kept = renewal.kept
         # A busy run (its row locked by someone else) is neither renewed nor lost:
         # the next beat tries it again.

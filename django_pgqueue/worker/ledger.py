@@ -70,6 +70,11 @@ class Window:
 class Ledger:
     def __init__(self, lease: float = 60.0) -> None:
         self._lock = threading.Lock()
+        #: Held by the heartbeat and the completer around their statements: each
+        #: skips rows another transaction holds locked, and must not skip the
+        #: other's (which lock every row they write, for a moment) and so each
+        #: other's runs, over and over, while the worker holds thousands.
+        self.own_writes = threading.Lock()
         self._held: dict[Key, Held] = {}
         self._lease = lease
         self.busy = 0

@@ -75,8 +75,9 @@ class Worker:
         self.epoch = ConnectionEpoch()
         self.ledger = Ledger(lease=config.lease)
         supervision = Supervision(fatal=self.fail_fast, epoch=self.epoch)
+        in_flight, own_writes = (lambda: self.ledger.busy), self.ledger.own_writes
         self.completer = Completer(
-            config.worker_id, config.database, self._settled, supervision, lambda: self.ledger.busy
+            config.worker_id, config.database, self._settled, supervision, in_flight, own_writes
         )
         self.pool = JobPool(config.concurrency, self._job_starting, self._job_done, self.epoch)
         fixed = None if config.prefetch == "auto" else int(config.prefetch)

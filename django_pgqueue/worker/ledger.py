@@ -109,6 +109,7 @@ class Ledger:
                 # slow): the reaper may have given the job to another worker already,
                 # which the heartbeat would learn only after this thread started it.
                 self._drop(job.key)
+                self.claimed -= 1  # as forget(): given back, it was never ours to run
                 return "lapsed"
             held.started = now  # the job timeout counts from here
             held.control._start(held.started, timeout)

@@ -220,13 +220,14 @@ class Shutdown:
                     logger.error(
                         "could not give jobs %s back (%s): the reaper returns them "
                         "once their leases expire",
-                        sorted(k[0] for k in keys),
+                        sorted(k[0] for k in keys if statuses.get(k[0]) is None),
                         first_line(exc),
                     )
-                    return
-                time.sleep(delay)
-                delay = min(1.0, delay * 2)
-                continue
+                    statuses = {i: s for i, s in statuses.items() if s is not None}
+                else:
+                    time.sleep(delay)
+                    delay = min(1.0, delay * 2)
+                    continue
             released = emit_released(
                 self.worker.events, self.worker.ledger, keys, statuses, unstarted=unstarted
             )

@@ -108,6 +108,23 @@ def test_a_run_given_back_drops_its_late_outcome() -> None:
     assert (ledger.busy, ledger.own_work_left()) == (0, False)
 
 
+def test_a_prefetched_run_whose_lease_lapsed_unrenewed_is_not_started() -> None:
+    """A worker paused past its lease: the heartbeat had not yet learned that the
+    lease was lost when a thread took the next prefetched run (the reaper may have
+    given the job to another worker). One renewed in time starts as usual."""
+    ledger = Ledger(lease=10)
+    late, renewed = job(1), job(2)
+    ledger.add([late, renewed])
+    now = time.monotonic()
+    ledger.renewed(kept={renewed.key}, asked=[renewed.key], lease_until=now + 10)
+    with ledger._lock:  # the claim's lease ran out 9.5 s ago: within the margin (1 s)
+        ledger._held[late.key].lease_until = now + 0.5
+    assert ledger.start(late) == "lapsed"
+    assert (ledger.busy, ledger.claimed) == (1, 1)  # dropped, and no longer claimed
+    assert ledger.lease_keys() == [renewed.key]
+    assert ledger.start(renewed) not in (False, "lapsed")
+
+
 def test_the_earliest_lease_end_follows_renewals() -> None:
     ledger = Ledger(lease=10)
     a, b = job(1), job(2)

@@ -80,6 +80,7 @@ class Ledger:
         self.busy = 0
         self.claimed = self.succeeded = self.buried = self.retried = self.cancelled = 0
         self._window = Window()
+        self._owed: list[ClaimedJob] = []
 
     def add(self, jobs: list[ClaimedJob]) -> None:
         now = time.monotonic()
@@ -195,6 +196,18 @@ class Ledger:
                     held.given_back = True
                     if held.returned:
                         del self._held[key]
+
+    def owe(self, jobs: list[ClaimedJob]) -> None:
+        """Runs given back unstarted (forgotten) whose rows another transaction held
+        locked: still this worker's in the table, owed to the queue until given back."""
+        with self._lock:
+            self._owed += jobs
+
+    def owed(self) -> list[ClaimedJob]:
+        """Take the runs owed to the queue (:meth:`owe`), to give them back."""
+        with self._lock:
+            owed, self._owed = self._owed, []
+            return owed
 
     def take_back(self, jobs: list[ClaimedJob], margin: float = 1.0) -> list[ClaimedJob]:
         """Giving these runs (none started) back failed: those whose leases still hold

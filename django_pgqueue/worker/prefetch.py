@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 
 from django_pgqueue import wording
-from django_pgqueue.dberrors import first_line
+from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.queue import claims
 from django_pgqueue.records import ClaimedJob
 from django_pgqueue.worker.config import WorkerConfig
@@ -111,14 +111,21 @@ class GiveBack:
         self.config, self.prefetch, self.ledger, self.pool = config, prefetch, ledger, pool
         self.events = events
         self._looked = 0.0
+        self._owing = False  # runs owed to the queue are left (their rows locked)
 
     def look(self) -> float:
-        """Give the waiting jobs back if the oldest has waited too long; how long the
-        claim loop may sleep before it should look again."""
+        """Give back the runs owed to the queue (:func:`give_back_owed`), and the
+        waiting jobs if the oldest has waited too long; how long the claim loop may
+        sleep before it should look again."""
         now, sleep = time.monotonic(), self.config.poll_interval
-        if not self.prefetch.adaptive or now - self._looked < LOOK_EVERY:
-            return sleep
+        if now - self._looked < LOOK_EVERY:
+            return min(sleep, self._looked + LOOK_EVERY - now) if self._owing else sleep
         self._looked = now
+        self._owing = give_back_owed(self.config, self.ledger, self.events)
+        if self._owing:
+            sleep = min(sleep, LOOK_EVERY)
+        if not self.prefetch.adaptive:
+            return sleep
         since = self.ledger.waiting_since()
         if since is None:
             return sleep
@@ -151,12 +158,17 @@ def give_back(
     twice, on a fresh connection the second time) puts back in the pool those whose
     leases still hold, renewed again from then on, to run here or be given back at
     the next look. Forgotten first, they were left to the reaper, which spends an
-    attempt (and buries a job that had one, though it never ran)."""
+    attempt (and buries a job that had one, though it never ran).
+
+    A run whose row another transaction holds locked (an operator's cancel() in a
+    long atomic block) is skipped, not waited for, which stalled the claim loop or
+    the heartbeat that gives back: owed to the queue, it goes back at a later look
+    (:func:`give_back_owed`)."""
     keys = [job.key for job in waiting]
     ledger.give_back(keys)  # the heartbeat leaves them alone while they go back
     for last in (False, True):
         try:
-            statuses = claims.release(config.worker_id, keys, None, config.database)
+            statuses = claims.release(config.worker_id, keys, None, config.database, wait=False)
         except Exception as exc:
             reset_connection(config.database)
             if last:
@@ -172,15 +184,67 @@ def give_back(
         else:
             break
     ledger.forget(waiting)
+    owe(ledger, [job for job in waiting if job.id in statuses and statuses[job.id] is None])
     return emit_released(events, ledger, keys, statuses, unstarted=True)
+
+
+def owe(ledger: Ledger, locked: list[ClaimedJob], why: str = "") -> None:
+    """These runs, given back unstarted, were skipped: their rows were locked."""
+    if locked:
+        ledger.owe(locked)
+        logger.info(
+            "jobs %s: %stheir rows are locked by another transaction: not started, they "
+            "go back to the queue once it lets go (this worker goes on meanwhile)",
+            sorted(job.id for job in locked),
+            why,
+        )
+
+
+def give_back_owed(config: WorkerConfig, ledger: Ledger, events: Events) -> bool:
+    """Give back the runs owed to the queue, skipping those whose rows are still
+    locked; True if some are left. Fenced: a run the reaper returned meanwhile (its
+    lease lapsed) is no longer this worker's, and nothing is written for it."""
+    owed = ledger.owed()
+    if not owed:
+        return False
+    keys = [job.key for job in owed]
+    try:
+        statuses = claims.release(config.worker_id, keys, None, config.database, wait=False)
+    except Exception as exc:
+        reset_connection(config.database)
+        if not is_transient(exc):
+            logger.error(
+                "could not give back jobs %s (%s): the reaper returns them",
+                sorted(k[0] for k in keys),
+                first_line(exc),
+            )
+            return False
+        ledger.owe(owed)
+        logger.warning(
+            "could not give back jobs %s yet: %s", sorted(k[0] for k in keys), first_line(exc)
+        )
+        return True
+    left = [job for job in owed if job.id in statuses and statuses[job.id] is None]
+    ledger.owe(left)
+    done = [k for k in keys if k[0] not in statuses or statuses[k[0]] is not None]
+    if done:
+        released = emit_released(events, ledger, done, statuses, unstarted=True)
+        logger.info(
+            "jobs %s: the other transaction let go of their rows; %s",
+            sorted(k[0] for k in done),
+            f"given back to the queue: {released}" if released else "none went back",
+        )
+    return bool(left)
 
 
 def give_back_lapsed(config: WorkerConfig, ledger: Ledger, events: Events, job: ClaimedJob) -> None:
     """A prefetched run whose lease lapsed before a thread started it (the ledger
     dropped it, :meth:`Ledger.start`): back in the queue unstarted, its attempt not
-    spent; fenced, so nothing happens if the reaper returned the job already."""
+    spent; fenced, so nothing happens if the reaper returned the job already.
+    Called on the job thread: a row locked elsewhere is not waited for (the thread
+    goes on with other jobs), it is owed to the queue (:func:`give_back_owed`)."""
     try:
-        statuses = claims.release(config.worker_id, [job.key], None, config.database)
+        statuses = claims.release(config.worker_id, [job.key], None, config.database, wait=False)
     except Exception as exc:
         reset_connection(config.database)
         logger.warning(
@@ -190,6 +254,8 @@ def give_back_lapsed(config: WorkerConfig, ledger: Ledger, events: Events, job: 
             first_line(exc),
         )
         return
+    if job.id in statuses and statuses[job.id] is None:
+        return owe(ledger, [job], "its lease lapsed while it waited for a thread; ")
     back = emit_released(events, ledger, [job.key], statuses, unstarted=True)
     logger.warning(
         "job %s: its lease lapsed while it waited for a thread (was the worker paused?): "

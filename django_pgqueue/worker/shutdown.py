@@ -168,10 +168,13 @@ class Shutdown:
         return status
 
     def _give_back_waiting(self) -> None:
-        """Prefetched jobs no thread has started go back to the queue at once."""
+        """Prefetched jobs no thread has started go back to the queue at once, with
+        those a give-back skipped earlier (owed: their rows were locked)."""
         waiting = self.worker.pool.take_waiting()
         if waiting:
             self.worker.ledger.forget(waiting)
+        waiting += self.worker.ledger.owed()
+        if waiting:
             self._release([job.key for job in waiting], UNSTARTED, unstarted=True)
 
     def _wait_for_running_jobs(self) -> None:

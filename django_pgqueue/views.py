@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from django_pgqueue import conf
 from django_pgqueue.installed import require_installed
@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - the extra is installed wherever the vi
 from django_pgqueue.monitoring.gauges import QueueGauges  # noqa: E402
 
 
-@require_GET
+@require_safe  # GET, and HEAD as HTTP requires of every server
 def metrics(request: HttpRequest) -> HttpResponse:
     """The queue gauges in Prometheus' text format (or OpenMetrics, if asked for)."""
     settings = conf.get()

@@ -74,3 +74,11 @@ def test_openmetrics_when_asked_for_and_only_get() -> None:
     assert response["Content-Type"].startswith("application/openmetrics-text")
     assert response.content.decode().endswith("# EOF\n")
     assert client.post("/pgqueue/metrics").status_code == 405
+
+
+def test_head_is_answered_as_get_is() -> None:
+    # HTTP's servers must take HEAD as they take GET (RFC 9110, 9.1), as the
+    # worker's own /metrics does: an uptime check that sends HEAD is not refused.
+    response = Client().head("/pgqueue/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")

@@ -303,6 +303,11 @@ class Ledger:
         with self._lock:
             return [dataclasses.replace(h) for h in self._held.values() if h.running and h.ours]
 
+    def threads_in_jobs(self) -> bool:
+        """Whether a job thread is still inside its job, given back or not."""
+        with self._lock:
+            return any(h.running for h in self._held.values())
+
     def own_work_left(self) -> bool:
         """Anything claimed and not yet settled (burst mode waits for it)."""
         with self._lock:

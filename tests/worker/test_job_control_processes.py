@@ -127,3 +127,29 @@ def test_a_row_held_by_another_transaction_holds_up_only_its_own_outcome(
     )
     assert "a statement hangs" not in worker.output
     assert status_counts() == {"done": 3, "running": 1}  # the reaper returns it later
+
+
+@pytest.mark.parametrize("signals", [1, 2], ids=["timeout", "second-signal"])
+def test_an_async_job_still_running_at_exit_is_given_back_and_does_not_hold_the_exit(
+    start_worker: Start, signals: int
+) -> None:
+    """asgiref runs a coroutine's event loop in a ThreadPoolExecutor thread, which
+    the interpreter joins at exit: once the job was given back, the process stayed
+    up until the watchdog ended it 7 s (2 s after a second signal) later, with
+    exit status 1 and an ERROR saying a statement hung and the job might not have
+    been given back."""
+    worker = start_worker("--shutdown-timeout", "0.5", "--worker-id", "async-exit")
+    worker.wait_for_output("listening for new jobs")
+    job = awaits_to_be_stopped.enqueue("async-exit", seconds=60.0)
+    wait_for(lambda: run_counts("async-exit") == {"async-exit": 1}, 20, "the job to start")
+    signalled = time.monotonic()
+    for _ in range(signals):
+        worker.signal(signal.SIGTERM)
+        worker.wait_for_output("SIGTERM: finishing running jobs")
+    worker.wait_for_output("shutdown: put 1 job back in the queue")
+    assert worker.wait(20) == (0 if signals == 1 else 128 + signal.SIGTERM)
+    took = time.monotonic() - signalled
+    assert "a statement hangs" not in worker.output
+    assert took < 2.0, f"exited {took:.2f}s after SIGTERM:\n{worker.output}"
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts) == ("queued", 0)

@@ -210,9 +210,10 @@ class Command(PgQueueCommand):
             finally:
                 if exporter is not None:
                     exporter.close()
-        if worker is None or worker.ledger.running():
+        if worker is None or worker.ledger.threads_in_jobs():
             # A job thread is still inside an overrunning job, and its job was
-            # given back: end the process now, not after interpreter teardown.
+            # given back: end the process now, not after interpreter teardown
+            # (which would join the thread asgiref runs an async job's loop in).
             # (The reloading child's worker ran on a thread of its own: the same.)
             logging.shutdown()
             sys.stdout.flush()

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from django.db import connections, transaction
 
 from django_pgqueue import conf, jobdb, registry
+from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.installed import job_model
 from django_pgqueue.records import ClaimedJob, Failure, JobStatus, Success
 from django_pgqueue.worker.executor import execute
@@ -69,6 +70,12 @@ def run_jobs(
     the test's transaction; a job run in autocommit keeps what it wrote before
     failing, as it would in a worker.
     """
+    if max_jobs is not None and (
+        isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 0
+    ):
+        raise InvalidJob(
+            f"max_jobs must be a whole number, 0 or more (None: no limit), not {max_jobs!r}"
+        )
     alias = using or conf.database()
     jobs = job_model().objects
     worker = f"run_jobs:{os.getpid()}"

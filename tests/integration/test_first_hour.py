@@ -146,6 +146,15 @@ def test_run_jobs_keeps_the_test_transaction_usable_when_a_job_breaks_it() -> No
     assert job.last_error.startswith("django_pgqueue.jobdb.TransactionLeftOpen: the task returned")
 
 
+@pytest.mark.parametrize("max_jobs", [-1, "2", 1.5, True])
+def test_run_jobs_refuses_a_max_jobs_that_is_not_a_count(max_jobs: object) -> None:
+    """-1 ran nothing without a word, and "2" failed with a bare comparison TypeError."""
+    add.enqueue(1, 1)
+    with pytest.raises(InvalidJob, match=r"max_jobs must be a whole number, 0 or more"):
+        run_jobs(max_jobs=max_jobs)  # type: ignore[arg-type]
+    assert status_counts() == {"queued": 1}
+
+
 @pytest.mark.django_db(transaction=True)
 def test_run_jobs_in_autocommit_commits_as_a_worker_would() -> None:
     job = add.enqueue(40, 2)

@@ -3,9 +3,13 @@ against the test database, with the moment that matters forced by a gate."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import pytest
+from django.core.management import call_command
+from django.db import connections
 
 from django_pgqueue.models import Job
 from tests.testapp.tasks import GATES, waits_for_gate
@@ -36,3 +40,38 @@ def test_a_job_that_returns_after_the_completer_stopped_is_still_recorded() -> N
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts) == ("done", 1)
     assert row.result == "late-return"
+
+
+def test_call_command_returns_while_a_job_whose_lease_was_lost_still_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """runworker ends its own process at once when a job thread outlives the worker
+    (asgiref's loop thread would hold the exit); under call_command() the process is
+    the caller's, a test's: it must return, not exit, though the job still runs."""
+    gate = GATES["lost-row"] = threading.Event()
+    job = waits_for_gate.enqueue("lost-row")
+
+    def delete_the_row_once_running() -> None:
+        try:
+            for _ in range(200):
+                if Job.objects.filter(pk=job.pk, status="running").exists():
+                    Job.objects.filter(pk=job.pk).delete()  # its lease is lost
+                    return
+                time.sleep(0.05)
+        finally:
+            connections.close_all()
+
+    def exit_now(status: int) -> None:
+        raise AssertionError(f"runworker ended the caller's process (os._exit({status}))")
+
+    monkeypatch.setattr(os, "_exit", exit_now)
+    deleter = threading.Thread(target=delete_the_row_once_running)
+    deleter.start()
+    try:
+        # A burst worker does not wait for a run it no longer holds: it stops while
+        # the job's thread is still inside the job.
+        call_command("runworker", "--burst", "--lease", "1.5", verbosity=0)
+    finally:
+        gate.set()
+        deleter.join(15)
+    assert not Job.objects.filter(pk=job.pk).exists()

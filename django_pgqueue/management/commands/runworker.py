@@ -55,6 +55,12 @@ class Command(PgQueueCommand):
 
     #: In ``--reload``'s child: the system checks are run with the worker (see execute).
     reload_checks = False
+    #: Run as ``manage.py runworker`` (the process ends with it), not by call_command().
+    own_process = False
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        self.own_process = True
+        super().run_from_argv(argv)
 
     def execute(self, *args: Any, **options: Any) -> Any:
         if options.get("reload") and in_reloading_child():
@@ -210,7 +216,11 @@ class Command(PgQueueCommand):
             finally:
                 if exporter is not None:
                     exporter.close()
-        if worker is None or worker.ledger.threads_in_jobs():
+        if (
+            worker is None
+            or worker.ledger.running()
+            or (self.own_process and worker.ledger.threads_in_jobs())
+        ):
             # A job thread is still inside an overrunning job, and its job was
             # given back: end the process now, not after interpreter teardown
             # (which would join the thread asgiref runs an async job's loop in).

@@ -205,7 +205,7 @@ class QueueOperations:
         self,
         older_than: dt.timedelta | float,
         *,
-        statuses: Sequence[str] = FINISHED,
+        statuses: Iterable[str] = FINISHED,
         batch_size: int = 5000,
         dry_run: bool = False,
         using: str | None = None,
@@ -223,6 +223,9 @@ class QueueOperations:
                 f"not {older_than!r}"
             )
         _check_batch_size(batch_size)
+        if isinstance(statuses, str) or not isinstance(statuses, Iterable):
+            raise InvalidJob(f"statuses must be a list of {', '.join(FINISHED)}, not {statuses!r}")
+        statuses = tuple(statuses)  # a generator is read once, by the check
         bad = set(statuses) - set(FINISHED)
         if bad or not statuses:
             raise InvalidJob(f"prune only deletes {', '.join(FINISHED)} jobs, not {sorted(bad)}")

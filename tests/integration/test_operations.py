@@ -85,6 +85,17 @@ def test_prune_deletes_old_finished_jobs_in_batches() -> None:
         Job.objects.prune(week, statuses=["queued"])
 
 
+def test_prune_reads_statuses_given_as_any_iterable_and_refuses_a_string() -> None:
+    ids = Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(3))
+    Job.objects.filter(pk__in=ids).update(status="dead", done_at=timezone.now())
+    # A generator is read once: the check must not leave the statement an empty list.
+    assert Job.objects.prune(0, statuses=(s for s in ["dead"]), dry_run=True) == 3
+    for bad in ("dead", None, 5):
+        with pytest.raises(InvalidJob, match=r"statuses must be a list of done, dead, cancelled"):
+            Job.objects.prune(0, statuses=bad)  # type: ignore[arg-type]
+    assert Job.objects.prune(0, statuses={"dead"}) == 3
+
+
 def test_stats_counts_by_queue_and_status_with_oldest_ready_age() -> None:
     Job.objects.enqueue_many(JobSpec.build(add, [i, i], queue="a") for i in range(3))
     Job.objects.enqueue_many(JobSpec.build(add, [i, i], queue="b") for i in range(2))

@@ -238,6 +238,11 @@ def _check(key: str, value: Any) -> None:
         raise _fail(key, value, "a list of dotted module names")
 
 
+def check_value(key: str, value: Any) -> None:
+    """Raise ImproperlyConfigured unless ``value`` is valid for ``PGQUEUE[key]``."""
+    _check(key, value)
+
+
 def _build(raw: Any) -> Settings:
     if raw is None:
         raw = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import os
 import secrets
 import socket
@@ -19,6 +20,40 @@ def default_worker_id() -> str:
     the host name and pid repeat): 32 random bits make a repeat a one in four
     billion chance, and the worker id's lock (worker/session.py) catches it."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+#: from_settings()'s overrides that stand for a PGQUEUE key, checked by its rule.
+_SETTING_OF = {
+    "listen": "LISTEN_NOTIFY",
+    **{
+        name: name.upper()
+        for name in (
+            *("queues", "concurrency", "prefetch", "lease", "heartbeat_interval"),
+            *("poll_interval", "shutdown_timeout", "job_timeout", "reap_interval"),
+            *("prune_after", "prune_interval", "channel", "database", "listen_database"),
+        )
+    },
+}
+
+
+def _checked(name: str, value: Any) -> Any:
+    """An override as its setting takes it (a timedelta as seconds, a list of queues
+    as a tuple), or ImproperlyConfigured naming it: a string of queues would
+    otherwise serve one queue per letter, an empty list every queue."""
+    key = _SETTING_OF.get(name)
+    if key is None:
+        return value
+    given = value
+    if key in conf.DURATIONS and isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    elif key == "QUEUES" and isinstance(value, list):
+        value = tuple(value)
+    try:
+        conf.check_value(key, value)
+    except ImproperlyConfigured as exc:
+        setting = f"PGQUEUE[{key!r}] = {value!r}"
+        raise ImproperlyConfigured(str(exc).replace(setting, f"{name}={given!r}", 1)) from None
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +92,7 @@ class WorkerConfig:
     def from_settings(cls, **overrides: Any) -> WorkerConfig:
         """Defaults from ``PGQUEUE``; any override that is not None wins."""
         settings = conf.get()
+        overrides = {k: _checked(k, v) for k, v in overrides.items() if v is not None}
         lease = overrides.get("lease") or settings.LEASE
         values: dict[str, Any] = {
             "worker_id": default_worker_id(),
@@ -76,7 +112,7 @@ class WorkerConfig:
             "database": conf.database(),
             "listen_database": settings.LISTEN_DATABASE,
         }
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        values.update(overrides)
         if values["queues"] is not None:
             values["queues"] = tuple(dict.fromkeys(values["queues"]))  # each once
         return cls(**values)

@@ -101,3 +101,34 @@ def test_listen_database_is_an_alias_or_none() -> None:
     assert conf.get().LISTEN_DATABASE is None
     with override_settings(PGQUEUE={"LISTEN_DATABASE": "direct"}):
         assert conf.get().LISTEN_DATABASE == "direct"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"queues": "emails"}, r"queues='emails': expected None or a non-empty list of queue"),
+        ({"queues": []}, r"queues=\[\]: expected None or a non-empty list of queue"),
+        ({"concurrency": 0}, r"concurrency=0: expected a whole number from 1 to 1,000"),
+        ({"lease": "30"}, r"lease='30': expected a number of seconds greater than 0"),
+        ({"prefetch": -1}, r"prefetch=-1: expected \"auto\" or a whole number"),
+        ({"shutdown_timeout": -1}, r"shutdown_timeout=-1: expected a number of seconds, 0 or"),
+        ({"listen": "no"}, r"listen='no': expected True or False"),
+    ],
+)
+def test_worker_config_overrides_are_checked_as_their_settings(
+    override: dict[str, object], message: str
+) -> None:
+    """Worker(WorkerConfig.from_settings(...)) is the documented in-process worker: a
+    string of queues used to become one queue per letter, a concurrency of 0 a worker
+    that never ran a job, and a lease given as a string a TypeError."""
+    from django_pgqueue.worker.config import WorkerConfig
+
+    with pytest.raises(ImproperlyConfigured, match=message):
+        WorkerConfig.from_settings(**override)
+
+
+def test_worker_config_overrides_take_lists_and_timedeltas_as_the_settings_do() -> None:
+    from django_pgqueue.worker.config import WorkerConfig
+
+    config = WorkerConfig.from_settings(queues=["a", "b", "a"], lease=dt.timedelta(seconds=9))
+    assert (config.queues, config.lease, config.heartbeat_interval) == (("a", "b"), 9.0, 3.0)

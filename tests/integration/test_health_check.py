@@ -157,6 +157,8 @@ def test_limits_without_check_and_bad_limits_are_one_line_errors() -> None:
         call_command("reapjobs", "--interval", "5")
     with pytest.raises(CommandError, match="--max-ready-age and --max-dead go with --check"):
         call_command("queuestats", "--max-dead", "1")
+    with pytest.raises(CommandError, match="--json and --check exclude each other"):
+        call_command("queuestats", "--check", "--json")  # it printed the text lines
     with pytest.raises(CommandError, match="argument --max-dead: expected a whole number"):
         call_command("queuestats", "--check", "--max-dead", "-1")
     with pytest.raises(CommandError, match="argument --max-ready-age: expected a duration"):

@@ -56,6 +56,11 @@ class Command(PgQueueCommand):
             options["max_ready_age"] is not None or options["max_dead"] is not None
         ):
             raise CommandError("--max-ready-age and --max-dead go with --check")
+        if options["check"] and options["json"]:
+            raise CommandError(
+                "--json and --check exclude each other: "
+                "--check prints ok, or a line per failed condition"
+            )
         if options["check"]:
             self._check(options, alias)
             return

@@ -191,6 +191,9 @@ def encode(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str, An
         except (TypeError, ValueError) as exc:
             # Django's own error says "Unsupported type ..."; ours names the argument.
             raise InvalidJobArguments(f"{first} ({exc})") from None
+        except RecursionError:
+            # normalize_json recurses: arguments nested too deep for it get our error.
+            raise first from None
         args_json, stored_args = dumps_read_back(normal_args, "args")
         kwargs_json, stored_kwargs = dumps_read_back(normal_kwargs, "kwargs")
     return args_json, kwargs_json, stored_args, stored_kwargs

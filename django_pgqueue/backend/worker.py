@@ -177,8 +177,9 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
         return value
     if value is not None and not isinstance(value, str | int | float):
         # As Django does: tuples become lists, bytes str. A value it cannot
-        # normalise is left as it is, for dumps() to name the offending part.
-        with contextlib.suppress(TypeError, ValueError):
+        # normalise (or nested too deep for its recursion) is left as it is, for
+        # dumps() to name the offending part.
+        with contextlib.suppress(TypeError, ValueError, RecursionError):
             value = normalize_json(value)
     try:
         encoded = dumps_result(value)

@@ -215,6 +215,20 @@ def test_a_return_value_that_is_not_json_fails_the_job_at_once(
     assert "which is not JSON" in bad.errors[0].traceback
 
 
+@pytest.mark.parametrize("levels", [500, 2000])
+def test_a_return_value_nested_too_deep_fails_the_job_at_once_not_with_a_recursion_error(
+    levels: int,
+) -> None:
+    # Django's normalize_json recurses: 2,000 levels raised RecursionError in the
+    # worker, a failure retried (the task ran three times) instead of the clear error.
+    bad = djtasks.deeply_nested_return_value.enqueue(levels)  # three attempts allowed
+    run_next()
+    job = Job.objects.get(pk=bad.id)
+    assert (job.status, job.attempts) == ("dead", 1)  # final: not retried
+    assert "the return value is nested more than 200 levels deep" in job.last_error
+    assert "RecursionError" not in job.last_error
+
+
 def test_takes_context_tasks_get_their_result_and_attempt() -> None:
     with_id = djtasks.get_task_id.enqueue()
     checked = djtasks.check_context.enqueue(attempt=1)

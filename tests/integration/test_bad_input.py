@@ -64,6 +64,18 @@ def test_arguments_nested_too_deep_get_the_clear_error_not_a_recursion_error(
     assert Job.objects.count() == 0
 
 
+@pytest.mark.parametrize("levels", [500, 2000])
+def test_tasks_framework_arguments_nested_too_deep_get_the_clear_error(levels: int) -> None:
+    # The Tasks path retries a refused encoding through Django's normalize_json,
+    # which recurses: 2,000 levels raised RecursionError instead of the clear error.
+    djtasks = pytest.importorskip("tests.testapp.djtasks", exc_type=ImportError)
+    with pytest.raises(InvalidJobArguments, match="nested more than 200 levels deep"):
+        djtasks.noop_task.enqueue(_nested(levels))
+    with pytest.raises(InvalidJobArguments, match="nested more than 200 levels deep"):
+        djtasks.noop_task.enqueue(key={"items": [{"deeper": _nested(levels)}]})
+    assert Job.objects.count() == 0
+
+
 def test_arguments_nested_as_deep_as_the_limit_are_accepted() -> None:
     args = [_nested(199)]  # its innermost value lies 200 levels deep
     job = noop.enqueue(*args)

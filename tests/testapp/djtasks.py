@@ -66,6 +66,14 @@ def complex_return_value() -> Any:
     return lambda: 42  # not JSON
 
 
+@task
+def deeply_nested_return_value(levels: int) -> Any:
+    value: Any = [1]
+    for _ in range(levels - 1):
+        value = [value]
+    return value  # a list, but nested past what the worker decodes
+
+
 @task(queue_name="queue_1", priority=10)
 def on_queue_1() -> str:
     return "queue_1"

@@ -150,11 +150,15 @@ def jsonb_text_problem(text: str) -> str | None:
     if not _storable_json(text):
         return "holds \\u0000 or a lone surrogate, which jsonb cannot store"
     try:  # numbers as text: jsonb takes any length of digits, int() does not
-        json.loads(text, parse_int=str, parse_float=str, parse_constant=_no_constant)
+        value = json.loads(text, parse_int=str, parse_float=str, parse_constant=_no_constant)
     except RecursionError:
         return "nests too deeply to read"
     except ValueError as exc:
         return f"is not JSON text ({exc})"
+    # The depth rule, not this Python's decoder (3.13 reads far deeper than 3.12):
+    # what one worker stores, any worker or reader must be able to decode.
+    if isinstance(value, _CONTAINERS) and _may_nest_too_deep(text, value):
+        return "nests too deeply to read"
     return None
 
 

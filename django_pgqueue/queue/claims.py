@@ -20,7 +20,6 @@ from django.db import IntegrityError, connections, transaction
 
 from django_pgqueue import sql, validation
 from django_pgqueue.exceptions import InvalidJob
-from django_pgqueue.jsonargs import jsonb_text_problem
 from django_pgqueue.records import (
     ClaimedJob,
     Failure,
@@ -43,21 +42,6 @@ _last_token = 0
 #: What heartbeat(), renew() and release() accept: (id, run) pairs, or the ClaimedJobs
 #: that claim() returned.
 Runs = Iterable[Sequence[int] | ClaimedJob]
-
-
-def check_successes(successes: Sequence[Success], *, decode: bool) -> None:
-    """InvalidJob unless each is a Success whose result is JSON text that jsonb
-    stores (``decode``: checked by decoding it), which the statement would refuse
-    with a database error for the whole batch."""
-    for success in successes:
-        if not isinstance(success, Success) or not isinstance(success.result, str):
-            raise InvalidJob(
-                "expected Success(job_id, run, result), the result the JSON text of the "
-                f"return value (json.dumps(value)), not {success!r}"
-            )
-        problem = jsonb_text_problem(success.result) if decode else None
-        if problem is not None:
-            raise InvalidJob(f"job {success.job_id}: result {success.result[:80]!r} {problem}")
 
 
 def run_keys(runs: Runs) -> list[tuple[int, int]]:

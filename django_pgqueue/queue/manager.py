@@ -17,7 +17,7 @@ from django.db import models
 
 from django_pgqueue import conf, validation
 from django_pgqueue.exceptions import InvalidJob
-from django_pgqueue.queue import claims, maintenance, pauses
+from django_pgqueue.queue import claims, maintenance, outcomes, pauses
 from django_pgqueue.records import (
     FINISHED,
     ClaimedJob,
@@ -80,16 +80,17 @@ class QueueOperations:
         """Mark runs done with their results; returns the ids recorded (fenced). A row
         another transaction holds locked is waited for, the rows taken in id order."""
         successes = list(successes)  # a generator is read once, by the check
-        claims.check_successes(successes, decode=True)
+        outcomes.check_successes(successes, decode=True)
         return claims.complete(worker, successes, self._alias(using))
 
     def fail(
-        self, worker: str, failures: Sequence[Failure], *, using: str | None = None
+        self, worker: str, failures: Iterable[Failure], *, using: str | None = None
     ) -> dict[int, str]:
         """Record the runs that did not succeed: failed (retry later, or dead), snoozed
         (queued later, the attempt not spent) or cancelled; returns {id: new status}
         (fenced; a row another transaction holds locked is waited for)."""
-        return claims.fail(worker, failures, self._alias(using))
+        checked = outcomes.check_failures(list(failures))  # a generator is read once
+        return claims.fail(worker, checked, self._alias(using))
 
     def record(
         self,
@@ -104,7 +105,7 @@ class QueueOperations:
         busy)``, ``busy`` the ids skipped because another transaction held their rows
         locked (still held: write them again later)."""
         successes = list(successes)
-        claims.check_successes(successes, decode=False)  # the worker's own: JSON it encoded
+        outcomes.check_successes(successes, decode=False)  # the worker's own: JSON it encoded
         return claims.record(worker, successes, failures, self._alias(using))
 
     def heartbeat(

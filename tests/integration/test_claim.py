@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 import re
 import time
+from typing import Any
 
 import psycopg
 import pytest
@@ -243,6 +245,41 @@ def test_the_worker_calls_take_what_claim_returns_and_refuse_what_they_cannot_st
     assert Job.objects.heartbeat("w", [[b.id, b.run]]) == {b.key}  # a key read back from JSON
     assert Job.objects.release("w", [b], reason=None) == {second.pk}
     assert status_counts() == {"done": 1, "queued": 1}
+
+
+def test_fail_refuses_a_failure_the_statement_cannot_store_before_writing_any() -> None:
+    """fail() names a bad value of a Failure (a NaN or infinite delay, a missing
+    text, a NUL) as an InvalidJob, rather than a database error for the batch."""
+    job = add.enqueue(1, 1)
+    (run,) = Job.objects.claim("w")
+
+    def failure(**change: Any) -> Failure:
+        return dataclasses.replace(Failure(run.id, run.run, "E", "boom", "", 0), **change)
+
+    changes: list[tuple[dict[str, Any], str]] = [
+        ({"delay": math.nan}, "delay nan must be a number of seconds"),
+        ({"delay": math.inf}, "delay inf must be a number of seconds"),
+        ({"delay": None}, "delay None must be a number of seconds"),
+        ({"delay": -1}, "delay -1 must be a number of seconds"),
+        ({"exception": None}, "exception None must be a string"),
+        ({"message": "a\x00b"}, "message 'a\\x00b' must be a string without NUL"),
+        ({"traceback": "\ud800"}, "traceback '\\ud800' must be a string without NUL"),
+        ({"final": None}, "final must be True or False, not None"),
+    ]
+    for change, problem in changes:
+        with pytest.raises(InvalidJob, match=re.escape(f"job {run.id}: {problem}")):
+            Job.objects.fail("w", [failure(), failure(**change)])
+    for bad in [run.key, failure(run="1")]:
+        with pytest.raises(InvalidJob, match=r"expected Failure\(job_id, run"):
+            Job.objects.fail("w", [bad])  # type: ignore[list-item]
+    assert Job.objects.get(pk=job.pk).status == "running"  # nothing was written
+    other = add.enqueue(2, 2)
+    (second,) = Job.objects.claim("w")
+    # Any iterable, a delay as a timedelta, and whole and fractional seconds together.
+    failures = iter(
+        [failure(delay=dt.timedelta(0)), Failure(other.pk, second.run, "E", "", "", 1.5)]
+    )
+    assert Job.objects.fail("w", failures) == {job.pk: "queued", other.pk: "queued"}
 
 
 def test_release_puts_the_job_back_without_spending_the_attempt() -> None:

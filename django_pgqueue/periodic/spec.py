@@ -9,7 +9,6 @@ ticks (see ``queries.sql``, ``schedule_tick``).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import datetime as dt
 import itertools
@@ -91,29 +90,41 @@ class ScheduleSpec:
             first = (since // step + 1) * step
             for n in itertools.count():
                 yield _EPOCH + dt.timedelta(microseconds=first + n * step)
-        assert self.cron is not None
-        local = moment.astimezone(self._zone())
-        for tick in CronSim(expanded(self.cron), local):
-            if tick > moment:  # cronsim starts at whole seconds
+        # From the backward walk's tick: from Lord Howe's 01:59:59 (+11:00) cronsim
+        # gave the second 01:30 (+10:30), which a walk from before it skips.
+        begin = next((t for t in self._reverse(_past(moment)) if t <= moment), moment)
+        for tick in self._forward(begin):
+            if tick > moment:
+                yield tick
+
+    def _forward(self, start: dt.datetime) -> Iterator[dt.datetime]:
+        """cronsim's forward walk from ``start``, the ticks after it (UTC)."""
+        for tick in CronSim(expanded(self.cron or ""), start.astimezone(self._zone())):
+            if tick > start:  # cronsim starts at whole seconds, and local, without fold
                 yield tick.astimezone(dt.UTC)
 
     def at_or_before(self, moment: dt.datetime) -> Iterator[dt.datetime]:
-        """The ticks at or before ``moment``, newest first."""
+        """The ticks at or before ``moment``, newest first: those :meth:`after` gives.
+
+        cronsim's backward walk only says where to look (in a repeated hour it
+        misses the first 02:30; it counts Lord Howe's second 01:30, which the
+        forward walk skips): the ticks come from walking forward between its ticks."""
         if self.every is not None:
             step = round(self.every * 1_000_000)
             since = (moment - _EPOCH) // dt.timedelta(microseconds=1)
             last = since // step * step
             for n in itertools.count():
                 yield _EPOCH + dt.timedelta(microseconds=last - n * step)
-        assert self.cron is not None
-        # cronsim's reverse iteration starts after the whole second it is given. The
-        # second is added in UTC: local arithmetic drops fold, which turned the second
-        # 02:30 of an autumn night into the first one, an hour earlier.
-        utc = moment.astimezone(dt.UTC)
-        start = utc + dt.timedelta(seconds=1) if utc.microsecond == 0 else utc
-        for tick in self._reverse(start):
-            if tick <= moment:
-                yield tick
+        newer = moment
+        for older in itertools.chain(self._reverse(_past(moment)), [None]):
+            begin = newer - dt.timedelta(seconds=1) if older is None else older
+            if begin >= newer:
+                continue
+            ahead = itertools.takewhile(newer.__ge__, self._forward(begin))  # t <= newer
+            yield from reversed(list(ahead))
+            if older is None:
+                return
+            newer = older
 
     def _reverse(self, start: dt.datetime) -> Iterator[dt.datetime]:
         """cronsim's reverse walk from ``start`` (UTC), strictly decreasing (UTC).
@@ -147,20 +158,17 @@ class ScheduleSpec:
         return next(self.after(moment))
 
     def between(self, start: dt.datetime, end: dt.datetime, limit: int) -> list[dt.datetime]:
-        """The newest ``limit`` ticks in (start, end], oldest first: the ticks
-        :meth:`after` gives, which say when the next one is due.
-
-        Looking back from ``end`` finds where they begin without walking the whole
-        span; the ticks themselves come from walking forward from there, since
-        cronsim's two directions disagree about a repeated half hour (Lord Howe's
-        clock change), and the scheduler must enqueue the ticks it waited for."""
+        """The newest ``limit`` ticks in (start, end], oldest first."""
         back = itertools.takewhile(lambda t: t > start, self.at_or_before(end))
-        newest = list(itertools.islice(back, limit))
-        begin = start
-        if len(newest) == limit and limit > 0:
-            begin = max(start, newest[-1] - dt.timedelta(microseconds=1))
-        ahead = itertools.takewhile(lambda t: t <= end, self.after(begin))
-        return list(collections.deque(ahead, maxlen=limit)) if limit > 0 else []
+        return list(itertools.islice(back, max(limit, 0)))[::-1]
+
+
+def _past(moment: dt.datetime) -> dt.datetime:
+    """Where cronsim's backward walk starts to give the ticks at or before ``moment``:
+    after the whole second it is given. The second is added in UTC: local arithmetic
+    drops fold, which turned the second 02:30 of an autumn night into the first one."""
+    utc = moment.astimezone(dt.UTC)
+    return utc + dt.timedelta(seconds=1) if utc.microsecond == 0 else utc
 
 
 def invalid(name: str, message: str) -> InvalidSchedule:

@@ -8,6 +8,7 @@ import itertools
 import zoneinfo
 
 import pytest
+from cronsim import CronSim
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
@@ -240,3 +241,76 @@ def test_the_ticks_between_two_moments_are_the_ticks_the_scheduler_waits_for(
 def test_a_name_the_schedule_table_cannot_store_is_refused() -> None:
     with pytest.raises(InvalidSchedule, match=r"key 'a\\x00b': expected a schedule name .* no NUL"):
         parse("a\x00b", {"task": "a.b", "every": 5})
+
+
+#: (zone, the days its clocks go forward and back in 2026)
+CLOCK_CHANGES = {
+    "Europe/Berlin": ((2026, 3, 29), (2026, 10, 25)),
+    "America/New_York": ((2026, 3, 8), (2026, 11, 1)),
+    "Australia/Lord_Howe": ((2026, 10, 4), (2026, 4, 5)),  # by half an hour
+}
+#: cron expression -> its period
+PERIODS = {
+    "0 * * * *": dt.timedelta(hours=1),
+    "30 * * * *": dt.timedelta(hours=1),
+    "*/15 * * * *": dt.timedelta(minutes=15),
+    "30 2 * * *": dt.timedelta(days=1),
+    "30 1 * * *": dt.timedelta(days=1),
+}
+
+
+@pytest.mark.parametrize("change", [0, 1], ids=["spring-forward", "fall-back"])
+@pytest.mark.parametrize("zone", sorted(CLOCK_CHANGES))
+@pytest.mark.parametrize("cron", sorted(PERIODS))
+@pytest.mark.timeout(60)
+def test_looking_back_finds_the_ticks_looking_forward_gives_across_a_clock_change(
+    cron: str, zone: str, change: int
+) -> None:
+    # Looking back was cronsim's reverse walk. In a repeated hour (Berlin's second
+    # 02:00-03:00) the latest tick of '30 2 * * *' it found was the day before's,
+    # not the first 02:30 an hour ago; at Lord Howe it found the second 01:30,
+    # which the forward walk skips (and between(..., 1), catch_up='latest', took).
+    spec = parse("s", {"task": "a.b", "cron": cron, "timezone": zone})
+    tz = zoneinfo.ZoneInfo(zone)
+    day = dt.datetime(*CLOCK_CHANGES[zone][change], tzinfo=tz)
+    # The ticks as cron walks forward, from a midnight far from any clock change.
+    walk = CronSim(cron, day - dt.timedelta(days=4))
+    truth = [
+        t.astimezone(UTC)
+        for t in itertools.takewhile(lambda t: t < day + dt.timedelta(days=2), walk)
+    ]
+    # Every ten minutes of real time (a repeated hour's both showings), and the
+    # microsecond before: from 22:00 the evening before to about 06:00.
+    evening = day.astimezone(UTC) - dt.timedelta(hours=2)
+    for step in range(8 * 6):
+        for moment in (evening + dt.timedelta(minutes=10 * step, microseconds=d) for d in (-1, 0)):
+            due = [t for t in truth if t <= moment]
+            newest = list(itertools.islice(spec.at_or_before(moment), 2))
+            assert newest == due[:-3:-1], moment.astimezone(tz)
+            window = [t for t in due if t > moment - dt.timedelta(days=2)]
+            assert spec.between(moment - dt.timedelta(days=2), moment, 2) == window[-2:]
+            if any(t > moment - PERIODS[cron] for t in due):
+                assert newest[0] > moment - PERIODS[cron], moment.astimezone(tz)
+            assert spec.next_after(moment) == min(t for t in truth if t > moment)
+
+
+def test_the_next_tick_does_not_depend_on_the_second_one_looks() -> None:
+    # At 01:59:59 (+11:00) cronsim's forward walk gave Lord Howe's second 01:30
+    # (15:00 UTC), which a walk from a second earlier skips.
+    spec = parse("s", {"task": "a.b", "cron": "30 * * * *", "timezone": "Australia/Lord_Howe"})
+    for second in (dt.datetime(2026, 4, 4, 14, 59, 58), dt.datetime(2026, 4, 4, 14, 59, 59)):
+        assert spec.next_after(second.replace(tzinfo=UTC)) == dt.datetime(
+            2026, 4, 4, 16, tzinfo=UTC
+        )
+
+
+def test_catch_up_latest_takes_no_tick_that_catch_up_all_leaves_out() -> None:
+    # Lord Howe's 01:30 (+11:00), 14:30 UTC, was enqueued; every worker down until
+    # 15:20. catch_up='latest' (between(..., 1)) took the second 01:30 (+10:30,
+    # 15:00 UTC), a tick 'all' and the running scheduler skip: 01:30 ran twice.
+    spec = parse("s", {"task": "a.b", "cron": "30 * * * *", "timezone": "Australia/Lord_Howe"})
+    start, end = (
+        dt.datetime(2026, 4, 4, 14, 30, 1, tzinfo=UTC),
+        dt.datetime(2026, 4, 4, 15, 20, tzinfo=UTC),
+    )
+    assert spec.between(start, end, 1) == spec.between(start, end, MAX_TICKS + 1) == []

@@ -245,8 +245,8 @@ def discover() -> None:
     """Import what registers tasks: each installed app's ``tasks`` module, and the
     modules of ``PGQUEUE["TASK_MODULES"]``. A worker calls it once at start.
 
-    Objects of a registered kind (Tasks-framework Tasks) defined in those modules
-    are registered too, so that the worker can list every task it runs."""
+    Tasks-framework Tasks found in those modules (defined there, or imported from one a
+    worker imports) are registered too, so that the worker can list every task it runs."""
     autodiscover_modules("tasks")
     for extra in conf.get().TASK_MODULES:
         problem = missing_task_module(extra)
@@ -255,15 +255,16 @@ def discover() -> None:
         importlib.import_module(extra)  # an error inside the module keeps its traceback
     for name in task_module_names():
         found = sys.modules.get(name)
-        for attribute, value in vars(found).items() if found is not None else ():
-            path = f"{name}.{attribute}"
+        for value in vars(found).values() if found is not None else ():
             # Asked of the type first: a lazy object would evaluate itself if asked.
-            if path in _registry or not hasattr(type(value), "module_path"):
+            if not hasattr(type(value), "module_path"):
                 continue
-            for kind in _kinds:
-                # Defined here, not imported from elsewhere: a Task knows its own path.
-                if value.module_path == path and kind.recognise(value):
-                    register(path, value, kind.invoke, kind.refuse)
+            # Listed under its own path: imported from another module a worker imports too.
+            own: str = value.module_path
+            home, _, attribute = own.rpartition(".")
+            if getattr(sys.modules.get(home), attribute, None) is value and importable(home):
+                for kind in (k for k in _kinds if own not in _registry and k.recognise(value)):
+                    register(own, value, kind.invoke, kind.refuse)
 
 
 def loaded(path: str, *, importing: bool = False) -> Any | None:

@@ -158,6 +158,27 @@ def test_the_banner_lists_queues_and_tasks_and_a_queue_nobody_uses_is_named(db_u
     assert "may wait for ever" not in output
 
 
+def test_the_banner_lists_a_framework_task_a_tasks_module_imports_from_another_module(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A django.tasks Task defined in another module of an app (imported into a module
+    the worker imports) ran, but the banner left it out; one from outside the apps is
+    not the worker's, and stays out."""
+    (tmp_path / "fh_imports_tasks.py").write_text(
+        "from tests.testapp.djtasks import echo  # noqa: F401\n"
+        "from fh_elsewhere import stray  # noqa: F401\n"
+    )
+    (tmp_path / "fh_elsewhere.py").write_text(
+        "from django_pgqueue.backend.compat import task\n\n@task\ndef stray() -> None:\n    pass\n"
+    )
+    env = settings_module(
+        tmp_path, "fh_imports", 'PGQUEUE = {**PGQUEUE, "TASK_MODULES": ["fh_imports_tasks"]}'
+    )
+    output = manage(db_url, "runworker", "--burst", "--no-listen", env=env)
+    assert "\n  . tests.testapp.djtasks.echo  (queue default)\n" in output, output
+    assert "stray" not in output
+
+
 def test_version_is_django_pgqueues_own(db_url: str) -> None:
     from django_pgqueue import __version__
 

@@ -240,8 +240,9 @@ class Worker:
                 if settled:
                     logger.info("burst: nothing ready and nothing running, exiting")
                     return
-            # Nothing (more) ready: sleep until NOTIFY, a finished job, or the poll.
-            self.waker.wait(idle_wait)
+            # Nothing (more) ready: sleep until NOTIFY, a finished job, the poll, or the
+            # give-back's next look (runs owed to the queue: every LOOK_EVERY).
+            self.waker.wait(min(idle_wait, wait))
             idle_wait = min(c.poll_interval, idle_wait * 2)
 
     def _claim_failed(self, exc: Exception) -> bool:

@@ -138,3 +138,36 @@ def test_giving_back_jobs_stuck_behind_long_ones_skips_a_locked_row(
     assert status_counts() == {"done": 205}
     assert all(started(worker).count(pk) == 1 for pk in long)
     assert set(Job.objects.filter(pk__in=long).values_list("attempts", flat=True)) == {1}
+
+
+def test_an_idle_worker_gives_an_owed_run_back_soon_after_the_row_is_free(db_url: str) -> None:
+    """An owed run goes back "at each look of the claim loop (every quarter second)";
+    but an idle worker's claim loop slept its idle wait, up to --poll-interval (2 s
+    by default), not the look's: the run waited that long, unrenewed, for the reaper
+    to race it."""
+    gate = GATES.setdefault("gbl-idle", threading.Event())
+    waits_for_gate.enqueue("gbl-idle")
+    ahead = mark.enqueue("gbl-idle-ahead")
+    with worker_thread(
+        concurrency=1,
+        prefetch=1,
+        lease=2.0,
+        heartbeat_interval=0.2,
+        poll_interval=8.0,
+        reap_interval=600,
+        listen=False,
+    ) as worker:
+        try:
+            worker.wait("started")
+            wait_for(lambda: running_count() == 2, 10, "the second job claimed ahead")
+            with psycopg.connect(db_url) as operator:
+                operator.execute(LOCK, [ahead.pk])
+                beats = worker.recorder.count("heartbeat")
+                worker.wait("heartbeat", beats + 15, timeout=10)
+                gate.set()  # the thread takes the lapsed run: owed, the worker idles
+                wait_for(lambda: worker.recorder.count("idle") >= 7, 20, "the worker idle")
+                assert ahead.pk not in released(worker)
+                operator.rollback()
+            wait_for(lambda: ahead.pk in released(worker), 1.5, "the owed run to go back")
+        finally:
+            gate.set()

@@ -3,9 +3,12 @@ from this process, and a paused queue skipped by three workers at once."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -153,3 +156,28 @@ def test_an_async_job_still_running_at_exit_is_given_back_and_does_not_hold_the_
     assert took < 2.0, f"exited {took:.2f}s after SIGTERM:\n{worker.output}"
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts) == ("queued", 0)
+
+
+@pytest.mark.parametrize("task", [waits_to_be_stopped, awaits_to_be_stopped], ids=["sync", "async"])
+def test_a_worker_that_ends_its_process_early_still_runs_the_atexit_handlers(
+    start_worker: Start, tmp_path: Path, task: Any
+) -> None:
+    """With a job still running past the shutdown timeout (given back), runworker ends
+    its process with os._exit: it skipped the atexit handlers (an error reporter's
+    flush, a tracer's export), which a normal exit runs, as this one did for a sync
+    job before the early exit covered it."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import atexit\natexit.register(lambda: print('atexit handler ran', flush=True))\n"
+    )
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    worker = start_worker(
+        "--shutdown-timeout", "0.5", "--worker-id", "atexit", env={"PYTHONPATH": path}
+    )
+    worker.wait_for_output("listening for new jobs")
+    job = task.enqueue("atexit", seconds=60.0)
+    wait_for(lambda: run_counts("atexit") == {"atexit": 1}, 20, "the job to start")
+    worker.signal(signal.SIGTERM)
+    worker.wait_for_output("shutdown: put 1 job back in the queue")
+    assert worker.wait(20) == 0
+    assert "atexit handler ran" in worker.output
+    assert Job.objects.get(pk=job.pk).status == "queued"

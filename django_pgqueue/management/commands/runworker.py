@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import logging
 import os
@@ -225,6 +226,9 @@ class Command(PgQueueCommand):
             # given back: end the process now, not after interpreter teardown
             # (which would join the thread asgiref runs an async job's loop in).
             # (The reloading child's worker ran on a thread of its own: the same.)
+            # The atexit handlers still run, as at a normal exit (an error reporter's
+            # flush, a tracer's export, logging's own flush), before the job threads'.
+            atexit._run_exitfuncs()
             logging.shutdown()
             sys.stdout.flush()
             sys.stderr.flush()

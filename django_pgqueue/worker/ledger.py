@@ -309,9 +309,9 @@ class Ledger:
             return any(h.running for h in self._held.values())
 
     def own_work_left(self) -> bool:
-        """Anything claimed and not yet settled (burst mode waits for it)."""
+        """Anything claimed and not yet settled, or owed (burst mode waits for it)."""
         with self._lock:
-            return any(h.ours for h in self._held.values())
+            return bool(self._owed) or any(h.ours for h in self._held.values())
 
     def running_own(self) -> bool:
         with self._lock:

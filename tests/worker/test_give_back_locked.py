@@ -6,6 +6,7 @@ meanwhile. A real in-process worker and a real second connection."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -171,3 +172,39 @@ def test_an_idle_worker_gives_an_owed_run_back_soon_after_the_row_is_free(db_url
             wait_for(lambda: ahead.pk in released(worker), 1.5, "the owed run to go back")
         finally:
             gate.set()
+
+
+def test_a_burst_worker_does_not_exit_while_it_owes_a_run_to_the_queue(db_url: str) -> None:
+    """A burst worker exits once nothing is ready and none of its runs is left; an
+    owed run (its give-back skipped a locked row) is still its own, running in the
+    table. It exited anyway: its shutdown tried the row for 5 s and left it to the
+    reaper, which spends the attempt of a job that never ran (and buries one that
+    had no other). Before the skip, the give-back waited for the row, and the
+    worker ran the job. It waits for the row now, and runs the job."""
+    gate = GATES.setdefault("gbl-burst", threading.Event())
+    waits_for_gate.enqueue("gbl-burst")
+    ahead = mark.using(max_attempts=1).enqueue("gbl-burst-ahead")
+    with worker_thread(
+        burst=True,
+        concurrency=1,
+        prefetch=1,
+        lease=2.0,
+        heartbeat_interval=0.2,
+        poll_interval=0.2,
+        reap_interval=600,
+    ) as worker:
+        try:
+            worker.wait("started")
+            wait_for(lambda: running_count() == 2, 10, "the second job claimed ahead")
+            with psycopg.connect(db_url) as operator:
+                operator.execute(LOCK, [ahead.pk])
+                beats = worker.recorder.count("heartbeat")
+                worker.wait("heartbeat", beats + 15, timeout=10)
+                gate.set()  # the thread takes the lapsed run: owed
+                time.sleep(7.0)  # past a shutdown's 5 s of tries
+                operator.rollback()
+            assert worker.join(20) == 0
+        finally:
+            gate.set()
+    assert status_counts() == {"done": 2}
+    assert run_counts("gbl-burst") == {"gbl-burst-ahead": 1}

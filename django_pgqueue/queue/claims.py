@@ -217,7 +217,7 @@ def _fail(
             "commit": runner.commit_mode(),
             "ids": [f.job_id for f in failures],
             "runs": [f.run for f in failures],
-            "delays": [f.delay for f in failures],
+            "delays": [float(f.delay) for f in failures],  # psycopg: one type a list
             "exceptions": [f.exception for f in failures],
             "messages": [f.message for f in failures],
             "tracebacks": [f.traceback for f in failures],

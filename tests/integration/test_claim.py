@@ -282,6 +282,16 @@ def test_fail_refuses_a_failure_the_statement_cannot_store_before_writing_any() 
     assert Job.objects.fail("w", failures) == {job.pk: "queued", other.pk: "queued"}
 
 
+def test_record_takes_whole_and_fractional_delays_in_one_batch() -> None:
+    """A retry policy of the user's may give whole seconds (5) where the default
+    gives fractions: psycopg refused the list of both ("mixed types") for the batch."""
+    first, second = add.enqueue(1, 1), add.enqueue(2, 2)
+    a, b = sorted(Job.objects.claim("w", limit=2), key=lambda job: job.id)
+    failures = [Failure(a.id, a.run, "E", "", "", 5), Failure(b.id, b.run, "E", "", "", 0.5)]
+    recorded = Job.objects.record("w", [], failures)
+    assert recorded.failed == {first.pk: "queued", second.pk: "queued"}
+
+
 def test_release_puts_the_job_back_without_spending_the_attempt() -> None:
     job = add.enqueue(1, 1)
     (claimed,) = Job.objects.claim("w")

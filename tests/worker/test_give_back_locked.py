@@ -5,8 +5,10 @@ meanwhile. A real in-process worker and a real second connection."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -37,6 +39,39 @@ def started(worker: WorkerThread) -> list[int]:
     return [d["job"].id for name, d in list(worker.recorder.seen) if name == "started"]
 
 
+@contextlib.contextmanager
+def lapsed_while_locked(
+    db_url: str, label: str, ahead: str, max_attempts: int = 3, **options: Any
+) -> Iterator[tuple[WorkerThread, psycopg.Connection[Any], Job, threading.Event]]:
+    """A worker of one thread running a job that waits for ``label``'s gate, with a
+    ``mark(ahead)`` job claimed behind it, whose row a second connection (in an open
+    transaction) holds locked until its lease lapses: the heartbeat skips the row.
+    Opening the gate lets the thread take the lapsed run, and owe it."""
+    gate = GATES.setdefault(label, threading.Event())
+    waits_for_gate.enqueue(label)
+    job = mark.using(max_attempts=max_attempts).enqueue(ahead)
+    settings: dict[str, Any] = {
+        "concurrency": 1,
+        "prefetch": 1,
+        "lease": 2.0,
+        "heartbeat_interval": 0.2,
+        "poll_interval": 0.2,
+        "reap_interval": 600,
+        **options,
+    }
+    with worker_thread(**settings) as worker:
+        try:
+            worker.wait("started")
+            wait_for(lambda: running_count() == 2, 10, "the second job claimed ahead")
+            with psycopg.connect(db_url) as operator:
+                operator.execute(LOCK, [job.pk])
+                beats = worker.recorder.count("heartbeat")
+                worker.wait("heartbeat", beats + 15, timeout=10)
+                yield worker, operator, job, gate
+        finally:
+            gate.set()
+
+
 @pytest.mark.parametrize("stop", [False, True], ids=["running", "at-shutdown"])
 def test_a_lapsed_run_whose_row_is_locked_does_not_hold_up_its_job_thread(
     db_url: str, stop: bool
@@ -46,43 +81,27 @@ def test_a_lapsed_run_whose_row_is_locked_does_not_hold_up_its_job_thread(
     transaction ended. Now it goes on with the next job; the run goes back once the
     row is free, its attempt not spent, and runs once; or, when the worker stops
     first, its shutdown gives it back (not left running, for the reaper)."""
-    label = f"gbl-first-{stop}"
-    gate = GATES.setdefault(label, threading.Event())
-    waits_for_gate.enqueue(label)
-    ahead = mark.enqueue("gbl-ahead")
-    with worker_thread(
-        concurrency=1,
-        prefetch=1,
-        lease=2.0,
-        heartbeat_interval=0.2,
-        poll_interval=0.2,
-        reap_interval=600,
-    ) as worker:
-        try:
-            worker.wait("started")
-            wait_for(lambda: running_count() == 2, 10, "the second job claimed ahead")
-            with psycopg.connect(db_url) as operator:
-                operator.execute(LOCK, [ahead.pk])
-                # The heartbeat skips the locked row: the prefetched run's lease lapses.
-                beats = worker.recorder.count("heartbeat")
-                worker.wait("heartbeat", beats + 15, timeout=10)
-                after = mark.enqueue("gbl-after")
-                gate.set()  # the thread takes the lapsed run, then the next job
-                worker.wait("recorded", where=lambda d: done(after.pk, d), timeout=10)
-                assert Job.objects.get(pk=ahead.pk).status == "running"  # still owed
-                assert ahead.pk not in released(worker)
-                if stop:  # the shutdown retries the locked row until it is free
-                    letting_go = threading.Timer(0.5, operator.rollback)
-                    letting_go.start()
-                    assert worker.stop() == 0
-                    letting_go.join()
-                else:
-                    operator.rollback()
-            wait_for(lambda: ahead.pk in released(worker), 5, "the lapsed run to go back")
-            if not stop:
-                worker.wait("recorded", where=lambda d: done(ahead.pk, d), timeout=10)
-        finally:
-            gate.set()
+    with lapsed_while_locked(db_url, f"gbl-first-{stop}", "gbl-ahead") as (
+        worker,
+        operator,
+        ahead,
+        gate,
+    ):
+        after = mark.enqueue("gbl-after")
+        gate.set()  # the thread takes the lapsed run, then the next job
+        worker.wait("recorded", where=lambda d: done(after.pk, d), timeout=10)
+        assert Job.objects.get(pk=ahead.pk).status == "running"  # still owed
+        assert ahead.pk not in released(worker)
+        if stop:  # the shutdown retries the locked row until it is free
+            letting_go = threading.Timer(0.5, operator.rollback)
+            letting_go.start()
+            assert worker.stop() == 0
+            letting_go.join()
+        else:
+            operator.rollback()
+        wait_for(lambda: ahead.pk in released(worker), 5, "the lapsed run to go back")
+        if not stop:
+            worker.wait("recorded", where=lambda d: done(ahead.pk, d), timeout=10)
     row = Job.objects.get(pk=ahead.pk)
     if stop:
         assert (row.status, row.attempts) == ("queued", 0)
@@ -146,32 +165,14 @@ def test_an_idle_worker_gives_an_owed_run_back_soon_after_the_row_is_free(db_url
     but an idle worker's claim loop slept its idle wait, up to --poll-interval (2 s
     by default), not the look's: the run waited that long, unrenewed, for the reaper
     to race it."""
-    gate = GATES.setdefault("gbl-idle", threading.Event())
-    waits_for_gate.enqueue("gbl-idle")
-    ahead = mark.enqueue("gbl-idle-ahead")
-    with worker_thread(
-        concurrency=1,
-        prefetch=1,
-        lease=2.0,
-        heartbeat_interval=0.2,
-        poll_interval=8.0,
-        reap_interval=600,
-        listen=False,
-    ) as worker:
-        try:
-            worker.wait("started")
-            wait_for(lambda: running_count() == 2, 10, "the second job claimed ahead")
-            with psycopg.connect(db_url) as operator:
-                operator.execute(LOCK, [ahead.pk])
-                beats = worker.recorder.count("heartbeat")
-                worker.wait("heartbeat", beats + 15, timeout=10)
-                gate.set()  # the thread takes the lapsed run: owed, the worker idles
-                wait_for(lambda: worker.recorder.count("idle") >= 7, 20, "the worker idle")
-                assert ahead.pk not in released(worker)
-                operator.rollback()
-            wait_for(lambda: ahead.pk in released(worker), 1.5, "the owed run to go back")
-        finally:
-            gate.set()
+    with lapsed_while_locked(
+        db_url, "gbl-idle", "gbl-idle-ahead", poll_interval=8.0, listen=False
+    ) as (worker, operator, ahead, gate):
+        gate.set()  # the thread takes the lapsed run: owed, the worker idles
+        wait_for(lambda: worker.recorder.count("idle") >= 7, 20, "the worker idle")
+        assert ahead.pk not in released(worker)
+        operator.rollback()
+        wait_for(lambda: ahead.pk in released(worker), 1.5, "the owed run to go back")
 
 
 def test_a_burst_worker_does_not_exit_while_it_owes_a_run_to_the_queue(db_url: str) -> None:
@@ -181,30 +182,12 @@ def test_a_burst_worker_does_not_exit_while_it_owes_a_run_to_the_queue(db_url: s
     reaper, which spends the attempt of a job that never ran (and buries one that
     had no other). Before the skip, the give-back waited for the row, and the
     worker ran the job. It waits for the row now, and runs the job."""
-    gate = GATES.setdefault("gbl-burst", threading.Event())
-    waits_for_gate.enqueue("gbl-burst")
-    ahead = mark.using(max_attempts=1).enqueue("gbl-burst-ahead")
-    with worker_thread(
-        burst=True,
-        concurrency=1,
-        prefetch=1,
-        lease=2.0,
-        heartbeat_interval=0.2,
-        poll_interval=0.2,
-        reap_interval=600,
-    ) as worker:
-        try:
-            worker.wait("started")
-            wait_for(lambda: running_count() == 2, 10, "the second job claimed ahead")
-            with psycopg.connect(db_url) as operator:
-                operator.execute(LOCK, [ahead.pk])
-                beats = worker.recorder.count("heartbeat")
-                worker.wait("heartbeat", beats + 15, timeout=10)
-                gate.set()  # the thread takes the lapsed run: owed
-                time.sleep(7.0)  # past a shutdown's 5 s of tries
-                operator.rollback()
-            assert worker.join(20) == 0
-        finally:
-            gate.set()
+    with lapsed_while_locked(
+        db_url, "gbl-burst", "gbl-burst-ahead", max_attempts=1, burst=True
+    ) as (worker, operator, _, gate):
+        gate.set()  # the thread takes the lapsed run: owed
+        time.sleep(7.0)  # past a shutdown's 5 s of tries
+        operator.rollback()
+        assert worker.join(20) == 0
     assert status_counts() == {"done": 2}
     assert run_counts("gbl-burst") == {"gbl-burst-ahead": 1}

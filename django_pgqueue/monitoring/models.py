@@ -92,6 +92,12 @@ class RegisteredWorker(OnJobDatabaseModel):
         blank=True,
         help_text="The schedules its scheduler runs: those enabled in its settings.",
     )
+    lock_key = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="The advisory lock its session holds on its id (none behind a pooler "
+        "without a session): it ends with the process, so a killed worker is gone at once.",
+    )
     jobs_running = models.IntegerField(default=0, db_default=0)
     jobs_done = models.BigIntegerField(
         default=0, db_default=0, help_text="Outcomes it recorded since it started."

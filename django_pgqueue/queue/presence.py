@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 from collections.abc import Sequence
 
@@ -31,9 +32,18 @@ class Registration:
     schedule_names: Sequence[str] = ()
 
 
+def lock_key(worker_id: str) -> int:
+    """The advisory lock key of a worker id: 64 bits of its hash, so that two ids
+    sharing a key (a false "in use") is as unlikely as it can be. The worker's
+    session holds it while the worker runs (django_pgqueue.worker.session)."""
+    digest = hashlib.blake2b(f"django_pgqueue.worker:{worker_id}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "big", signed=True)
+
+
 def register(entry: Registration, running: int, done: int, *, starting: bool, alias: str) -> None:
     """Write (or rewrite) the worker's row: at start (``starting``, which resets
-    ``started_at``) and on every heartbeat."""
+    ``started_at``) and on every heartbeat. The row keeps the key of the id's lock
+    while the database shows it held, so a killed worker counts as gone at once."""
     runner.fetch(
         "worker_register",
         {
@@ -49,6 +59,7 @@ def register(entry: Registration, running: int, done: int, *, starting: bool, al
             "jobs_running": running,
             "jobs_done": done,
             "starting": starting,
+            "lock_key": lock_key(entry.worker),
         },
         alias,
     )

@@ -16,7 +16,6 @@ reconnecting) when another session holds it.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any
 
@@ -27,6 +26,7 @@ from django_pgqueue import conf
 from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.exceptions import WorkerIdInUse
 from django_pgqueue.pooler import alias_through_pooler, session_connection, shown, through_pooler
+from django_pgqueue.queue.presence import lock_key
 from django_pgqueue.sql import query
 
 logger = logging.getLogger("django_pgqueue")
@@ -34,13 +34,6 @@ logger = logging.getLogger("django_pgqueue")
 
 class SessionUnavailable(Exception):
     """The worker's database goes through a pooler and no LISTEN_DATABASE is set."""
-
-
-def lock_key(worker_id: str) -> int:
-    """The advisory lock key of a worker id: 64 bits of its hash, so that two ids
-    sharing a key (a false "in use") is as unlikely as it can be."""
-    digest = hashlib.blake2b(f"django_pgqueue.worker:{worker_id}".encode(), digest_size=8)
-    return int.from_bytes(digest.digest(), "big", signed=True)
 
 
 class WorkerSession:

@@ -23,6 +23,7 @@ from django_pgqueue.periodic.overview import overview
 from django_pgqueue.periodic.scheduler import Scheduler, declared
 from django_pgqueue.periodic.spec import MAX_TICKS, parse
 from django_pgqueue.queue import schedules
+from django_pgqueue.queue.presence import lock_key
 from django_pgqueue.queue.schedules import Declared
 from django_pgqueue.sql import query
 from tests.worker.conftest import wait_for
@@ -264,18 +265,23 @@ def outage(name: str, minutes: int) -> dt.datetime:
 
 
 def worker_up_for_an_hour(
-    worker_id: str = "other", *, schedules: bool = True, running: list[str] | None = None
+    worker_id: str = "other",
+    *,
+    schedules: bool = True,
+    running: list[str] | None = None,
+    lock: int | None = None,
 ) -> None:
     """Another worker's row in the registry: alive, started an hour ago, its scheduler
-    running the schedules ``running`` (by default every one the table holds)."""
+    running the schedules ``running`` (by default every one the table holds); ``lock``:
+    the key of its id's lock, as a worker with a session writes it."""
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO pgqueue_worker (id, hostname, pid, concurrency, version, started_at, "
-            "last_seen, alive_until, schedules, schedule_names, jobs_running, jobs_done) "
-            "VALUES (%s, 'h', 1, 1, 'x', now() - interval '1 hour', now(), "
+            "last_seen, alive_until, schedules, schedule_names, jobs_running, jobs_done, "
+            "lock_key) VALUES (%s, 'h', 1, 1, 'x', now() - interval '1 hour', now(), "
             "now() + interval '1 minute', %s, COALESCE(%s::jsonb, "
-            "(SELECT coalesce(jsonb_agg(name), '[]') FROM pgqueue_schedule)), 0, 0)",
-            [worker_id, schedules, None if running is None else json.dumps(running)],
+            "(SELECT coalesce(jsonb_agg(name), '[]') FROM pgqueue_schedule)), 0, 0, %s)",
+            [worker_id, schedules, None if running is None else json.dumps(running), lock],
         )
 
 
@@ -358,6 +364,27 @@ def test_ticks_due_while_another_worker_was_up_are_not_missed(
     worker_up_for_an_hour()
     scheduler({"minutely": MINUTELY}).step()
     assert ran_at("minutely") == [latest - dt.timedelta(minutes=m) for m in (2, 1, 0)]
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_a_worker_whose_id_lock_ended_counts_as_down_before_its_row_says_so(
+    scheduler: Callable[..., Scheduler], db_url: str, held: bool
+) -> None:
+    """A killed worker's row stays alive until alive_until, (HEARTBEAT_INTERVAL +
+    LEASE) / 2 after its last heartbeat (20 s by default); its id's lock ended with
+    its session. A worker started meanwhile took the ticks since the killed one's
+    last as due, and enqueued all of them whatever catch_up said."""
+    every = {**MINUTELY, "catch_up": "none"}
+    scheduler({"minutely": every}).step()
+    latest = outage("minutely", 3)
+    key = lock_key("killed")
+    worker_up_for_an_hour("killed", lock=key)
+    with psycopg.connect(db_url, autocommit=True) as session:
+        if held:  # the worker is up: its session holds the lock
+            session.execute("SELECT pg_advisory_lock(%s)", [key])
+        scheduler({"minutely": every}).step()
+    expected = [latest - dt.timedelta(minutes=m) for m in (2, 1, 0)] if held else []
+    assert ran_at("minutely") == expected
 
 
 def test_a_bounded_worker_up_meanwhile_does_not_count_as_a_scheduler(

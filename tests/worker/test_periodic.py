@@ -73,6 +73,35 @@ def test_three_workers_enqueue_each_tick_of_an_every_second_schedule_once(
     assert run_counts("ping")["ping"] >= counts.get("done", 0)
 
 
+def test_a_worker_started_right_after_the_only_one_was_killed_catches_up_as_told(
+    start_worker: Start,
+) -> None:
+    """Every worker down, even for a few seconds, is an outage: catch_up decides.
+    The killed worker's row looked alive for (HEARTBEAT_INTERVAL + LEASE) / 2 (20 s
+    here), so a worker started within that took every tick since as due."""
+    env = periodic_env({"ping": {**PING, "catch_up": "none"}})
+    first = start_worker("--worker-id", "first", env=env)
+    wait_for(lambda: len(ticks("ping")) >= 2, 30, "2 ticks")
+    first.kill()
+    killed_after = ticks("ping")[-1]
+    # Three ticks fall while no worker is up (the clock is the event waited for).
+    wait_for(
+        lambda: (
+            Job.objects.filter(schedule="ping").exists()
+            and dt.datetime.now(dt.UTC) > killed_after + dt.timedelta(seconds=4)
+        ),
+        30,
+        "three ticks with no worker up",
+    )
+    restart = dt.datetime.now(dt.UTC)
+    second = start_worker("--worker-id", "second", env=env)
+    wait_for(lambda: ticks("ping")[-1] > restart, 30, "a tick after the restart")
+    second.signal(signal.SIGTERM)
+    assert second.wait(30) == 0, second.output
+    gap = [t for t in ticks("ping") if killed_after < t <= restart]
+    assert gap == [], (gap, second.output)  # catch_up "none": none of the missed ticks
+
+
 def test_a_burst_worker_does_not_schedule(start_worker: Start) -> None:
     worker = start_worker("--burst", env=periodic_env({"ping": PING}))
     assert worker.wait(30) == 0, worker.output

@@ -9,11 +9,13 @@ import json
 import signal
 from collections.abc import Callable
 
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
 from django_pgqueue.models import Job, RegisteredWorker
+from django_pgqueue.queue.presence import Registration, lock_key
 from tests.testapp.tasks import tracked
 from tests.worker.conftest import WorkerProcess, running_count, wait_for
 
@@ -49,6 +51,7 @@ def test_a_worker_registers_itself_and_leaves_when_it_exits(start_worker: Start)
     assert row.schedules  # it runs the scheduler
     assert row.alive_at(timezone.now())
     assert row.version
+    assert row.lock_key == lock_key("w-clean")  # its session holds the id's lock
     first_seen = row.last_seen
     wait_for(
         lambda: registered("w-clean").last_seen > first_seen,  # type: ignore[union-attr]
@@ -59,6 +62,22 @@ def test_a_worker_registers_itself_and_leaves_when_it_exits(start_worker: Start)
     worker.signal(signal.SIGTERM)
     assert worker.wait(20) == 0
     assert registered("w-clean") is None
+
+
+def test_the_row_keeps_the_id_lock_key_only_while_the_database_shows_it_held(
+    db_url: str,
+) -> None:
+    entry = Registration("w-lock", "h", 1, None, 1, "x", gone_after=10)
+    RegisteredWorker.objects.register(entry, starting=True)
+    row = registered("w-lock")
+    assert row is not None
+    assert row.lock_key is None  # no session holds it (a worker behind a pooler)
+    with psycopg.connect(db_url, autocommit=True) as session:
+        session.execute("SELECT pg_advisory_lock(%s)", [lock_key("w-lock")])
+        RegisteredWorker.objects.register(entry)
+        row = registered("w-lock")
+        assert row is not None
+        assert row.lock_key == lock_key("w-lock")
 
 
 def test_a_killed_worker_shows_as_gone_with_its_job_before_the_lease_expires(

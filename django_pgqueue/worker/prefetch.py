@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from django_pgqueue import wording
 from django_pgqueue.dberrors import first_line, is_transient
@@ -184,8 +184,13 @@ def give_back(
         else:
             break
     ledger.forget(waiting)
-    owe(ledger, [job for job in waiting if job.id in statuses and statuses[job.id] is None])
+    owe(ledger, skipped(waiting, statuses))
     return emit_released(events, ledger, keys, statuses, unstarted=True)
+
+
+def skipped(jobs: list[ClaimedJob], statuses: Mapping[int, str | None]) -> list[ClaimedJob]:
+    """The runs of ``jobs`` a give-back skipped: their rows were locked (status None)."""
+    return [job for job in jobs if job.id in statuses and statuses[job.id] is None]
 
 
 def owe(ledger: Ledger, locked: list[ClaimedJob], why: str = "") -> None:
@@ -224,7 +229,7 @@ def give_back_owed(config: WorkerConfig, ledger: Ledger, events: Events) -> bool
             "could not give back jobs %s yet: %s", sorted(k[0] for k in keys), first_line(exc)
         )
         return True
-    left = [job for job in owed if job.id in statuses and statuses[job.id] is None]
+    left = skipped(owed, statuses)
     ledger.owe(left)
     done = [k for k in keys if k[0] not in statuses or statuses[k[0]] is not None]
     if done:
@@ -254,7 +259,7 @@ def give_back_lapsed(config: WorkerConfig, ledger: Ledger, events: Events, job: 
             first_line(exc),
         )
         return
-    if job.id in statuses and statuses[job.id] is None:
+    if skipped([job], statuses):
         return owe(ledger, [job], "its lease lapsed while it waited for a thread; ")
     back = emit_released(events, ledger, [job.key], statuses, unstarted=True)
     logger.warning(

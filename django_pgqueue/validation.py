@@ -54,6 +54,11 @@ def _whole(value: Any, low: int, high: int) -> bool:
     return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
 
 
+def run_key_part(value: Any) -> bool:
+    """Whether ``value`` may be a job id or a run number: an int the bigint columns hold."""
+    return _whole(value, -(2**63), 2**63 - 1)
+
+
 def _seconds(value: Any, limit: float) -> float | None:
     """``value`` (a number or a timedelta) in seconds if it is in 0..limit, else None."""
     if isinstance(value, dt.timedelta):

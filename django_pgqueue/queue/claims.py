@@ -53,7 +53,7 @@ def run_keys(runs: Runs) -> list[tuple[int, int]]:
         if not (
             isinstance(key, tuple | list)
             and len(key) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in key)
+            and all(validation.run_key_part(v) for v in key)
         ):
             raise InvalidJob(
                 f"expected (id, run) pairs, or the ClaimedJobs that claim() returned, not {run!r}"

@@ -17,18 +17,21 @@ def check_successes(successes: Sequence[Success], *, decode: bool) -> None:
     """InvalidJob unless each is a Success whose result is JSON text that jsonb
     stores (``decode``: checked by decoding it)."""
     for success in successes:
-        if not isinstance(success, Success) or not isinstance(success.result, str):
+        if (
+            not isinstance(success, Success)
+            or not isinstance(success.result, str)
+            or not (
+                validation.run_key_part(success.job_id) and validation.run_key_part(success.run)
+            )
+        ):
             raise InvalidJob(
-                "expected Success(job_id, run, result), the result the JSON text of the "
-                f"return value (json.dumps(value)), not {success!r}"
+                "expected Success(job_id, run, result), job_id and run the claimed run's, "
+                "the result the JSON text of the return value (json.dumps(value)), "
+                f"not {success!r}"
             )
         problem = jsonb_text_problem(success.result) if decode else None
         if problem is not None:
             raise InvalidJob(f"job {success.job_id}: result {success.result[:80]!r} {problem}")
-
-
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_failures(failures: Sequence[Failure]) -> list[Failure]:
@@ -37,7 +40,9 @@ def check_failures(failures: Sequence[Failure]) -> list[Failure]:
     each delay in seconds (a timedelta is taken too)."""
     checked = []
     for failure in failures:
-        if not isinstance(failure, Failure) or not (_whole(failure.job_id) and _whole(failure.run)):
+        if not isinstance(failure, Failure) or not (
+            validation.run_key_part(failure.job_id) and validation.run_key_part(failure.run)
+        ):
             raise InvalidJob(
                 "expected Failure(job_id, run, exception, message, traceback, delay), "
                 f"job_id and run the claimed run's, not {failure!r}"

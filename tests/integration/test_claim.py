@@ -226,6 +226,11 @@ def test_the_worker_calls_take_what_claim_returns_and_refuse_what_they_cannot_st
     a, b = sorted(claimed, key=lambda job: job.id)
     with pytest.raises(InvalidJob, match="the JSON text of the return value"):
         Job.objects.complete("w", [Success(a.id, a.run, {"a": 1})])  # type: ignore[arg-type]
+    for key in [(2**63, a.run), (a.id, "1"), (True, a.run)]:  # past bigint: no run's key
+        with pytest.raises(InvalidJob, match="job_id and run the claimed run's"):
+            Job.objects.complete("w", [Success(*key, "1")])  # type: ignore[arg-type]
+        with pytest.raises(InvalidJob, match=r"expected \(id, run\) pairs"):
+            Job.objects.release("w", [key])  # type: ignore[list-item]
     for text, problem in [
         ("nope", "is not JSON text"),
         ("NaN", "is not JSON text (NaN is not JSON)"),
@@ -269,7 +274,8 @@ def test_fail_refuses_a_failure_the_statement_cannot_store_before_writing_any() 
     for change, problem in changes:
         with pytest.raises(InvalidJob, match=re.escape(f"job {run.id}: {problem}")):
             Job.objects.fail("w", [failure(), failure(**change)])
-    for bad in [run.key, failure(run="1")]:
+    # A key past bigint (a database error for the batch before) is no claimed run's.
+    for bad in [run.key, failure(run="1"), failure(job_id=2**63), failure(run=-(2**63) - 1)]:
         with pytest.raises(InvalidJob, match=r"expected Failure\(job_id, run"):
             Job.objects.fail("w", [bad])  # type: ignore[list-item]
     assert Job.objects.get(pk=job.pk).status == "running"  # nothing was written

@@ -160,7 +160,7 @@ def _app_hint(module: str) -> str:
 @cache
 def _signature(func: Any) -> inspect.Signature | None:
     try:
-        return inspect.signature(func)
+        return inspect.signature(func, follow_wrapped=False)
     except (TypeError, ValueError):  # a builtin or C function without one
         return None
 
@@ -182,8 +182,8 @@ def check_arguments(target: Any, args: Any, kwargs: Any) -> None:
     APIs), and the worker applies it again to every row it claims, since a row
     can be written by anyone. ``target`` is a registered object: a plain
     callable, or one with ``.func`` (our TaskFunction, a Tasks-framework Task);
-    one whose ``takes_context`` is true receives a context as its first argument,
-    which the caller does not pass. The signature is read once per function.
+    one whose ``takes_context`` is true is passed a context first. The signature is the
+    callable's own, read once: a ``functools.wraps`` wrapper may take other arguments.
     """
     func = getattr(target, "func", target)
     if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):

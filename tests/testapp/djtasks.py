@@ -8,7 +8,9 @@ show what a pgqueue worker adds (attempts, retries).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -187,3 +189,20 @@ def snoozes_after_a_stop_request() -> None:
     assert job is not None
     job.request_cancel("the order is gone")
     raise Snooze(60)
+
+
+def with_order(func: Callable[..., Any]) -> Callable[..., Any]:
+    """A decorator that takes an order's id and passes the task the order (here a
+    dict): the wrapper takes other arguments than the function it wraps."""
+
+    @functools.wraps(func)
+    def wrapper(order_id: int, *args: Any, **kwargs: Any) -> Any:
+        return func({"id": order_id}, *args, **kwargs)
+
+    return wrapper
+
+
+@task
+@with_order
+def ship(order: dict[str, Any], express: bool = False) -> list[Any]:
+    return [order["id"], express]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import sys
+from typing import Any
 
 import pytest
 
@@ -75,3 +77,29 @@ def test_arguments_are_checked_by_their_shape_every_time(
             else:
                 with pytest.raises(TypeError, match=problem):
                     registry.check_arguments(_greet, values, kwargs)
+
+
+def _with_user(func: Any) -> Any:
+    """A decorator that supplies one argument and takes a keyword of its own."""
+
+    @functools.wraps(func)
+    def wrapper(day: str, *, tenant: str = "public") -> Any:
+        return func(day, user=tenant)
+
+    return wrapper
+
+
+@_with_user
+def _report(day: str, user: str) -> str:
+    return f"{day} {user}"
+
+
+def test_a_wrappers_own_parameters_are_checked_not_the_wrapped_functions() -> None:
+    """The worker calls the wrapper: a call it takes (without ``user``, with
+    ``tenant``) fits, though the function it wraps (``functools.wraps``) has other
+    parameters, and a call it refuses is refused in its words."""
+    assert _report("monday", tenant="acme") == "monday acme"
+    registry.check_arguments(_report, ["monday"], {"tenant": "acme"})
+    registry.check_arguments(_report, ["monday"], {})
+    with pytest.raises(TypeError, match=r"_report\(day, \*, tenant='public'\): got an "):
+        registry.check_arguments(_report, ["monday"], {"user": "bob"})

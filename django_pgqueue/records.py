@@ -16,7 +16,7 @@ from typing import Any
 from django.db import models
 from django.utils import timezone
 
-from django_pgqueue import conf, known, registry, validation
+from django_pgqueue import conf, known, registry, signatures, validation
 from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments, UnknownTask
 from django_pgqueue.jsonargs import dumps
 from django_pgqueue.retrypolicy import policy_of
@@ -140,7 +140,7 @@ class JobSpec:
         target = task if getattr(task, "func", None) is not None else registry.loaded(path)
         if target is not None:
             try:
-                registry.check_arguments(getattr(target, "target", target), args, kwargs or {})
+                signatures.check_arguments(getattr(target, "target", target), args, kwargs or {})
             except TypeError as exc:
                 raise InvalidJobArguments(str(exc)) from None
         return cls(

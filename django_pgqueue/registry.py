@@ -19,10 +19,9 @@ import contextlib
 import dataclasses
 import importlib
 import importlib.util
-import inspect
 import sys
 from collections.abc import Callable
-from functools import cache, lru_cache
+from functools import cache
 from typing import Any, Protocol
 
 from django.apps import apps
@@ -30,7 +29,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import autodiscover_modules
 
-from django_pgqueue import conf, wording
+from django_pgqueue import conf
 from django_pgqueue.exceptions import UnknownTask
 
 
@@ -155,72 +154,6 @@ def _app_hint(module: str) -> str:
     if same:
         return f"the app is installed as {same[0]!r}: import the task from {same[0]}.tasks, "
     return f"add {app!r} to INSTALLED_APPS if it is an app of yours, "
-
-
-@cache
-def _signature(func: Any) -> inspect.Signature | None:
-    try:
-        return inspect.signature(func, follow_wrapped=False)
-    except (TypeError, ValueError):  # a builtin or C function without one
-        return None
-
-
-def _described(func: Any, signature: inspect.Signature) -> str:
-    """``send_receipt(order_id, *, notify=False)``: the call's shape, without the
-    annotations (often strings, under ``from __future__ import annotations``)."""
-    bare = signature.replace(
-        parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
-        return_annotation=signature.empty,
-    )
-    return f"{getattr(func, '__qualname__', None) or getattr(func, '__name__', 'task')}{bare}"
-
-
-def check_arguments(target: Any, args: Any, kwargs: Any) -> None:
-    """Raise TypeError if ``args``/``kwargs`` cannot be passed to ``target``'s function.
-
-    The one rule for "do these arguments fit the task": enqueue applies it (both
-    APIs), and the worker applies it again to every row it claims, since a row
-    can be written by anyone. ``target`` is a registered object: a plain
-    callable, or one with ``.func`` (our TaskFunction, a Tasks-framework Task);
-    one whose ``takes_context`` is true is passed a context first. The signature is the
-    callable's own, read once: a ``functools.wraps`` wrapper may take other arguments.
-    """
-    func = getattr(target, "func", target)
-    if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
-        raise TypeError(
-            f"malformed arguments: args must be a JSON list and kwargs a JSON "
-            f"object, got {type(args).__name__} and {type(kwargs).__name__}"
-        )
-    context = bool(getattr(target, "takes_context", False))
-    problem = _shape_problem(func, context, len(args), tuple(kwargs))
-    if problem is not None:
-        raise TypeError(problem)
-
-
-@lru_cache(maxsize=4096)
-def _shape_problem(func: Any, context: bool, positional: int, names: tuple[str, ...]) -> str | None:
-    """Why ``positional`` arguments (after the context, if any) and the keyword
-    arguments ``names`` cannot be passed to ``func``; None if they can. Binding
-    reads the call's shape, never its values, so the answer holds for every
-    later call of the same shape: the worker asks once per task, not per job."""
-    signature = _signature(func)
-    if signature is None:
-        return None
-    params = signature.parameters.values()
-    if not any(p.kind is p.VAR_KEYWORD for p in params):
-        # Named first, as Python's own call does: bind() would say "missing 'order_id'".
-        takes = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        if unexpected := [name for name in names if name not in signature.parameters]:
-            return (
-                f"arguments do not match the task's signature {_described(func, signature)}: "
-                f"got an unexpected keyword argument {unexpected[0]!r}"
-                f"{wording.did_you_mean(unexpected[:1], takes)}"
-            )
-    try:
-        signature.bind(*([None] * (context + positional)), **dict.fromkeys(names))
-    except TypeError as exc:
-        return f"arguments do not match the task's signature {_described(func, signature)}: {exc}"
-    return None
 
 
 def missing_task_module(name: str) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.core.signals import setting_changed
 
-from django_pgqueue import conf, registry, validation
+from django_pgqueue import conf, registry, signatures, validation
 from django_pgqueue.backend.compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -169,7 +169,7 @@ def check_call(task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, A
     """Raise InvalidJobArguments (a TypeError) unless the call fits the task's function:
     the worker would refuse the job, and the caller is the one who can fix it."""
     try:
-        registry.check_arguments(task, args, kwargs)
+        signatures.check_arguments(task, args, kwargs)
     except TypeError as exc:
         raise InvalidJobArguments(f"{exc} ({task.module_path})") from None
 

@@ -19,7 +19,7 @@ import logging
 import traceback
 from typing import Any
 
-from django_pgqueue import registry
+from django_pgqueue import registry, signatures
 from django_pgqueue.control import CANCELLED, Cancel, RunningJob, Snooze, running
 from django_pgqueue.exceptions import JobTimeout, UnknownTask
 from django_pgqueue.jsonargs import Encoded, dumps_result
@@ -147,7 +147,7 @@ def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Fai
     if job.problem is not None:
         return _told_refused(runnable, job, UndecodableJob(job.problem))
     try:
-        registry.check_arguments(runnable.target, job.args, job.kwargs)
+        signatures.check_arguments(runnable.target, job.args, job.kwargs)
     except TypeError as exc:
         return _told_refused(runnable, job, exc)
     if control is None:  # run outside a worker's pool (tests): current_job() still works

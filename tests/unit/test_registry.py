@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from django_pgqueue import registry
+from django_pgqueue import registry, signatures
 from django_pgqueue.exceptions import UnknownTask
 from tests.testapp.tasks import add
 
@@ -73,10 +73,10 @@ def test_arguments_are_checked_by_their_shape_every_time(
     for _ in range(2):
         for values in (args, [object() for _ in args]):
             if problem is None:
-                registry.check_arguments(_greet, values, kwargs)
+                signatures.check_arguments(_greet, values, kwargs)
             else:
                 with pytest.raises(TypeError, match=problem):
-                    registry.check_arguments(_greet, values, kwargs)
+                    signatures.check_arguments(_greet, values, kwargs)
 
 
 def _with_user(func: Any) -> Any:
@@ -99,7 +99,33 @@ def test_a_wrappers_own_parameters_are_checked_not_the_wrapped_functions() -> No
     ``tenant``) fits, though the function it wraps (``functools.wraps``) has other
     parameters, and a call it refuses is refused in its words."""
     assert _report("monday", tenant="acme") == "monday acme"
-    registry.check_arguments(_report, ["monday"], {"tenant": "acme"})
-    registry.check_arguments(_report, ["monday"], {})
+    signatures.check_arguments(_report, ["monday"], {"tenant": "acme"})
+    signatures.check_arguments(_report, ["monday"], {})
     with pytest.raises(TypeError, match=r"_report\(day, \*, tenant='public'\): got an "):
-        registry.check_arguments(_report, ["monday"], {"user": "bob"})
+        signatures.check_arguments(_report, ["monday"], {"user": "bob"})
+
+
+def _logged(func: Any) -> Any:
+    """A decorator that passes every call on as it came (logging, tracing)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+@_logged
+def _invoice(order_id: int, *, notify: bool = False) -> int:
+    return order_id
+
+
+def test_a_wrapper_that_passes_calls_on_is_checked_by_the_function_it_wraps() -> None:
+    """``(*args, **kwargs)`` says nothing of the calls that fit: the wrapped
+    function's signature does, so a bad call is still refused at enqueue rather
+    than accepted and buried when the worker runs it."""
+    signatures.check_arguments(_invoice, [1], {"notify": True})
+    with pytest.raises(TypeError, match=r"_invoice\(order_id, \*, notify=False\): got an "):
+        signatures.check_arguments(_invoice, [1], {"notfy": True})
+    with pytest.raises(TypeError, match="missing a required argument: 'order_id'"):
+        signatures.check_arguments(_invoice, [], {})

@@ -157,7 +157,8 @@ def _check_found(path: str) -> None:
 
 
 def _forget_plans(*, setting: str, **kwargs: Any) -> None:
-    if setting in {"TASKS", "PGQUEUE", "INSTALLED_APPS"}:
+    # USE_TZ and TIME_ZONE: a naive run_after is read in TIME_ZONE when USE_TZ is off.
+    if setting in {"TASKS", "PGQUEUE", "INSTALLED_APPS", "USE_TZ", "TIME_ZONE"}:
         _plans.clear()
         _plan.cache_clear()
 

@@ -166,6 +166,19 @@ def test_with_use_tz_off_a_naive_run_after_is_read_in_time_zone_as_django_does()
         djtasks.noop_task.using(run_after=when).enqueue()  # USE_TZ on again
 
 
+def test_a_naive_run_after_follows_a_changed_time_zone() -> None:
+    """The plan of a task (its options, checked once) held the run_at its naive
+    run_after meant in the TIME_ZONE of the first call: after the time zone changed
+    (override_settings in a test) the same Task was enqueued for the old instant."""
+    when = (dt.datetime.now() + dt.timedelta(hours=1)).replace(microsecond=0)
+    ids = {}
+    for zone in ("Europe/Paris", "America/New_York"):
+        with override_settings(USE_TZ=False, TIME_ZONE=zone):  # equal Tasks each time
+            ids[zone] = djtasks.noop_task.using(run_after=when).enqueue().id
+    for zone, job_id in ids.items():
+        assert Job.objects.get(pk=job_id).run_at == when.replace(tzinfo=ZoneInfo(zone))
+
+
 def test_a_run_after_outside_years_1_to_9999_in_utc_is_refused_and_writes_nothing() -> None:
     """In UTC these are 0001-12-31 BC and the year 10000. PostgreSQL stored them, and
     reading the row back failed after the insert (a DataError the caller saw, with

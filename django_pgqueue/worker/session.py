@@ -11,7 +11,9 @@ The lock: ``--worker-id`` names a worker in ``locked_by``, where it fences every
 outcome and lease renewal. Two live workers with one id could renew and record
 each other's runs, so a worker holds an advisory lock on its id for as long as
 it runs, and refuses to start (or stops, should it find the lock taken after
-reconnecting) when another session holds it.
+reconnecting) when another session holds it. Not through a pooler, even one
+named in ``LISTEN_DATABASE``: there the lock proves nothing, and a transaction
+pool would keep it on a server connection after the worker is gone.
 """
 
 from __future__ import annotations
@@ -66,8 +68,8 @@ class WorkerSession:
         return self.conn is not None and not self.conn.closed
 
     def open(self) -> None:
-        """Connect, take the worker id's lock, LISTEN. Raises :class:`WorkerIdInUse`,
-        :class:`SessionUnavailable`, or the connection's error."""
+        """Connect, take the worker id's lock (not through a pooler), LISTEN. Raises
+        :class:`WorkerIdInUse`, :class:`SessionUnavailable`, or the connection's error."""
         self.close()
         conn = session_connection(self.alias)
         try:
@@ -78,8 +80,8 @@ class WorkerSession:
                 logger.warning(
                     "PGQUEUE['LISTEN_DATABASE'] (%r) reaches PostgreSQL through a connection "
                     "pooler: unless it is a session-mode pool, no NOTIFY reaches this worker "
-                    "(it polls every %gs at most) and its id's lock does not hold; point it at "
-                    "PostgreSQL directly",
+                    "(it polls every %gs at most); and it takes no lock on its id there, so it "
+                    "cannot detect another worker using its id; point it at PostgreSQL directly",
                     shown(self.alias),
                     self.poll_interval,
                 )
@@ -91,21 +93,28 @@ class WorkerSession:
                     "another worker using its id; set PGQUEUE['LISTEN_DATABASE'] to a database "
                     "alias, or a DSN, that connects to PostgreSQL directly"
                 )
-            row = conn.execute(
-                query("lock_worker_id"), {"key": lock_key(self.worker_id)}, prepare=False
-            ).fetchone()
-            if not (row and row[0]):
-                raise WorkerIdInUse(
-                    f"worker id {self.worker_id!r} is in use: another live worker holds its lock "
-                    f"on database {shown(self.alias)!r}; give each worker its own --worker-id, "
-                    "or leave it unset (host:pid:random is unique)"
-                )
+            if not pooled:
+                # Through a pooler the lock proves nothing, and a transaction pool keeps
+                # a session-level lock on its server connection after this worker is
+                # gone: the id's next worker would find it taken and refuse to start.
+                self._lock_id(conn)
             if self.channel is not None:
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         except BaseException:
             conn.close()
             raise
         self.conn, self.lock_holds = conn, not pooled
+
+    def _lock_id(self, conn: psycopg.Connection[Any]) -> None:
+        row = conn.execute(
+            query("lock_worker_id"), {"key": lock_key(self.worker_id)}, prepare=False
+        ).fetchone()
+        if not (row and row[0]):
+            raise WorkerIdInUse(
+                f"worker id {self.worker_id!r} is in use: another live worker holds its lock "
+                f"on database {shown(self.alias)!r}; give each worker its own --worker-id, "
+                "or leave it unset (host:pid:random is unique)"
+            )
 
     def close(self) -> None:
         """Close the connection: the lock and the LISTEN end with it."""

@@ -12,7 +12,9 @@ import pytest
 from django_pgqueue.models import Job
 from django_pgqueue.queue.presence import lock_key
 from django_pgqueue.records import JobSpec
+from django_pgqueue.worker import session as session_module
 from django_pgqueue.worker.config import WorkerConfig, default_worker_id
+from django_pgqueue.worker.session import WorkerSession, lock_key
 from tests.conftest import run_counts, status_counts
 from tests.testapp.tasks import tracked
 from tests.worker.conftest import WorkerProcess, wait_for
@@ -75,3 +77,27 @@ def test_a_worker_that_finds_its_id_taken_after_reconnecting_stops(db_url: str) 
             assert worker.join(15) == 1
         (stopping,) = [data for name, data in worker.recorder.seen if name == "stopping"]
         assert "worker id 'taken' is in use" in stopping["reason"]
+
+
+def test_a_session_through_a_pooler_takes_no_id_lock_and_is_not_refused(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A LISTEN_DATABASE that goes through a pooler (warned about) must not take the
+    session-level lock: a transaction pool keeps it on a server connection after the
+    worker exits, where it refused every later worker with that id ("in use")."""
+    monkeypatch.setattr(session_module, "through_pooler", lambda conn: True)
+    with psycopg.connect(db_url, autocommit=True) as leftover:
+        # The lock an earlier worker left on a pooled server connection.
+        leftover.execute("SELECT pg_advisory_lock(%s)", [lock_key("pooled-id")])
+        session = WorkerSession("pooled-id", "default", db_url, "pgqueue_jobs", 1.0)
+        session.open()  # not WorkerIdInUse
+        try:
+            assert session.conn is not None
+            assert session.lock_holds is False
+            held = leftover.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s",
+                [session.conn.info.backend_pid],
+            ).fetchone()
+            assert held == (0,)  # nothing left behind on the server connection
+        finally:
+            session.close()

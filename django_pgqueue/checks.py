@@ -19,7 +19,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from django_pgqueue import conf, declared, registry, wording
 from django_pgqueue.dberrors import is_transient
-from django_pgqueue.pooler import alias_through_pooler, is_dsn
+from django_pgqueue.pooler import alias_through_pooler, is_dsn, preparing
 
 
 def _alias_meant(alias: str) -> str:
@@ -266,11 +266,8 @@ def check_pooler(
     if not pooled:
         return []
     found: list[checks.CheckMessage] = []
-    threshold = connections[alias].settings_dict.get("OPTIONS", {}).get("prepare_threshold")
-    if settings.PREPARE or threshold is not None:
-        what = "PGQUEUE['PREPARE'] is True" if settings.PREPARE else ""
-        if threshold is not None:
-            what += (" and " if what else "") + f"OPTIONS['prepare_threshold'] = {threshold!r}"
+    what = preparing(alias, settings.PREPARE)
+    if what:
         found.append(
             checks.Warning(
                 f"database {alias!r} reaches PostgreSQL through a connection pooler, and {what}: "

@@ -67,3 +67,14 @@ def alias_through_pooler(alias: str) -> bool:
     """Whether Django database ``alias`` reaches PostgreSQL through a pooler (connects once)."""
     with session_connection(alias) as conn:
         return through_pooler(conn)
+
+
+def preparing(alias: str, prepare: bool) -> str:
+    """What makes statements on Django database ``alias`` prepared server-side, as
+    messages name it (``PGQUEUE['PREPARE']``, given as ``prepare``, and psycopg's
+    ``OPTIONS['prepare_threshold']``), or "" when nothing does."""
+    threshold = connections[alias].settings_dict.get("OPTIONS", {}).get("prepare_threshold")
+    what = ["PGQUEUE['PREPARE'] is True"] if prepare else []
+    if threshold is not None:
+        what.append(f"OPTIONS['prepare_threshold'] = {threshold!r}")
+    return " and ".join(what)

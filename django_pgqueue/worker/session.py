@@ -22,6 +22,7 @@ import logging
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from psycopg import sql
 
 from django_pgqueue import conf
@@ -29,6 +30,13 @@ from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.exceptions import WorkerIdInUse
 from django_pgqueue.pooler import alias_through_pooler, session_connection, shown, through_pooler
 from django_pgqueue.queue.presence import lock_key
+from django_pgqueue.pooler import (
+    alias_through_pooler,
+    preparing,
+    session_connection,
+    shown,
+    through_pooler,
+)
 from django_pgqueue.sql import query
 
 logger = logging.getLogger("django_pgqueue")
@@ -132,7 +140,7 @@ def open_at_start(session: WorkerSession, database: str) -> tuple[str | None, bo
     Returns (why the worker must not start, or None; whether it has a session). A
     database that cannot be reached yet is no reason not to start: the listener
     thread opens the session once it can, and stops the worker then if the id is
-    taken. Also warns when PREPARE is on behind a pooler."""
+    taken. Also warns when statements are prepared behind a pooler (W001's warning)."""
     pooled: bool | None = None
     has_session = True
     try:
@@ -147,7 +155,13 @@ def open_at_start(session: WorkerSession, database: str) -> tuple[str | None, bo
         if not is_transient(exc):
             raise
         logger.warning("cannot open the worker's session connection yet: %s", first_line(exc))
-    if conf.get().PREPARE and pooled is not False:
+    # System check W001's warning, and silenced with it.
+    what = preparing(database, conf.get().PREPARE)
+    if (
+        what
+        and pooled is not False
+        and "django_pgqueue.W001" not in settings.SILENCED_SYSTEM_CHECKS
+    ):
         try:
             pooled = alias_through_pooler(database) if pooled is None else pooled
         except Exception as exc:
@@ -155,10 +169,11 @@ def open_at_start(session: WorkerSession, database: str) -> tuple[str | None, bo
                 raise
         if pooled:
             logger.warning(
-                "database %r reaches PostgreSQL through a connection pooler while "
-                "PGQUEUE['PREPARE'] is on: unless the pooler keeps prepared statements "
-                "(PgBouncer 1.21+ with max_prepared_statements, or a session-mode pool), set "
-                "PGQUEUE['PREPARE'] = False",
+                "database %r reaches PostgreSQL through a connection pooler while %s: unless "
+                "the pooler keeps prepared statements (PgBouncer 1.21+ with "
+                "max_prepared_statements, or a session-mode pool), set PGQUEUE['PREPARE'] = "
+                "False and leave OPTIONS['prepare_threshold'] unset (django_pgqueue.W001)",
                 database,
+                what,
             )
     return None, has_session

@@ -1,0 +1,47 @@
+"""The worker's start-up warning about prepared statements behind a pooler: the
+same as system check W001 (``PREPARE`` or psycopg's ``prepare_threshold``), and
+silenced with it. The pooler is faked here; tests/cluster runs a real one."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connections
+from django.test import override_settings
+
+from django_pgqueue.worker import session as session_module
+from django_pgqueue.worker.session import WorkerSession, open_at_start
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def start_warnings(db_url: str, caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The warnings of a worker start whose DATABASE is "pooled" (its session direct)."""
+    session = WorkerSession("pooled-start", "default", db_url, None, 1.0)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="django_pgqueue"):
+        try:
+            assert open_at_start(session, "default") == (None, True)
+        finally:
+            session.close()
+    return [r.getMessage() for r in caplog.records if "prepared statements" in r.getMessage()]
+
+
+def test_the_start_warning_names_what_prepares_and_is_silenced_with_w001(
+    db_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session_module, "alias_through_pooler", lambda alias: True)
+    database = connections["default"].settings_dict
+    with override_settings(PGQUEUE={"PREPARE": False}):
+        assert start_warnings(db_url, caplog) == []
+        # psycopg's own preparing, which W001 warns about too (with server-side
+        # binding Django's queries in task code fail behind PgBouncer 1.18).
+        options = {**database.get("OPTIONS", {}), "prepare_threshold": 5}
+        monkeypatch.setitem(database, "OPTIONS", options)
+        (warning,) = start_warnings(db_url, caplog)
+        assert "through a connection pooler while OPTIONS['prepare_threshold'] = 5" in warning
+    with override_settings(PGQUEUE={"PREPARE": True}):
+        (warning,) = start_warnings(db_url, caplog)
+        assert "PGQUEUE['PREPARE'] is True and OPTIONS['prepare_threshold'] = 5" in warning
+        # Silenced as the docs say to (a pool that keeps prepared statements).
+        with override_settings(SILENCED_SYSTEM_CHECKS=["django_pgqueue.W001"]):
+            assert start_warnings(db_url, caplog) == []

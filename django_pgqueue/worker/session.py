@@ -28,8 +28,6 @@ from psycopg import sql
 from django_pgqueue import conf
 from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.exceptions import WorkerIdInUse
-from django_pgqueue.pooler import alias_through_pooler, session_connection, shown, through_pooler
-from django_pgqueue.queue.presence import lock_key
 from django_pgqueue.pooler import (
     alias_through_pooler,
     preparing,
@@ -37,6 +35,7 @@ from django_pgqueue.pooler import (
     shown,
     through_pooler,
 )
+from django_pgqueue.queue.presence import lock_key
 from django_pgqueue.sql import query
 
 logger = logging.getLogger("django_pgqueue")

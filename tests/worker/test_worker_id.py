@@ -14,7 +14,7 @@ from django_pgqueue.queue.presence import lock_key
 from django_pgqueue.records import JobSpec
 from django_pgqueue.worker import session as session_module
 from django_pgqueue.worker.config import WorkerConfig, default_worker_id
-from django_pgqueue.worker.session import WorkerSession, lock_key
+from django_pgqueue.worker.session import WorkerSession
 from tests.conftest import run_counts, status_counts
 from tests.testapp.tasks import tracked
 from tests.worker.conftest import WorkerProcess, wait_for

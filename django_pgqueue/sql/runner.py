@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -76,9 +77,30 @@ def _ready(alias: str) -> BaseDatabaseWrapper:
     raw = wrapper.connection
     if raw.prepare_threshold is None and conf.get().PREPARE:
         raw.prepare_threshold = _ONLY_WHEN_ASKED
+        if alias not in _looked:
+            _look_for_a_pooler(alias, raw)
     if wrapper.in_atomic_block:
         wrapper.validate_no_broken_transaction()
     return wrapper
+
+
+#: The aliases whose way to PostgreSQL this process has looked at (with PREPARE).
+_looked: set[str] = set()
+
+
+def _look_for_a_pooler(alias: str, raw: psycopg.Connection[Any]) -> None:
+    """Once per alias and process, with PREPARE: through a connection pooler, prepare
+    nothing from the start. A pooler without prepared-statement support hands each
+    transaction any server connection, where another client's statement may have
+    the name ours has (``_pg3_0``): a lost or doubled name fails and is caught, but
+    one of the same shape would run instead of ours. Not when the pooler keeps
+    prepared statements, which silencing system check W001 says."""
+    _looked.add(alias)
+    if "django_pgqueue.W001" in settings.SILENCED_SYSTEM_CHECKS:
+        return
+    row = raw.execute(query("backend_pid"), prepare=False).fetchone()
+    if row is not None and row[0] != raw.info.backend_pid:  # as pooler.through_pooler
+        _stop_preparing(f"database {alias!r} reaches PostgreSQL through a connection pooler")
 
 
 #: Where a Django connection keeps the cursor our statements run on.
@@ -163,17 +185,23 @@ def _execute(
         return cursor.fetchall() if result is not None and result.status == _ROWS else []
 
 
-def _stop_preparing(exc: BaseException) -> None:
+def _stop_preparing(exc: BaseException | str) -> None:
     """A transaction pooler that keeps no prepared statements is in the way: stop
     preparing (the statement that failed is retried by whoever retries it)."""
     if not _unprepared.is_set():
         _unprepared.set()
+        found = (
+            exc
+            if isinstance(exc, str)
+            else "a prepared statement was lost or doubled: "
+            + (str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        )
         logger.warning(
-            "a prepared statement was lost or doubled (%s): a transaction pooler without "
-            "prepared-statement support (PgBouncer before 1.21, or without "
-            "max_prepared_statements) is in the way; this process prepares no statement from "
-            "now on: set PGQUEUE['PREPARE'] = False",
-            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+            "%s: a transaction pooler without prepared-statement support (PgBouncer before "
+            "1.21, or without max_prepared_statements) may be in the way; this process "
+            "prepares no statement from now on: set PGQUEUE['PREPARE'] = False (or, if the "
+            "pooler keeps prepared statements, silence django_pgqueue.W001)",
+            found,
         )
 
 

@@ -85,7 +85,8 @@ def test_with_prepare_left_on_the_workers_stop_preparing_and_drain_every_job_onc
 ) -> None:
     """PgBouncer 1.18 keeps no prepared statements: with PREPARE on, a statement
     prepared on one server connection is missing (or already there) on the next.
-    The worker must not crash on it: it stops preparing, says so, and goes on."""
+    The worker must not crash on it: it prepares nothing (it finds the pooler on
+    its first statement, or meets a lost statement), says so, and goes on."""
     bouncer = pgbouncer(pool_size=2)
     env = pooled_env(bouncer, db_url, PREPARE=True)
     workers = [
@@ -106,7 +107,7 @@ def test_with_prepare_left_on_the_workers_stop_preparing_and_drain_every_job_onc
     said = [
         w.output for w in workers if "this process prepares no statement from now on" in w.output
     ]
-    assert said, "no worker met a lost prepared statement: the test proves nothing"
+    assert said, "no worker stopped preparing: the test proves nothing"
 
 
 WEB_ENQUEUE = """
@@ -256,6 +257,39 @@ def test_a_shutdown_stuck_on_a_paused_pooler_ends_within_its_bound_naming_the_jo
 
 
 CHECK = "python -m django check --database default --settings=tests.settings"
+
+
+FIRST_ENQUEUES = """
+import logging
+from django.test import override_settings
+from django_pgqueue.sql import runner
+from tests.testapp.tasks import tracked
+said = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        said.append(record.getMessage())
+logging.getLogger("django_pgqueue").addHandler(Keep())
+with override_settings(SILENCED_SYSTEM_CHECKS=SILENCE_LIST):
+    for i in range(3):
+        tracked.enqueue(f"web-{i}")
+print(runner._unprepared.is_set(), any("through a connection pooler" in m for m in said))
+"""
+
+
+@pytest.mark.parametrize(("silenced", "prepares"), [([], False), (["django_pgqueue.W001"], True)])
+def test_a_process_that_finds_a_pooler_prepares_nothing_from_its_first_statement(
+    pgbouncer: Bouncer, db_url: str, silenced: list[str], prepares: bool
+) -> None:
+    """With PREPARE on through PgBouncer 1.18, a process prepared its statements
+    until one failed: meanwhile a statement could meet another client's of the same
+    name (``_pg3_0``) on the server connection, and one of the same shape would run
+    in place of ours. Each process now looks for a pooler on its first connection
+    and prepares nothing, unless W001 is silenced (a pooler that keeps them)."""
+    bouncer = pgbouncer(pool_size=2)
+    code = FIRST_ENQUEUES.replace("SILENCE_LIST", repr(silenced))
+    said = run_django(code, pooled_env(bouncer, db_url, PREPARE=True))
+    assert said == f"{not prepares} {not prepares}"
+    assert status_counts() == {"queued": 3}
 
 
 def test_system_checks_warn_when_settings_and_the_pooler_disagree(

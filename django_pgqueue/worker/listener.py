@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from django_pgqueue.exceptions import WorkerIdInUse
 from django_pgqueue.worker.services import ServiceThread, Supervision
-from django_pgqueue.worker.session import SessionUnavailable, WorkerSession
+from django_pgqueue.worker.session import SessionUnavailable, WorkerSession, say_unavailable
 from django_pgqueue.worker.waker import Waker
 
 logger = logging.getLogger("django_pgqueue")
@@ -73,7 +73,7 @@ class Listener(ServiceThread):
                 self.supervision.fatal(str(exc))
                 return False
             except SessionUnavailable as exc:
-                logger.warning("%s", exc)
+                say_unavailable(exc)
                 return False
         self._announced = True
         if self.session.channel is not None:

@@ -45,6 +45,12 @@ class SessionUnavailable(Exception):
     """The worker's database goes through a pooler and no LISTEN_DATABASE is set."""
 
 
+def say_unavailable(exc: SessionUnavailable) -> None:
+    """System check W002's warning, at the worker's start; silenced with it (at INFO)."""
+    silenced = "django_pgqueue.W002" in settings.SILENCED_SYSTEM_CHECKS
+    logger.log(logging.INFO if silenced else logging.WARNING, "%s", exc)
+
+
 class WorkerSession:
     """The session connection of worker ``worker_id``; ``channel``: what to LISTEN on."""
 
@@ -148,7 +154,7 @@ def open_at_start(session: WorkerSession, database: str) -> tuple[str | None, bo
     except WorkerIdInUse as exc:
         return str(exc), False
     except SessionUnavailable as exc:
-        logger.warning("%s", exc)
+        say_unavailable(exc)
         pooled, has_session = True, False
     except Exception as exc:
         if not is_transient(exc):

@@ -45,3 +45,27 @@ def test_the_start_warning_names_what_prepares_and_is_silenced_with_w001(
         # Silenced as the docs say to (a pool that keeps prepared statements).
         with override_settings(SILENCED_SYSTEM_CHECKS=["django_pgqueue.W001"]):
             assert start_warnings(db_url, caplog) == []
+
+
+def test_the_polling_warning_is_silenced_with_w002(
+    db_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a pooler without LISTEN_DATABASE the worker polls, and says so at
+    every start, as W002 does; a project that silenced W002 (polling is what it
+    wants) still got the warning each time."""
+    monkeypatch.setattr(session_module, "through_pooler", lambda conn: True)
+
+    def polling_said() -> list[tuple[str, str]]:
+        session = WorkerSession("pooled-only", "default", None, None, 1.0)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="django_pgqueue"):
+            assert open_at_start(session, "default") == (None, False)
+        return [
+            (r.levelname, r.getMessage()[:60]) for r in caplog.records if "polls" in r.getMessage()
+        ]
+
+    said = "database 'default' reaches PostgreSQL through a connection p"
+    with override_settings(PGQUEUE={"PREPARE": False}):
+        assert polling_said() == [("WARNING", said)]
+        with override_settings(SILENCED_SYSTEM_CHECKS=["django_pgqueue.W002"]):
+            assert polling_said() == [("INFO", said)]

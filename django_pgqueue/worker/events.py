@@ -10,7 +10,10 @@ claim statement: how long it took and how many jobs it took), ``released(keys)``
 (runs a stopping worker, or a give-back of prefetched jobs, put back in the
 queue), ``scheduled(schedule, tick, job_id)`` (this worker's scheduler took a
 tick; ``job_id`` is None when a live job held the task's unique key),
-``stopping(reason)`` and ``stopped(status)``.
+``stopping(reason)``, ``exiting(running)`` (a stopping worker is about to give
+back runs whose threads are still inside their jobs, ``running`` their ids, and
+the process should end right after: runworker runs its atexit handlers here,
+while the leases are still renewed) and ``stopped(status)``.
 A subscriber is called in the thread that emits, so it must be quick; one that
 raises is logged and does not disturb the worker. With no subscriber an event
 costs one dictionary lookup.
@@ -46,6 +49,7 @@ NAMES = frozenset(
         "released",
         "scheduled",
         "stopping",
+        "exiting",
         "stopped",
     }
 )

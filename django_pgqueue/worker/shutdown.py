@@ -4,7 +4,9 @@ Shutdown takes at most ``shutdown_timeout + MARGIN`` seconds:
 
 1. prefetched jobs no thread has started go back to the queue at once;
 2. running jobs get the shutdown timeout to finish (less if their leases would
-   lapse first, because the heartbeat is gone), or until a second signal;
+   lapse first, because the heartbeat is gone), or until a second signal; if some
+   are still running, the ``exiting`` event comes (runworker runs its atexit
+   handlers there, while the leases are renewed and outcomes written);
 3. the outcomes of the jobs that finished are written;
 4. outcomes of jobs that returned meanwhile are written; as the very last
    statements, runs whose threads are still going (or whose outcomes could not
@@ -98,6 +100,13 @@ class Shutdown:
                 early.stop()
         self._give_back_waiting()
         self._wait_for_running_jobs()
+        if w.ledger.threads_in_jobs() and w.urgent_since is None:
+            # The process ends right after the last statements (runworker), and what it
+            # runs on its way out (atexit handlers) runs now, first: the heartbeat still
+            # renews the leases, so no other worker starts these jobs (or takes their
+            # keys) while they run on here, and the completer records those that return.
+            # (After a second signal the jobs go back first, as that signal asks.)
+            w.events.emit("exiting", running=sorted(h.job.id for h in w.ledger.running()))
         flushed = w.completer.flush(until=self._until(max(1.0, MARGIN / 2)))
         for thread in (w.listener, w.maintenance, w.completer):
             if thread is not None:

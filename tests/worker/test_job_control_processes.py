@@ -181,3 +181,38 @@ def test_a_worker_that_ends_its_process_early_still_runs_the_atexit_handlers(
     assert worker.wait(20) == 0
     assert "atexit handler ran" in worker.output
     assert Job.objects.get(pk=job.pk).status == "queued"
+
+
+def test_the_atexit_handlers_run_while_a_job_still_running_at_exit_holds_its_lease(
+    start_worker: Start, tmp_path: Path
+) -> None:
+    """The early exit ran the atexit handlers after the give-back: while a slow one (an
+    error reporter's flush, a tracer's export) ran, the job was queued again and
+    another worker started it (and took its concurrency key) beside the run still
+    going here. The handlers now run first, the lease renewed, and the job goes back
+    as the very last statement."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import atexit, time\n"
+        "def flush():\n"
+        "    print('atexit handler started', flush=True)\n"
+        "    time.sleep(1.5)\n"
+        "atexit.register(flush)\n"
+    )
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    worker = start_worker(
+        "--shutdown-timeout", "0.5", "--lease", "1", "--worker-id", "slow-exit",
+        env={"PYTHONPATH": path},
+    )  # fmt: skip
+    worker.wait_for_output("listening for new jobs")
+    job = waits_to_be_stopped.using(concurrency_key="one").enqueue("slow-exit", seconds=60.0)
+    wait_for(lambda: run_counts("slow-exit") == {"slow-exit": 1}, 20, "the job to start")
+    worker.signal(signal.SIGTERM)
+    worker.wait_for_output("atexit handler started")
+    time.sleep(1.2)  # past the lease: only the heartbeat keeps the job running
+    assert status(job.pk) == "running", worker.output
+    assert worker.wait(20) == 0
+    assert worker.output.index("atexit handler started") < worker.output.index(
+        "shutdown: put 1 job back in the queue"
+    )
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts) == ("queued", 0)

@@ -196,7 +196,7 @@ class Command(PgQueueCommand):
         if options["reload"]:
 
             def build() -> Worker:  # in the reloading child, each time it starts
-                worker = new_worker(config)
+                worker = new_worker(config, exits_with_process=self.own_process)
                 serve_metrics(worker, port, addr)  # closed as the child exits
                 return worker
 
@@ -204,7 +204,7 @@ class Command(PgQueueCommand):
             status = run_reloading(build, checks)
             worker = None
         else:
-            worker = new_worker(config)
+            worker = new_worker(config, exits_with_process=self.own_process)
             exporter = serve_metrics(worker, port, addr)
             exits = ExitGuard(worker)
             exits.install()
@@ -227,7 +227,8 @@ class Command(PgQueueCommand):
             # (which would join the thread asgiref runs an async job's loop in).
             # (The reloading child's worker ran on a thread of its own: the same.)
             # The atexit handlers still run, as at a normal exit (an error reporter's
-            # flush, a tracer's export, logging's own flush), before the job threads'.
+            # flush, a tracer's export, logging's own flush), before the job threads'
+            # end; when jobs were given back, they ran before it (see new_worker).
             atexit._run_exitfuncs()
             logging.shutdown()
             sys.stdout.flush()
@@ -241,14 +242,27 @@ class Command(PgQueueCommand):
             sys.exit(status)
 
 
-def new_worker(config: WorkerConfig) -> Worker:
+def new_worker(config: WorkerConfig, *, exits_with_process: bool = False) -> Worker:
     """The worker of ``config``, or a CommandError for a schedule whose job it would
     refuse (a task it cannot find, arguments the task does not take): the system
-    check (E010) says so first, unless ``--skip-checks`` skipped it."""
+    check (E010) says so first, unless ``--skip-checks`` skipped it.
+
+    ``exits_with_process``: the process ends with the worker, which then runs the
+    atexit handlers before giving back the runs still going (``exiting``), not after:
+    a slow one (an error reporter's flush) would leave them running here while
+    another worker started them again."""
     try:
-        return Worker(config)
+        worker = Worker(config)
     except InvalidSchedule as exc:
         raise CommandError(str(exc)) from None
+    if exits_with_process:
+        worker.events.subscribe("exiting", run_exit_handlers)
+    return worker
+
+
+def run_exit_handlers(**data: Any) -> None:
+    """The atexit handlers, now (each runs once: the early exit's call is then a no-op)."""
+    atexit._run_exitfuncs()
 
 
 def serve_metrics(worker: Worker, port: int | None, addr: str | None) -> Any:

@@ -28,7 +28,7 @@ from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
 from django_pgqueue.queue import claims
-from django_pgqueue.records import ClaimedJob
+from django_pgqueue.records import ClaimedJob, JobStatus
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events, emit_released
@@ -269,7 +269,7 @@ class Shutdown:
             for job in overdue
         ]
         try:
-            Job.objects.fail(self.worker_id, outcomes, using=self.alias)
+            statuses = Job.objects.fail(self.worker_id, outcomes, using=self.alias)
         except Exception as exc:
             reset_connection(self.alias)
             logger.error(
@@ -279,6 +279,12 @@ class Shutdown:
                 first_line(exc),
             )
         else:
+            # Counted as any outcome, for the "stopped" line that follows.
+            new = list(statuses.values())
+            self.worker.ledger.settled(
+                [], 0, buried=new.count(JobStatus.DEAD), retried=new.count(JobStatus.QUEUED),
+                cancelled=new.count(JobStatus.CANCELLED),
+            )  # fmt: skip
             logger.warning(
                 "shutdown: recorded %s as timed out: %s",
                 jobs(len(overdue)),

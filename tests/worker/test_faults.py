@@ -64,6 +64,7 @@ def test_a_job_that_never_returns_keeps_its_key_until_its_worker_exits(start_wor
     row = Job.objects.get(pk=stuck.pk)
     assert row.status == "dead"
     assert "had not returned when its worker exited" in row.last_error
+    assert re.search(r"stopped \S+: claimed 1, succeeded 0, retried 0, buried 1,", worker.output)
     rescuer = start_worker("--burst")
     assert rescuer.wait(30) == 0
     assert status_counts() == {"dead": 1, "done": 1}

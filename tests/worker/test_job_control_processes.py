@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +18,7 @@ from django_pgqueue.models import Job
 from django_pgqueue.records import JobSpec
 from tests.conftest import run_counts, status_counts
 from tests.testapp.tasks import awaits_to_be_stopped, mark, waits_to_be_stopped
-from tests.worker.conftest import WorkerProcess, wait_for
+from tests.worker.conftest import ROOT, WorkerProcess, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -216,3 +218,30 @@ def test_the_atexit_handlers_run_while_a_job_still_running_at_exit_holds_its_lea
     )
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts) == ("queued", 0)
+
+
+def test_the_atexit_handlers_run_early_leave_logging_open_for_the_last_lines(
+    tmp_path: Path,
+) -> None:
+    """Run before the give-back, logging's own atexit handler closed the handlers: a
+    FileHandler opened with mode "w" then dropped the worker's last lines (what it
+    gave back, its "stopped" line)."""
+    log = tmp_path / "worker.log"
+    script = (
+        "import logging, django\n"
+        "django.setup()\n"
+        "from django_pgqueue.management.commands.runworker import run_exit_handlers\n"
+        f"logging.getLogger().addHandler(logging.FileHandler({str(log)!r}, mode='w'))\n"
+        "run_exit_handlers(running=[1])\n"
+        "logging.getLogger().warning('a line after the atexit handlers')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "a line after the atexit handlers" in log.read_text()

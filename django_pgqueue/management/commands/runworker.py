@@ -261,8 +261,12 @@ def new_worker(config: WorkerConfig, *, exits_with_process: bool = False) -> Wor
 
 
 def run_exit_handlers(**data: Any) -> None:
-    """The atexit handlers, now (each runs once: the early exit's call is then a no-op)."""
+    """The atexit handlers, now (each runs once: the early exit's call is then a no-op),
+    but logging's own: the worker still logs what it gives back, and a handler closed
+    now (a FileHandler opened with mode "w") would drop those lines."""
+    atexit.unregister(logging.shutdown)
     atexit._run_exitfuncs()
+    atexit.register(logging.shutdown)
 
 
 def serve_metrics(worker: Worker, port: int | None, addr: str | None) -> Any:

@@ -100,12 +100,13 @@ class Shutdown:
                 early.stop()
         self._give_back_waiting()
         self._wait_for_running_jobs()
-        if w.ledger.threads_in_jobs() and w.urgent_since is None:
+        if w.ledger.threads_in_jobs() and w.urgent_since is None and w.heartbeat.is_alive():
             # The process ends right after the last statements (runworker), and what it
             # runs on its way out (atexit handlers) runs now, first: the heartbeat still
             # renews the leases, so no other worker starts these jobs (or takes their
             # keys) while they run on here, and the completer records those that return.
-            # (After a second signal the jobs go back first, as that signal asks.)
+            # (After a second signal, or with no heartbeat to hold the leases, the jobs
+            # go back first.)
             w.events.emit("exiting", running=sorted(h.job.id for h in w.ledger.running()))
         flushed = w.completer.flush(until=self._until(max(1.0, MARGIN / 2)))
         for thread in (w.listener, w.maintenance, w.completer):

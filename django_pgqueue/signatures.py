@@ -18,17 +18,22 @@ from django_pgqueue import wording
 @cache
 def _signature(func: Any) -> inspect.Signature | None:
     """The callable's own signature; for a ``functools.wraps`` wrapper that passes
-    ``(*args, **kwargs)`` on (logging, ``atomic``), the wrapped function's."""
+    ``(*args, **kwargs)`` on (logging, ``atomic``), that of what it wraps, one
+    wrapper at a time: a wrapper with parameters of its own under it (one that
+    takes an id and passes an object) is the one whose signature counts."""
     try:
         own = inspect.signature(func, follow_wrapped=False)
-        kinds = {p.kind for p in own.parameters.values()}
-        return (
-            inspect.signature(func)
-            if kinds == {Parameter.VAR_POSITIONAL, Parameter.VAR_KEYWORD}
-            else own
-        )
+        while _passes_on(own) and hasattr(func, "__wrapped__"):
+            func = func.__wrapped__
+            own = inspect.signature(func, follow_wrapped=False)
     except (TypeError, ValueError):  # a builtin or C function without one
         return None
+    return own
+
+
+def _passes_on(signature: inspect.Signature) -> bool:
+    kinds = {p.kind for p in signature.parameters.values()}
+    return kinds == {Parameter.VAR_POSITIONAL, Parameter.VAR_KEYWORD}
 
 
 def _described(func: Any, signature: inspect.Signature) -> str:

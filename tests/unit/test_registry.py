@@ -129,3 +129,29 @@ def test_a_wrapper_that_passes_calls_on_is_checked_by_the_function_it_wraps() ->
         signatures.check_arguments(_invoice, [1], {"notfy": True})
     with pytest.raises(TypeError, match="missing a required argument: 'order_id'"):
         signatures.check_arguments(_invoice, [], {})
+
+
+def _with_order(func: Any) -> Any:
+    """A decorator that takes an order's id and passes the function the order."""
+
+    @functools.wraps(func)
+    def wrapper(order_id: int, *args: Any, **kwargs: Any) -> Any:
+        return func({"id": order_id}, *args, **kwargs)
+
+    return wrapper
+
+
+@_logged
+@_with_order
+def _ship(order: dict[str, Any], express: bool = False) -> list[Any]:
+    return [order["id"], express]
+
+
+def test_a_pass_through_wrapper_is_checked_by_the_wrapper_under_it() -> None:
+    """Under a logging decorator, the wrapper that takes an id counts, not the
+    function at the bottom of the ``__wrapped__`` chain: its calls were refused."""
+    assert _ship(order_id=42) == [42, False]
+    signatures.check_arguments(_ship, [], {"order_id": 42})
+    signatures.check_arguments(_ship, [7], {"express": True})
+    with pytest.raises(TypeError, match=r"_ship\(order_id, \*args, \*\*kwargs\)"):
+        signatures.check_arguments(_ship, [], {})

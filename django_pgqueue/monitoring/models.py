@@ -51,8 +51,11 @@ class WorkerManager(conf.OnJobDatabase["RegisteredWorker"], _WorkerManagerBase["
         done: int = 0,
         starting: bool = False,
         using: str | None = None,
+        lock_pid: int | None = None,
     ) -> None:
-        presence.register(entry, running, done, starting=starting, alias=self._alias(using))
+        presence.register(
+            entry, running, done, starting=starting, alias=self._alias(using), lock_pid=lock_pid
+        )
 
     def leave(self, worker: str, *, using: str | None = None) -> bool:
         return presence.leave(worker, self._alias(using))
@@ -97,6 +100,12 @@ class RegisteredWorker(OnJobDatabaseModel):
         blank=True,
         help_text="The advisory lock its session holds on its id (none behind a pooler "
         "without a session): it ends with the process, so a killed worker is gone at once.",
+    )
+    lock_pid = models.IntegerField(
+        null=True,
+        blank=True,
+        help_text="The server process of the session holding that lock: a worker of "
+        "another database on the server may hold the same key.",
     )
     jobs_running = models.IntegerField(default=0, db_default=0)
     jobs_done = models.BigIntegerField(

@@ -40,10 +40,19 @@ def lock_key(worker_id: str) -> int:
     return int.from_bytes(digest.digest(), "big", signed=True)
 
 
-def register(entry: Registration, running: int, done: int, *, starting: bool, alias: str) -> None:
+def register(
+    entry: Registration,
+    running: int,
+    done: int,
+    *,
+    starting: bool,
+    alias: str,
+    lock_pid: int | None = None,
+) -> None:
     """Write (or rewrite) the worker's row: at start (``starting``, which resets
     ``started_at``) and on every heartbeat. The row keeps the key of the id's lock
-    while the database shows it held, so a killed worker counts as gone at once."""
+    and ``lock_pid``, the server process of the session holding it, while the
+    database shows that process holding it, so a killed worker counts as gone at once."""
     runner.fetch(
         "worker_register",
         {
@@ -60,6 +69,7 @@ def register(entry: Registration, running: int, done: int, *, starting: bool, al
             "jobs_done": done,
             "starting": starting,
             "lock_key": lock_key(entry.worker),
+            "lock_pid": lock_pid,
         },
         alias,
     )

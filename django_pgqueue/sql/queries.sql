@@ -736,28 +736,33 @@ SELECT pg_try_advisory_lock(%(key)s::bigint) AS locked;
 -- rewritten by each of its heartbeats while it runs. A restarted worker that
 -- reuses its id (a pod name) takes its row over. alive_until is when the row is
 -- shown as gone unless the next heartbeat moves it on. lock_key is the key of the
--- advisory lock its session holds on its id, kept only when this database sees
--- that lock held (none behind a pooler without a session): the lock ends with the
--- process, so a killed worker counts as gone at once (schedulers_up_since).
+-- advisory lock its session holds on its id and lock_pid the server process of that
+-- session, kept only when the server shows that process holding that lock (none
+-- behind a pooler without a session): the lock ends with the process, so a killed
+-- worker counts as gone at once (schedulers_up_since). The pid matters: pg_locks
+-- shows every database of the server, where a worker of another database (another
+-- deployment, a test run) may have the same id, so the same key.
 INSERT INTO pgqueue_worker (
     id, hostname, pid, queues, concurrency, version, started_at, last_seen, alive_until,
-    schedules, schedule_names, jobs_running, jobs_done, lock_key
+    schedules, schedule_names, jobs_running, jobs_done, lock_key, lock_pid
 )
 SELECT
     %(worker)s::text, %(hostname)s::text, %(pid)s::int, %(queues)s::jsonb, %(concurrency)s::int,
     %(version)s::text, now(), now(), now() + make_interval(secs => %(gone_after)s::float8),
     %(schedules)s::bool, %(schedule_names)s::jsonb, %(jobs_running)s::int, %(jobs_done)s::bigint,
-    CASE WHEN EXISTS (
-        SELECT 1 FROM pg_locks AS l
-        WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
-          AND l.classid = ((%(lock_key)s::bigint >> 32) & 4294967295)::oid
-          AND l.objid = (%(lock_key)s::bigint & 4294967295)::oid
-    ) THEN %(lock_key)s::bigint END
+    CASE WHEN h.held THEN %(lock_key)s::bigint END, CASE WHEN h.held THEN %(lock_pid)s::int END
+FROM (SELECT %(lock_pid)s::int IS NOT NULL AND EXISTS (
+    SELECT 1 FROM pg_locks AS l
+    WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+      AND l.pid = %(lock_pid)s::int
+      AND l.classid = ((%(lock_key)s::bigint >> 32) & 4294967295)::oid
+      AND l.objid = (%(lock_key)s::bigint & 4294967295)::oid
+) AS held) AS h
 ON CONFLICT (id) DO UPDATE
 SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
     concurrency = EXCLUDED.concurrency, version = EXCLUDED.version,
     schedules = EXCLUDED.schedules, schedule_names = EXCLUDED.schedule_names,
-    lock_key = EXCLUDED.lock_key,
+    lock_key = EXCLUDED.lock_key, lock_pid = EXCLUDED.lock_pid,
     started_at = CASE WHEN %(starting)s::bool THEN EXCLUDED.started_at
                       ELSE pgqueue_worker.started_at END,
     last_seen = EXCLUDED.last_seen, alive_until = EXCLUDED.alive_until,
@@ -1076,17 +1081,19 @@ LEFT JOIN inserted AS i ON true;
 -- schedule enabled in its settings). Ticks after it were due while one ran, so
 -- none of them counts as missed; a worker up all along with other settings
 -- does not count. (A schedule_names that is not a list, written by hand, names
--- nothing.) A worker whose row has a lock_key is alive only while its id's lock
--- is held: a killed one's lock ended with its session, before alive_until.
+-- nothing.) A worker whose row has a lock_pid is alive only while that server
+-- process holds its id's lock: a killed one's ended with its session, before
+-- alive_until. (Any process of the server: a worker of another database with the
+-- same id holds the same key.)
 SELECT n.name, min(w.started_at) AS since
 FROM pgqueue_worker AS w
 CROSS JOIN LATERAL jsonb_array_elements_text(
     CASE WHEN jsonb_typeof(w.schedule_names) = 'array' THEN w.schedule_names
          ELSE '[]'::jsonb END) AS n (name)
 WHERE w.alive_until >= now() AND w.schedules
-  AND (w.lock_key IS NULL OR EXISTS (
+  AND (w.lock_pid IS NULL OR EXISTS (
       SELECT 1 FROM pg_locks AS l
-      WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+      WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.pid = w.lock_pid
         AND l.classid = ((w.lock_key >> 32) & 4294967295)::oid
         AND l.objid = (w.lock_key & 4294967295)::oid))
 GROUP BY n.name;

@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 
 import django_pgqueue
 from django_pgqueue import conf
@@ -34,8 +35,16 @@ def gone_after(config: WorkerConfig) -> float:
 
 
 class Presence:
-    def __init__(self, config: WorkerConfig, ledger: Ledger, events: Events) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        ledger: Ledger,
+        events: Events,
+        lock_pid: Callable[[], int | None] = lambda: None,
+    ) -> None:
         self.config = config
+        #: The server process of the session holding the id's lock, if any.
+        self.lock_pid = lock_pid
         self.ledger = ledger
         scheduling = not config.burst and config.max_jobs is None
         self.entry = Registration(
@@ -82,6 +91,7 @@ class Presence:
                 done=self.done,
                 starting=not self._registered,
                 using=self.config.database,
+                lock_pid=self.lock_pid(),
             )
         except Exception as exc:
             if is_transient(exc) or schema_problem(exc):

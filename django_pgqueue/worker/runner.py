@@ -98,7 +98,7 @@ class Worker:
         )
         self.scheduler = scheduler_thread(config, supervision, self.events)
         self.housekeeping = Housekeeping(config, self.ledger, self.events, self.pool, self.waker)
-        self.presence = Presence(config, self.ledger, self.events)
+        self.presence = Presence(config, self.ledger, self.events, self.session.lock_pid)
         self.maintenance = Timers(
             config.database,
             self.housekeeping.timers() + self.presence.maintenance_timers(),

@@ -270,18 +270,26 @@ def worker_up_for_an_hour(
     schedules: bool = True,
     running: list[str] | None = None,
     lock: int | None = None,
+    lock_pid: int | None = None,
 ) -> None:
     """Another worker's row in the registry: alive, started an hour ago, its scheduler
     running the schedules ``running`` (by default every one the table holds); ``lock``:
-    the key of its id's lock, as a worker with a session writes it."""
+    the key of its id's lock and the server process holding it, as a worker with a
+    session writes them."""
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO pgqueue_worker (id, hostname, pid, concurrency, version, started_at, "
             "last_seen, alive_until, schedules, schedule_names, jobs_running, jobs_done, "
-            "lock_key) VALUES (%s, 'h', 1, 1, 'x', now() - interval '1 hour', now(), "
+            "lock_key, lock_pid) VALUES (%s, 'h', 1, 1, 'x', now() - interval '1 hour', now(), "
             "now() + interval '1 minute', %s, COALESCE(%s::jsonb, "
-            "(SELECT coalesce(jsonb_agg(name), '[]') FROM pgqueue_schedule)), 0, 0, %s)",
-            [worker_id, schedules, None if running is None else json.dumps(running), lock],
+            "(SELECT coalesce(jsonb_agg(name), '[]') FROM pgqueue_schedule)), 0, 0, %s, %s)",
+            [
+                worker_id,
+                schedules,
+                None if running is None else json.dumps(running),
+                lock,
+                lock_pid,
+            ],
         )
 
 
@@ -378,13 +386,33 @@ def test_a_worker_whose_id_lock_ended_counts_as_down_before_its_row_says_so(
     scheduler({"minutely": every}).step()
     latest = outage("minutely", 3)
     key = lock_key("killed")
-    worker_up_for_an_hour("killed", lock=key)
     with psycopg.connect(db_url, autocommit=True) as session:
+        worker_up_for_an_hour("killed", lock=key, lock_pid=session.info.backend_pid)
         if held:  # the worker is up: its session holds the lock
             session.execute("SELECT pg_advisory_lock(%s)", [key])
         scheduler({"minutely": every}).step()
     expected = [latest - dt.timedelta(minutes=m) for m in (2, 1, 0)] if held else []
     assert ran_at("minutely") == expected
+
+
+def test_a_killed_worker_counts_as_down_though_another_process_holds_its_key(
+    scheduler: Callable[..., Scheduler], db_url: str
+) -> None:
+    """pg_locks shows the whole server: a worker of another database (another
+    deployment, a test run) with the same id holds the same key, and kept a killed
+    worker up until its row said otherwise."""
+    every = {**MINUTELY, "catch_up": "none"}
+    scheduler({"minutely": every}).step()
+    outage("minutely", 3)
+    key = lock_key("killed")
+    with (
+        psycopg.connect(db_url, autocommit=True) as killed,
+        psycopg.connect(db_url, autocommit=True) as namesake,
+    ):
+        worker_up_for_an_hour("killed", lock=key, lock_pid=killed.info.backend_pid)
+        namesake.execute("SELECT pg_advisory_lock(%s)", [key])
+        scheduler({"minutely": every}).step()
+    assert ran_at("minutely") == []
 
 
 def test_a_bounded_worker_up_meanwhile_does_not_count_as_a_scheduler(

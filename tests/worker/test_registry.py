@@ -52,6 +52,7 @@ def test_a_worker_registers_itself_and_leaves_when_it_exits(start_worker: Start)
     assert row.alive_at(timezone.now())
     assert row.version
     assert row.lock_key == lock_key("w-clean")  # its session holds the id's lock
+    assert row.lock_pid
     first_seen = row.last_seen
     wait_for(
         lambda: registered("w-clean").last_seen > first_seen,  # type: ignore[union-attr]
@@ -72,12 +73,20 @@ def test_the_row_keeps_the_id_lock_key_only_while_the_database_shows_it_held(
     row = registered("w-lock")
     assert row is not None
     assert row.lock_key is None  # no session holds it (a worker behind a pooler)
-    with psycopg.connect(db_url, autocommit=True) as session:
+    with (
+        psycopg.connect(db_url, autocommit=True) as session,
+        psycopg.connect(db_url, autocommit=True) as other,
+    ):
         session.execute("SELECT pg_advisory_lock(%s)", [lock_key("w-lock")])
-        RegisteredWorker.objects.register(entry)
+        RegisteredWorker.objects.register(entry, lock_pid=session.info.backend_pid)
         row = registered("w-lock")
         assert row is not None
-        assert row.lock_key == lock_key("w-lock")
+        assert (row.lock_key, row.lock_pid) == (lock_key("w-lock"), session.info.backend_pid)
+        # Held, but not by the process named: another database's worker with this id.
+        RegisteredWorker.objects.register(entry, lock_pid=other.info.backend_pid)
+        row = registered("w-lock")
+        assert row is not None
+        assert (row.lock_key, row.lock_pid) == (None, None)
 
 
 def test_a_killed_worker_shows_as_gone_with_its_job_before_the_lease_expires(

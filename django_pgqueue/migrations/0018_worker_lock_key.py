@@ -18,4 +18,13 @@ class Migration(migrations.Migration):
                 null=True,
             ),
         ),
+        migrations.AddField(
+            model_name="registeredworker",
+            name="lock_pid",
+            field=models.IntegerField(
+                blank=True,
+                help_text="The server process of the session holding that lock: a worker of another database on the server may hold the same key.",
+                null=True,
+            ),
+        ),
     ]

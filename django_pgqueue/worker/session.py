@@ -128,6 +128,7 @@ class WorkerSession:
                 f"on database {shown(self.alias)!r}; give each worker its own --worker-id, "
                 "or leave it unset (host:pid:random is unique)"
             )
+
     def lock_pid(self) -> int | None:
         """The server process holding the id's lock, for the registry row: None with
         no session, or through a pooler (whose process ids are not the server's)."""

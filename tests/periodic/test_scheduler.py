@@ -379,7 +379,7 @@ def test_a_worker_whose_id_lock_ended_counts_as_down_before_its_row_says_so(
     scheduler: Callable[..., Scheduler], db_url: str, held: bool
 ) -> None:
     """A killed worker's row stays alive until alive_until, (HEARTBEAT_INTERVAL +
-    LEASE) / 2 after its last heartbeat (20 s by default); its id's lock ended with
+    LEASE) / 2 after its last heartbeat (40 s by default); its id's lock ended with
     its session. A worker started meanwhile took the ticks since the killed one's
     last as due, and enqueued all of them whatever catch_up said."""
     every = {**MINUTELY, "catch_up": "none"}

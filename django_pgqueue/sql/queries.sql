@@ -606,6 +606,7 @@ WITH asked AS MATERIALIZED (
 cancelled AS (
     UPDATE pgqueue_job AS j
     SET status = 'cancelled', done_at = now(), locked_until = NULL,
+        cancel_reason = %(reason)s::text,
         last_error = pgqueue_error_line('Cancelled', %(reason)s::text),
         errors = pgqueue_push_error(j.errors, pgqueue_error_entry(j.attempts, 'Cancelled',
                                                                   %(reason)s::text, '')),

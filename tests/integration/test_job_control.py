@@ -49,6 +49,8 @@ def test_cancel_ends_queued_jobs_cancelled_and_asks_running_ones_to_stop() -> No
         "Cancelled: customer left",
         "Cancelled",
     )
+    assert row.cancel_reason == "customer left"  # as for a running job (it was '')
+    assert row.cancel_requested_at is None  # no worker was asked: nothing held it
     assert row.done_at is not None
     held = Job.objects.get(pk=running.pk)
     assert (held.status, held.cancel_reason) == ("running", "customer left")

@@ -75,10 +75,11 @@ def _ready(alias: str) -> BaseDatabaseWrapper:
         )
     wrapper.ensure_connection()
     raw = wrapper.connection
-    if raw.prepare_threshold is None and conf.get().PREPARE:
-        raw.prepare_threshold = _ONLY_WHEN_ASKED
+    if conf.get().PREPARE:
         if alias not in _looked:
             _look_for_a_pooler(alias, raw)
+        if raw.prepare_threshold is None:
+            raw.prepare_threshold = _ONLY_WHEN_ASKED
     if wrapper.in_atomic_block:
         wrapper.validate_no_broken_transaction()
     return wrapper

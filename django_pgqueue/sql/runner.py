@@ -74,14 +74,15 @@ def _ready(alias: str) -> BaseDatabaseWrapper:
             "see manage.py check (django_pgqueue.E002)"
         )
     wrapper.ensure_connection()
+    if wrapper.in_atomic_block:  # before anything runs, as Django's own cursors do
+        wrapper.validate_no_broken_transaction()
     raw = wrapper.connection
-    if conf.get().PREPARE:
-        if alias not in _looked:
-            _look_for_a_pooler(alias, raw)
+    # Work only on a new connection, or until this alias has been looked at.
+    if (raw.prepare_threshold is None or alias not in _looked) and conf.get().PREPARE:
         if raw.prepare_threshold is None:
             raw.prepare_threshold = _ONLY_WHEN_ASKED
-    if wrapper.in_atomic_block:
-        wrapper.validate_no_broken_transaction()
+        if alias not in _looked:
+            _look_for_a_pooler(wrapper, alias, raw)
     return wrapper
 
 
@@ -89,19 +90,26 @@ def _ready(alias: str) -> BaseDatabaseWrapper:
 _looked: set[str] = set()
 
 
-def _look_for_a_pooler(alias: str, raw: psycopg.Connection[Any]) -> None:
+def _look_for_a_pooler(
+    wrapper: BaseDatabaseWrapper, alias: str, raw: psycopg.Connection[Any]
+) -> None:
     """Once per alias and process, with PREPARE: through a connection pooler, prepare
     nothing from the start. A pooler without prepared-statement support hands each
     transaction any server connection, where another client's statement may have
     the name ours has (``_pg3_0``): a lost or doubled name fails and is caught, but
     one of the same shape would run instead of ours. Not when the pooler keeps
-    prepared statements, which silencing system check W001 says."""
+    prepared statements, which silencing system check W001 says.
+
+    The alias counts as looked at only once the look has an answer: a look that
+    fails (an aborted transaction, a lost connection) raises as our statements do,
+    a ``django.db`` error, and the next statement looks again; and another thread
+    never prepares on the word of a look still under way (it looks too)."""
+    if "django_pgqueue.W001" not in settings.SILENCED_SYSTEM_CHECKS:
+        with wrapper.wrap_database_errors:
+            row = raw.execute(query("backend_pid"), prepare=False).fetchone()
+        if row is not None and row[0] != raw.info.backend_pid:  # as pooler.through_pooler
+            _stop_preparing(f"database {alias!r} reaches PostgreSQL through a connection pooler")
     _looked.add(alias)
-    if "django_pgqueue.W001" in settings.SILENCED_SYSTEM_CHECKS:
-        return
-    row = raw.execute(query("backend_pid"), prepare=False).fetchone()
-    if row is not None and row[0] != raw.info.backend_pid:  # as pooler.through_pooler
-        _stop_preparing(f"database {alias!r} reaches PostgreSQL through a connection pooler")
 
 
 #: Where a Django connection keeps the cursor our statements run on.

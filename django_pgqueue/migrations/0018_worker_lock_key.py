@@ -14,7 +14,7 @@ class Migration(migrations.Migration):
             name="lock_key",
             field=models.BigIntegerField(
                 blank=True,
-                help_text="The advisory lock its session holds on its id (none behind a pooler without a session): it ends with the process, so a killed worker is gone at once.",
+                help_text="The advisory lock its session holds on its id (none when the session goes through a pooler): it ends with the process, so a killed worker is gone at once.",
                 null=True,
             ),
         ),

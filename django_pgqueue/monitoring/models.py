@@ -98,8 +98,8 @@ class RegisteredWorker(OnJobDatabaseModel):
     lock_key = models.BigIntegerField(
         null=True,
         blank=True,
-        help_text="The advisory lock its session holds on its id (none behind a pooler "
-        "without a session): it ends with the process, so a killed worker is gone at once.",
+        help_text="The advisory lock its session holds on its id (none when the session goes "
+        "through a pooler): it ends with the process, so a killed worker is gone at once.",
     )
     lock_pid = models.IntegerField(
         null=True,

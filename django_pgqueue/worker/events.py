@@ -13,7 +13,9 @@ tick; ``job_id`` is None when a live job held the task's unique key),
 ``stopping(reason)``, ``exiting(running)`` (a stopping worker is about to give
 back runs whose threads are still inside their jobs, ``running`` their ids, and
 the process should end right after: runworker runs its atexit handlers here,
-while the leases are still renewed) and ``stopped(status)``.
+while the leases are still renewed; it comes on a thread of its own, and the
+give-back does not wait for a subscriber still running at the shutdown's bound
+less half its margin, or at a second signal) and ``stopped(status)``.
 A subscriber is called in the thread that emits, so it must be quick; one that
 raises is logged and does not disturb the worker. With no subscriber an event
 costs one dictionary lookup.

@@ -5,8 +5,9 @@ Shutdown takes at most ``shutdown_timeout + MARGIN`` seconds:
 1. prefetched jobs no thread has started go back to the queue at once;
 2. running jobs get the shutdown timeout to finish (less if their leases would
    lapse first, because the heartbeat is gone), or until a second signal; if some
-   are still running, the ``exiting`` event comes (runworker runs its atexit
-   handlers there, while the leases are renewed and outcomes written);
+   are still running, the ``exiting`` event comes on a thread of its own
+   (runworker runs its atexit handlers there, while the leases are renewed and
+   outcomes written), waited for until ``MARGIN / 2`` is left or a second signal;
 3. the outcomes of the jobs that finished are written;
 4. outcomes of jobs that returned meanwhile are written; as the very last
    statements, runs whose threads are still going (or whose outcomes could not
@@ -20,6 +21,7 @@ Shutdown takes at most ``shutdown_timeout + MARGIN`` seconds:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Protocol
 
@@ -107,7 +109,7 @@ class Shutdown:
             # keys) while they run on here, and the completer records those that return.
             # (After a second signal, or with no heartbeat to hold the leases, the jobs
             # go back first.)
-            w.events.emit("exiting", running=sorted(h.job.id for h in w.ledger.running()))
+            self._exiting()
         flushed = w.completer.flush(until=self._until(max(1.0, MARGIN / 2)))
         for thread in (w.listener, w.maintenance, w.completer):
             if thread is not None:
@@ -176,6 +178,28 @@ class Shutdown:
             f"; exit status {status}" if status else "",
         )
         return status
+
+    def _exiting(self) -> None:
+        """The ``exiting`` event, on a thread of its own: its subscribers get until
+        half the margin is left, or until a second signal. The give-back comes then
+        even if one is still going (a handler that hangs), so the jobs still go back
+        before the watchdog's exit, and promptly after a second signal."""
+        w = self.worker
+        running = sorted(h.job.id for h in w.ledger.running())
+        thread = threading.Thread(
+            target=lambda: w.events.emit("exiting", running=running),
+            name="pgqueue-exiting",
+            daemon=True,
+        )
+        thread.start()
+        until = self.hard_deadline - MARGIN / 2
+        while thread.is_alive() and w.urgent_since is None and time.monotonic() < until:
+            thread.join(0.02)
+        if thread.is_alive():
+            logger.warning(
+                "shutdown: the exit handlers are still running: giving back jobs %s first",
+                running,
+            )
 
     def _give_back_waiting(self) -> None:
         """Prefetched jobs no thread has started go back to the queue at once, with

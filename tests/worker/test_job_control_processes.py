@@ -193,17 +193,9 @@ def test_the_atexit_handlers_run_while_a_job_still_running_at_exit_holds_its_lea
     another worker started it (and took its concurrency key) beside the run still
     going here. The handlers now run first, the lease renewed, and the job goes back
     as the very last statement."""
-    (tmp_path / "sitecustomize.py").write_text(
-        "import atexit, time\n"
-        "def flush():\n"
-        "    print('atexit handler started', flush=True)\n"
-        "    time.sleep(1.5)\n"
-        "atexit.register(flush)\n"
-    )
-    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
     worker = start_worker(
         "--shutdown-timeout", "0.5", "--lease", "1", "--worker-id", "slow-exit",
-        env={"PYTHONPATH": path},
+        env=slow_exit_handler(tmp_path, 1.5),
     )  # fmt: skip
     worker.wait_for_output("listening for new jobs")
     job = waits_to_be_stopped.using(concurrency_key="one").enqueue("slow-exit", seconds=60.0)
@@ -245,3 +237,46 @@ def test_the_atexit_handlers_run_early_leave_logging_open_for_the_last_lines(
     )
     assert done.returncode == 0, done.stderr
     assert "a line after the atexit handlers" in log.read_text()
+
+
+def slow_exit_handler(tmp_path: Path, seconds: float) -> dict[str, str]:
+    """The environment of a process with an atexit handler that takes ``seconds``."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import atexit, time\n"
+        "def flush():\n"
+        "    print('atexit handler started', flush=True)\n"
+        f"    time.sleep({seconds})\n"
+        "atexit.register(flush)\n"
+    )
+    return {
+        "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    }
+
+
+@pytest.mark.parametrize("second_signal", [False, True], ids=["hangs", "second-signal"])
+def test_a_hanging_atexit_handler_still_lets_the_jobs_go_back(
+    start_worker: Start, tmp_path: Path, second_signal: bool
+) -> None:
+    """Run before the give-back, an atexit handler that hung (or outran the shutdown's
+    bound) held it back: the watchdog ended the process with the job left running
+    (the reaper's, an attempt spent, once the lease lapsed), and a second signal did
+    not give it back either. The handlers get the shutdown's bound less the
+    give-back's share, or until a second signal; the jobs then go back."""
+    worker = start_worker(
+        "--shutdown-timeout", "0.5", "--lease", "30", "--worker-id", "hangs",
+        env=slow_exit_handler(tmp_path, 60.0),
+    )  # fmt: skip
+    worker.wait_for_output("listening for new jobs")
+    job = waits_to_be_stopped.enqueue("hangs", seconds=60.0)
+    wait_for(lambda: run_counts("hangs") == {"hangs": 1}, 20, "the job to start")
+    worker.signal(signal.SIGTERM)
+    worker.wait_for_output("atexit handler started")
+    if second_signal:
+        worker.signal(signal.SIGTERM)
+    asked = time.monotonic()
+    assert worker.wait(20) == (128 + signal.SIGTERM if second_signal else 0), worker.output
+    assert time.monotonic() - asked < (1.5 if second_signal else 4.0)
+    assert "shutdown: put 1 job back in the queue" in worker.output
+    assert "overran its bound" not in worker.output
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts) == ("queued", 0)

@@ -7,6 +7,7 @@ import gc
 import logging
 import os
 import sys
+import threading
 from importlib.util import find_spec
 from typing import Any
 
@@ -217,8 +218,12 @@ class Command(PgQueueCommand):
             finally:
                 if exporter is not None:
                     exporter.close()
+        # Taken, the atexit handlers are ours to run; held, the shutdown's ``exiting``
+        # thread is still inside them (one that overran its share of the bound).
+        handlers_busy = not EXIT_HANDLERS.acquire(blocking=False)
         if (
-            worker is None
+            handlers_busy
+            or worker is None
             or worker.ledger.running()
             or (self.own_process and worker.ledger.threads_in_jobs())
         ):
@@ -228,8 +233,10 @@ class Command(PgQueueCommand):
             # (The reloading child's worker ran on a thread of its own: the same.)
             # The atexit handlers still run, as at a normal exit (an error reporter's
             # flush, a tracer's export, logging's own flush), before the job threads'
-            # end; when jobs were given back, they ran before it (see new_worker).
-            atexit._run_exitfuncs()
+            # end; when jobs were given back, they ran before it (see new_worker), and
+            # any still running there are not started again here.
+            if not handlers_busy:
+                atexit._run_exitfuncs()
             logging.shutdown()
             sys.stdout.flush()
             sys.stderr.flush()
@@ -238,6 +245,7 @@ class Command(PgQueueCommand):
         # this size (some 50 ms), so that a stopped worker is gone at once. atexit
         # handlers and the normal teardown still run.
         gc.freeze()
+        EXIT_HANDLERS.release()  # the interpreter's exit runs them
         if status:
             sys.exit(status)
 
@@ -260,13 +268,24 @@ def new_worker(config: WorkerConfig, *, exits_with_process: bool = False) -> Wor
     return worker
 
 
+#: Held while the atexit handlers run: the shutdown runs them on a thread of its own and
+#: gives the jobs back without waiting for one that overruns; the process's exit then
+#: must not start them a second time beside it.
+EXIT_HANDLERS = threading.Lock()
+
+
 def run_exit_handlers(**data: Any) -> None:
     """The atexit handlers, now (each runs once: the early exit's call is then a no-op),
     but logging's own: the worker still logs what it gives back, and a handler closed
     now (a FileHandler opened with mode "w") would drop those lines."""
+    if not EXIT_HANDLERS.acquire(blocking=False):
+        return  # the process's exit is running them
     atexit.unregister(logging.shutdown)
-    atexit._run_exitfuncs()
-    atexit.register(logging.shutdown)
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        atexit.register(logging.shutdown)
+        EXIT_HANDLERS.release()
 
 
 def serve_metrics(worker: Worker, port: int | None, addr: str | None) -> Any:

@@ -21,10 +21,14 @@ def _signature(func: Any) -> inspect.Signature | None:
     ``(*args, **kwargs)`` on (logging, ``atomic``), that of what it wraps, one
     wrapper at a time: a wrapper with parameters of its own under it (one that
     takes an id and passes an object) is the one whose signature counts."""
+    seen = {id(func)}
     try:
         own = inspect.signature(func, follow_wrapped=False)
         while _passes_on(own) and hasattr(func, "__wrapped__"):
             func = func.__wrapped__
+            if id(func) in seen:  # a __wrapped__ loop (set by hand): no signature to read
+                return None
+            seen.add(id(func))
             own = inspect.signature(func, follow_wrapped=False)
     except (TypeError, ValueError):  # a builtin or C function without one
         return None

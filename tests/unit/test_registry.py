@@ -155,3 +155,15 @@ def test_a_pass_through_wrapper_is_checked_by_the_wrapper_under_it() -> None:
     signatures.check_arguments(_ship, [7], {"express": True})
     with pytest.raises(TypeError, match=r"_ship\(order_id, \*args, \*\*kwargs\)"):
         signatures.check_arguments(_ship, [], {})
+
+
+def test_a_loop_of_pass_through_wrappers_is_not_followed_for_ever() -> None:
+    """``__wrapped__`` set by hand can loop; following it hung the enqueue."""
+
+    def first(*args: Any, **kwargs: Any) -> None: ...
+
+    def second(*args: Any, **kwargs: Any) -> None: ...
+
+    first.__wrapped__ = second  # type: ignore[attr-defined]
+    second.__wrapped__ = first  # type: ignore[attr-defined]
+    signatures.check_arguments(first, [1], {"a": 2})  # nothing to check it by: taken

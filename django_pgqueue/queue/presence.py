@@ -50,9 +50,10 @@ def register(
     lock_pid: int | None = None,
 ) -> None:
     """Write (or rewrite) the worker's row: at start (``starting``, which resets
-    ``started_at``) and on every heartbeat. The row keeps the key of the id's lock
-    and ``lock_pid``, the server process of the session holding it, while the
-    database shows that process holding it, so a killed worker counts as gone at once."""
+    ``started_at``) and on every heartbeat. With ``lock_pid``, the server process of
+    the session holding the id's lock, the row keeps it and the lock's key: the
+    scheduler asks the server whether that process still holds it, so a killed
+    worker counts as gone at once."""
     runner.fetch(
         "worker_register",
         {

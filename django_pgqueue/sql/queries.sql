@@ -738,27 +738,19 @@ SELECT pg_try_advisory_lock(%(key)s::bigint) AS locked;
 -- reuses its id (a pod name) takes its row over. alive_until is when the row is
 -- shown as gone unless the next heartbeat moves it on. lock_key is the key of the
 -- advisory lock its session holds on its id and lock_pid the server process of that
--- session, kept only when the server shows that process holding that lock (none
--- behind a pooler without a session): the lock ends with the process, so a killed
--- worker counts as gone at once (schedulers_up_since). The pid matters: pg_locks
--- shows every database of the server, where a worker of another database (another
--- deployment, a test run) may have the same id, so the same key.
+-- session (both null with no session, or one through a pooler, which holds no such
+-- lock): the lock ends with the process, so a killed worker counts as gone at once
+-- (schedulers_up_since, which asks pg_locks; a heartbeat does not).
 INSERT INTO pgqueue_worker (
     id, hostname, pid, queues, concurrency, version, started_at, last_seen, alive_until,
     schedules, schedule_names, jobs_running, jobs_done, lock_key, lock_pid
 )
-SELECT
+VALUES (
     %(worker)s::text, %(hostname)s::text, %(pid)s::int, %(queues)s::jsonb, %(concurrency)s::int,
     %(version)s::text, now(), now(), now() + make_interval(secs => %(gone_after)s::float8),
     %(schedules)s::bool, %(schedule_names)s::jsonb, %(jobs_running)s::int, %(jobs_done)s::bigint,
-    CASE WHEN h.held THEN %(lock_key)s::bigint END, CASE WHEN h.held THEN %(lock_pid)s::int END
-FROM (SELECT %(lock_pid)s::int IS NOT NULL AND EXISTS (
-    SELECT 1 FROM pg_locks AS l
-    WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
-      AND l.pid = %(lock_pid)s::int
-      AND l.classid = ((%(lock_key)s::bigint >> 32) & 4294967295)::oid
-      AND l.objid = (%(lock_key)s::bigint & 4294967295)::oid
-) AS held) AS h
+    CASE WHEN %(lock_pid)s::int IS NOT NULL THEN %(lock_key)s::bigint END, %(lock_pid)s::int
+)
 ON CONFLICT (id) DO UPDATE
 SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
     concurrency = EXCLUDED.concurrency, version = EXCLUDED.version,
@@ -1084,8 +1076,9 @@ LEFT JOIN inserted AS i ON true;
 -- does not count. (A schedule_names that is not a list, written by hand, names
 -- nothing.) A worker whose row has a lock_pid is alive only while that server
 -- process holds its id's lock: a killed one's ended with its session, before
--- alive_until. (Any process of the server: a worker of another database with the
--- same id holds the same key.)
+-- alive_until. The pid matters: pg_locks shows every database of the server, where
+-- a worker of another database (another deployment, a test run) with the same id
+-- holds the same key.
 SELECT n.name, min(w.started_at) AS since
 FROM pgqueue_worker AS w
 CROSS JOIN LATERAL jsonb_array_elements_text(

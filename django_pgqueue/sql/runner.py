@@ -32,6 +32,7 @@ from psycopg.rows import dict_row
 
 from django_pgqueue import conf
 from django_pgqueue.dberrors import schema_problem
+from django_pgqueue.pooler import through_pooler
 from django_pgqueue.sql import query
 
 Row = dict[str, Any]
@@ -106,8 +107,8 @@ def _look_for_a_pooler(
     never prepares on the word of a look still under way (it looks too)."""
     if "django_pgqueue.W001" not in settings.SILENCED_SYSTEM_CHECKS:
         with wrapper.wrap_database_errors:
-            row = raw.execute(query("backend_pid"), prepare=False).fetchone()
-        if row is not None and row[0] != raw.info.backend_pid:  # as pooler.through_pooler
+            pooled = through_pooler(raw)
+        if pooled:
             _stop_preparing(f"database {alias!r} reaches PostgreSQL through a connection pooler")
     _looked.add(alias)
 
@@ -180,13 +181,13 @@ def _execute(
         try:
             cursor.execute(text, params, prepare=prepare)
         except _PREPARE_LOST as exc:
-            _stop_preparing(exc)
+            _stop_preparing(_lost(exc))
             raise
         except psycopg.errors.ProtocolViolation as exc:
             # Another client's statement of the same name, on the same server
             # connection, takes other parameters ("bind message supplies ...").
             if prepare:
-                _stop_preparing(exc)
+                _stop_preparing(_lost(exc))
             raise
         # The result's status, not cursor.description: that builds a Column per
         # column (twenty for the claim) only to say whether there are rows.
@@ -194,17 +195,19 @@ def _execute(
         return cursor.fetchall() if result is not None and result.status == _ROWS else []
 
 
-def _stop_preparing(exc: BaseException | str) -> None:
-    """A transaction pooler that keeps no prepared statements is in the way: stop
-    preparing (the statement that failed is retried by whoever retries it)."""
+def _lost(exc: BaseException) -> str:
+    said = str(exc).strip()
+    return "a prepared statement was lost or doubled: " + (
+        said.splitlines()[0] if said else type(exc).__name__
+    )
+
+
+def _stop_preparing(found: str) -> None:
+    """A transaction pooler that keeps no prepared statements is in the way (what
+    showed it: ``found``): stop preparing (the statement that failed is retried by
+    whoever retries it)."""
     if not _unprepared.is_set():
         _unprepared.set()
-        found = (
-            exc
-            if isinstance(exc, str)
-            else "a prepared statement was lost or doubled: "
-            + (str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
-        )
         logger.warning(
             "%s: a transaction pooler without prepared-statement support (PgBouncer before "
             "1.21, or without max_prepared_statements) may be in the way; this process "

@@ -25,7 +25,6 @@ import psycopg
 from django.conf import settings
 from psycopg import sql
 
-from django_pgqueue import conf
 from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.exceptions import WorkerIdInUse
 from django_pgqueue.pooler import (
@@ -168,8 +167,10 @@ def open_at_start(session: WorkerSession, database: str) -> tuple[str | None, bo
         if not is_transient(exc):
             raise
         logger.warning("cannot open the worker's session connection yet: %s", first_line(exc))
-    # System check W001's warning, and silenced with it.
-    what = preparing(database, conf.get().PREPARE)
+    # System check W001's warning about psycopg's own preparing, silenced with it.
+    # PGQUEUE['PREPARE'] needs none: the first statement looks for a pooler and
+    # stops preparing, with its own warning (sql.runner._look_for_a_pooler).
+    what = preparing(database, prepare=False)
     if (
         what
         and pooled is not False
@@ -184,8 +185,9 @@ def open_at_start(session: WorkerSession, database: str) -> tuple[str | None, bo
             logger.warning(
                 "database %r reaches PostgreSQL through a connection pooler while %s: unless "
                 "the pooler keeps prepared statements (PgBouncer 1.21+ with "
-                "max_prepared_statements, or a session-mode pool), set PGQUEUE['PREPARE'] = "
-                "False and leave OPTIONS['prepare_threshold'] unset (django_pgqueue.W001)",
+                "max_prepared_statements, or a session-mode pool), psycopg prepares the "
+                "queries of task code there and they fail; leave it unset "
+                "(django_pgqueue.W001)",
                 database,
                 what,
             )

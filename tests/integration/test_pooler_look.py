@@ -30,7 +30,7 @@ def fake_pooler(monkeypatch: pytest.MonkeyPatch, *, pause: float = 0.0) -> list[
     real_execute = runner._execute
     look = f"SELECT pg_backend_pid() + 1 AS pid FROM pg_sleep({pause})"
     monkeypatch.setattr(
-        "django_pgqueue.sql.runner.query",
+        "django_pgqueue.pooler.query",
         lambda name: look if name == "backend_pid" else query(name),
     )
     ran: list[tuple[str, bool]] = []

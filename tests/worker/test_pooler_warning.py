@@ -1,6 +1,7 @@
-"""The worker's start-up warning about prepared statements behind a pooler: the
-same as system check W001 (``PREPARE`` or psycopg's ``prepare_threshold``), and
-silenced with it. The pooler is faked here; tests/cluster runs a real one."""
+"""The worker's start-up warning about prepared statements behind a pooler: system
+check W001's about psycopg's ``prepare_threshold``, and silenced with it (the
+first statement's look handles ``PREPARE``). The pooler is faked here; tests/cluster
+runs a real one."""
 
 from __future__ import annotations
 
@@ -40,8 +41,14 @@ def test_the_start_warning_names_what_prepares_and_is_silenced_with_w001(
         (warning,) = start_warnings(db_url, caplog)
         assert "through a connection pooler while OPTIONS['prepare_threshold'] = 5" in warning
     with override_settings(PGQUEUE={"PREPARE": True}):
+        # PREPARE's own warning comes from the first statement's look, which stops
+        # preparing (tests/integration/test_pooler_look.py): not a second one here.
         (warning,) = start_warnings(db_url, caplog)
-        assert "PGQUEUE['PREPARE'] is True and OPTIONS['prepare_threshold'] = 5" in warning
+        assert "through a connection pooler while OPTIONS['prepare_threshold'] = 5" in warning
+        assert "PREPARE" not in warning
+        monkeypatch.setitem(database, "OPTIONS", {**options, "prepare_threshold": None})
+        assert start_warnings(db_url, caplog) == []
+        monkeypatch.setitem(database, "OPTIONS", options)
         # Silenced as the docs say to (a pool that keeps prepared statements).
         with override_settings(SILENCED_SYSTEM_CHECKS=["django_pgqueue.W001"]):
             assert start_warnings(db_url, caplog) == []

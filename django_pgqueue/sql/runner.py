@@ -39,9 +39,10 @@ Row = dict[str, Any]
 _ROWS = pq.ExecStatus.TUPLES_OK
 _thread = threading.local()
 logger = logging.getLogger("django_pgqueue")
-#: Set once a pooler lost or mixed up a prepared statement: from then on this
-#: process prepares nothing, whatever ``PREPARE`` says.
-_unprepared = threading.Event()
+#: The aliases where a pooler is in the way (found by the look, or by a prepared
+#: statement lost or mixed up): this process prepares nothing there from then on,
+#: whatever ``PREPARE`` says. Another alias (a direct connection) still prepares.
+_unprepared: set[str] = set()
 _PREPARE_LOST = (psycopg.errors.DuplicatePreparedStatement, psycopg.errors.InvalidSqlStatementName)
 
 
@@ -109,7 +110,7 @@ def _look_for_a_pooler(
         with wrapper.wrap_database_errors:
             pooled = through_pooler(raw)
         if pooled:
-            _stop_preparing(f"database {alias!r} reaches PostgreSQL through a connection pooler")
+            _stop_preparing(alias, "it reaches PostgreSQL through a connection pooler")
     _looked.add(alias)
 
 
@@ -158,7 +159,7 @@ def fetch(
     started = time.monotonic()
     cursor = _cursor(wrapper)
     if prepare is None:
-        prepare = conf.get().PREPARE and not _unprepared.is_set()
+        prepare = conf.get().PREPARE and alias not in _unprepared
     try:
         rows = _execute(wrapper, cursor, text, params, prepare)
     except DatabaseError as exc:
@@ -181,13 +182,13 @@ def _execute(
         try:
             cursor.execute(text, params, prepare=prepare)
         except _PREPARE_LOST as exc:
-            _stop_preparing(_lost(exc))
+            _stop_preparing(wrapper.alias, _lost(exc))
             raise
         except psycopg.errors.ProtocolViolation as exc:
             # Another client's statement of the same name, on the same server
             # connection, takes other parameters ("bind message supplies ...").
             if prepare:
-                _stop_preparing(_lost(exc))
+                _stop_preparing(wrapper.alias, _lost(exc))
             raise
         # The result's status, not cursor.description: that builds a Column per
         # column (twenty for the claim) only to say whether there are rows.
@@ -202,17 +203,18 @@ def _lost(exc: BaseException) -> str:
     )
 
 
-def _stop_preparing(found: str) -> None:
-    """A transaction pooler that keeps no prepared statements is in the way (what
-    showed it: ``found``): stop preparing (the statement that failed is retried by
-    whoever retries it)."""
-    if not _unprepared.is_set():
-        _unprepared.set()
+def _stop_preparing(alias: str, found: str) -> None:
+    """A transaction pooler that keeps no prepared statements is in the way of
+    ``alias`` (what showed it: ``found``): stop preparing there (the statement that
+    failed is retried by whoever retries it)."""
+    if alias not in _unprepared:
+        _unprepared.add(alias)
         logger.warning(
-            "%s: a transaction pooler without prepared-statement support (PgBouncer before "
-            "1.21, or without max_prepared_statements) may be in the way; this process "
-            "prepares no statement from now on: set PGQUEUE['PREPARE'] = False (or, if the "
-            "pooler keeps prepared statements, silence django_pgqueue.W001)",
+            "database %r: %s: a transaction pooler without prepared-statement support "
+            "(PgBouncer before 1.21, or without max_prepared_statements) may be in the way; "
+            "this process prepares no statement from now on there: set PGQUEUE['PREPARE'] = "
+            "False (or, if the pooler keeps prepared statements, silence django_pgqueue.W001)",
+            alias,
             found,
         )
 

@@ -26,7 +26,7 @@ def fake_pooler(monkeypatch: pytest.MonkeyPatch, *, pause: float = 0.0) -> list[
     """A process that has looked nowhere yet, behind a faked pooler whose look takes
     ``pause`` seconds; the (thread, prepared) of each statement the runner runs."""
     monkeypatch.setattr(runner, "_looked", set())
-    monkeypatch.setattr(runner, "_unprepared", threading.Event())
+    monkeypatch.setattr(runner, "_unprepared", set())
     real_execute = runner._execute
     look = f"SELECT pg_backend_pid() + 1 AS pid FROM pg_sleep({pause})"
     monkeypatch.setattr(
@@ -72,7 +72,7 @@ def test_a_look_in_an_aborted_transaction_fails_as_our_statements_do_and_is_made
         add.enqueue(1, 2)
     add.enqueue(3, 4)
     assert ran == [("MainThread", False)]
-    assert runner._unprepared.is_set()
+    assert runner._unprepared == {"default"}
     assert status_counts() == {"queued": 1}
 
 
@@ -123,3 +123,16 @@ def test_a_thread_does_not_prepare_while_another_thread_looks(
     first.join(10)
     second.join(10)
     assert sorted(ran) == [("first", False), ("second", False)]
+
+
+def test_a_pooler_in_the_way_of_one_alias_leaves_the_others_preparing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process with a pooled alias beside a direct one (a LISTEN_DATABASE, a
+    reporting database) stopped preparing everywhere once the pooled one showed."""
+    ran = fake_pooler(monkeypatch)
+    monkeypatch.setattr(runner, "_looked", {"default"})  # looked at: direct
+    runner._stop_preparing("pooled", "it reaches PostgreSQL through a connection pooler")
+    add.enqueue(1, 2)
+    assert ran == [("MainThread", True)]
+    assert runner._unprepared == {"pooled"}

@@ -27,20 +27,25 @@ UNWRITTEN_LEASE = validation.MAX_DELAY + 86400.0
 CANCEL_ATTEMPTS = 5
 
 
-def reap(batch_size: int, alias: str) -> ReapResult:
+def reap(batch_size: int, alias: str, spare: Sequence[tuple[int, int]] = ()) -> ReapResult:
     """Return jobs whose lease expired to the queue (or bury them), batch by batch.
 
     Each batch is locked, given its delays by the retry policy (a lease that
     expired counts as a failure under the job's backoff), and written, in one
-    transaction (a savepoint inside the caller's)."""
+    transaction (a savepoint inside the caller's). The runs (id, run) in
+    ``spare`` are left alone, however expired."""
     cancelled = 0
     buried: list[Reaped] = []
     returned: list[Reaped] = []
+    params = {
+        "limit": batch_size,
+        "beyond": UNWRITTEN_LEASE,
+        "spare_ids": [job_id for job_id, _ in spare],
+        "spare_runs": [run for _, run in spare],
+    }
     while True:
         with transaction.atomic(using=alias):
-            expired = runner.fetch(
-                "expired_leases", {"limit": batch_size, "beyond": UNWRITTEN_LEASE}, alias
-            )
+            expired = runner.fetch("expired_leases", params, alias)
             delays = [
                 DEFAULT.after_lease_expired(row["attempts"], row["max_attempts"], row["backoff"])
                 for row in expired

@@ -155,10 +155,14 @@ class QueueOperations:
 
     # -- maintenance and operators -----------------------------------------------------
 
-    def reap(self, *, batch_size: int = 1000, using: str | None = None) -> ReapResult:
-        """Return jobs whose lease expired to the queue (or bury them); idempotent."""
+    def reap(
+        self, *, batch_size: int = 1000, using: str | None = None, spare: claims.Runs = ()
+    ) -> ReapResult:
+        """Return jobs whose lease expired to the queue (or bury them); idempotent.
+        The runs (id, run) in ``spare`` are left alone, however expired (a worker's
+        own reaper spares the runs it still holds and renews)."""
         _check_batch_size(batch_size)
-        return maintenance.reap(batch_size, self._alias(using))
+        return maintenance.reap(batch_size, self._alias(using), claims.run_keys(spare))
 
     def retry(self, ids: Jobs, *, using: str | None = None) -> list[int]:
         """Dead and cancelled jobs (or queued ones waiting for a later run_at) become

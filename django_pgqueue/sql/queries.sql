@@ -481,10 +481,18 @@ RETURNING id;
 -- ahead than any LEASE a worker may hold (the beyond parameter; up to
 -- 'infinity') was written by no worker, would never expire and would hold its
 -- concurrency key for ever: it is taken too, from the other end of the index.
+-- The spared runs (id, run) are left alone however expired: a worker's own
+-- reaper spares the runs its threads still hold, which its heartbeat renews (the
+-- fence reads the run, not the lease's end), so that a worker resumed after a
+-- pause longer than its lease does not give back, then claim again, the jobs it
+-- is still running. Empty for anyone else (reapjobs, other workers).
 SELECT id, attempts, max_attempts, backoff FROM (
     SELECT id, attempts, max_attempts, backoff
     FROM pgqueue_job
     WHERE status = 'running' AND locked_until < now()
+      AND (id, lease_token) NOT IN (
+          SELECT s.id, s.run
+          FROM unnest(%(spare_ids)s::bigint[], %(spare_runs)s::bigint[]) AS s (id, run))
     ORDER BY locked_until
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED

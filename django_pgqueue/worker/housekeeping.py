@@ -6,6 +6,14 @@ delay the renewals that keep running jobs from being taken back), the others on
 the maintenance thread. The reaper's statement is idempotent and skips rows
 another worker has locked, and the pruner only deletes finished jobs, so every
 worker runs both.
+
+A worker's own reaper spares the runs this worker holds, while its heartbeat
+keeps up: resumed after a pause (SIGSTOP, a frozen VM) longer than the lease, the
+reaper and the heartbeat are due at once, and a reaper that came first gave back
+the jobs whose threads were still running here, for the claim loop to take them
+up again beside them. The heartbeat renews those leases instead (its fence reads
+the run, not the lease's end). Behind for a whole lease (hung), the heartbeat
+is no longer waited for: the reaper then reaps this worker's runs as any other's.
 """
 
 from __future__ import annotations
@@ -49,7 +57,9 @@ class Housekeeping:
         self.pool = pool
         self.waker = waker  # the claim loop's: woken when a heartbeat frees slots
         self.latency = Latency(events)
-        self._window_start = time.monotonic()
+        self._window_start = self._beat_at = time.monotonic()
+        #: When the reaper first found the heartbeat behind (None: it keeps up).
+        self._behind_since: float | None = None
 
     def timers(self) -> list[Timer]:
         """The maintenance thread's timers (the heartbeat has a thread of its own)."""
@@ -78,6 +88,7 @@ class Housekeeping:
         # in the same order cannot deadlock.
         keys = sorted(self.ledger.lease_keys())
         if not keys:
+            self._beat_at = time.monotonic()
             self.events.emit("heartbeat", kept=set(), lost=[])
             return None
         sent = time.monotonic()
@@ -85,6 +96,7 @@ class Housekeeping:
             renewal = Job.objects.renew(
                 self.config.worker_id, keys, lease=self.config.lease, using=self.config.database
             )
+        self._beat_at = time.monotonic()
         kept = renewal.kept
         # A busy run (its row locked by someone else) is neither renewed nor lost:
         # the next beat tries it again.
@@ -125,8 +137,20 @@ class Housekeeping:
         self.events.emit("heartbeat", kept=kept, lost=lost)
         return RunAgainIn(BUSY_RETRY) if renewal.busy else None
 
+    def spared(self) -> list[tuple[int, int]]:
+        """The runs this worker's reaper leaves alone: those the worker holds, unless
+        its heartbeat has been behind (no renewal for two intervals) for a lease."""
+        now = time.monotonic()
+        if now - self._beat_at <= 2 * self.config.heartbeat_interval:
+            self._behind_since = None
+        elif self._behind_since is None:
+            self._behind_since = now  # a pause just ended, or the heartbeat is stuck
+        elif now - self._behind_since >= self.config.lease:
+            return []
+        return self.ledger.lease_keys()
+
     def reap(self) -> None:
-        result = Job.objects.reap(using=self.config.database)
+        result = Job.objects.reap(using=self.config.database, spare=self.spared())
         if result.returned or result.buried or result.cancelled:
             logger.info(
                 "reaper: %s with an expired lease returned to the queue, %d buried, "

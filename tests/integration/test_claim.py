@@ -176,6 +176,23 @@ def test_reap_before_expiry_returns_nothing_after_expiry_returns_the_job() -> No
     assert row.errors[0]["exception"] == "LeaseExpired"
 
 
+def test_reap_spares_the_runs_named_and_their_holder_renews_them_though_expired() -> None:
+    """A worker's own reaper spares the runs it holds: resumed after a pause longer
+    than its lease, its heartbeat renews them (the fence reads the run, not the
+    lease's end) instead of the reaper giving back jobs still running there."""
+    Job.objects.enqueue_many(JobSpec.build(add.using(backoff=0), [i, i]) for i in range(3))
+    mine, reclaimed, other = Job.objects.claim("w", limit=3)
+    Job.objects.update(locked_until=timezone.now() - dt.timedelta(seconds=1))
+    # (reclaimed.id, reclaimed.run + 1): a run of that job the row no longer runs.
+    result = Job.objects.reap(spare=[mine.key, (reclaimed.id, reclaimed.run + 1)])
+    assert sorted(job.id for job in result.returned_jobs) == sorted([reclaimed.id, other.id])
+    assert Job.objects.get(pk=mine.id).status == "running"
+    assert Job.objects.heartbeat("w", [mine.key], lease=30) == {mine.key}
+    assert Job.objects.reap().returned == 0  # renewed: nothing left to reap
+    Job.objects.filter(pk=mine.id).update(locked_until=timezone.now())
+    assert Job.objects.reap().returned == 1  # without spare (reapjobs), it is reaped
+
+
 def test_reap_buries_a_job_whose_attempts_are_spent() -> None:
     job = add.using(max_attempts=1).enqueue(1, 1)
     Job.objects.claim("dying", lease=0.1)

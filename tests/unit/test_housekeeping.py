@@ -1,0 +1,51 @@
+"""What a worker's own reaper spares: the runs it holds, while its heartbeat keeps up."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+from django_pgqueue.worker.events import Events
+from django_pgqueue.worker.housekeeping import Housekeeping
+from django_pgqueue.worker.ledger import Ledger
+from tests.unit.test_ledger import job
+
+
+def housekeeping(lease: float = 3.0) -> tuple[Housekeeping, Ledger]:
+    ledger = Ledger(lease)
+    config: Any = SimpleNamespace(lease=lease, heartbeat_interval=lease / 3)
+    return Housekeeping(config, ledger, Events(), pool=None, waker=None), ledger  # type: ignore[arg-type]
+
+
+def test_the_reaper_spares_the_runs_this_worker_holds_while_its_heartbeat_keeps_up() -> None:
+    keeper, ledger = housekeeping()
+    running, waiting, lost = job(1), job(2), job(3)
+    ledger.add([running, waiting, lost])
+    assert ledger.start(running)
+    ledger.renewed(kept={running.key, waiting.key}, asked=[lost.key], lease_until=0.0)
+    assert sorted(keeper.spared()) == [running.key, waiting.key]  # not the lost one
+
+
+def test_resumed_after_a_pause_the_reaper_spares_them_until_the_heartbeat_renews() -> None:
+    keeper, ledger = housekeeping()
+    ledger.add([job(1)])
+    keeper._beat_at -= 60  # the process was stopped for a minute: both timers are due
+    assert keeper.spared() == [(1, 1)]
+    keeper._beat_at = time.monotonic()  # the heartbeat renewed the expired leases
+    assert keeper.spared() == [(1, 1)]
+    assert keeper._behind_since is None
+
+
+def test_a_heartbeat_behind_for_a_whole_lease_no_longer_keeps_its_runs_from_the_reaper() -> None:
+    keeper, ledger = housekeeping()
+    ledger.add([job(1)])
+    keeper._beat_at -= 60  # hung: it never renews again
+    assert keeper.spared() == [(1, 1)]  # first seen behind: perhaps a pause that just ended
+    assert keeper._behind_since is not None
+    keeper._behind_since -= 2.9  # behind for less than the lease (3 s)
+    assert keeper.spared() == [(1, 1)]
+    keeper._behind_since -= 0.1
+    assert keeper.spared() == []  # reaped as any other worker's would be
+    keeper._beat_at = time.monotonic()  # it renews again: spared again
+    assert keeper.spared() == [(1, 1)]

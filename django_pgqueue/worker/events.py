@@ -3,7 +3,8 @@
 ``claimed(jobs)``, ``started(job)``, ``finished(job, outcome)``,
 ``recorded(settled, succeeded, buried, retried, statuses)`` (``statuses``: each
 settled run's new job status, None for one the fence refused; also for jobs asked to
-stop that a give-back or the shutdown ended cancelled), ``heartbeat(kept,
+stop that a give-back or the shutdown ended cancelled, and for runs past the job
+timeout that the shutdown recorded as failed), ``heartbeat(kept,
 lost)``, ``cancel_requested(job, reason)`` (the worker told a running job to stop),
 ``listening()``, ``idle()``, ``reaped(result)``, ``polled(seconds, jobs)`` (every
 claim statement: how long it took and how many jobs it took), ``released(keys)``

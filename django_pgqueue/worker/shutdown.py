@@ -304,11 +304,17 @@ class Shutdown:
                 first_line(exc),
             )
         else:
-            # Counted as any outcome, for the "stopped" line that follows.
+            # Counted as any outcome, for the "stopped" line that follows, and told as
+            # any batch of outcomes is (the metrics count them, the registry's done).
             new = list(statuses.values())
+            buried, retried = new.count(JobStatus.DEAD), new.count(JobStatus.QUEUED)
             self.worker.ledger.settled(
-                [], 0, buried=new.count(JobStatus.DEAD), retried=new.count(JobStatus.QUEUED),
-                cancelled=new.count(JobStatus.CANCELLED),
+                [], 0, buried=buried, retried=retried, cancelled=new.count(JobStatus.CANCELLED)
+            )
+            settled = [job.key for job in overdue]
+            self.worker.events.emit(
+                "recorded", settled=settled, succeeded=0, buried=buried, retried=retried,
+                statuses={job.key: statuses.get(job.id) for job in overdue},
             )  # fmt: skip
             logger.warning(
                 "shutdown: recorded %s as timed out: %s",

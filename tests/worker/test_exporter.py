@@ -194,6 +194,29 @@ def test_a_job_asked_to_stop_that_a_stopping_worker_ends_is_counted_cancelled() 
     wait_for(lambda: run_counts() == {"asked to stop": 1}, 15, "the run to end")
 
 
+def test_a_run_a_stopping_worker_records_as_timed_out_is_counted() -> None:
+    """The shutdown wrote a run still going past the job timeout as failed (here dead)
+    without the ``recorded`` event: pgqueue_jobs_completed_total missed it."""
+    late = mark.using(max_attempts=1).enqueue("late", sleep=3)
+    with exported(job_timeout=0.3, shutdown_timeout=0.2) as (running, exporter, _base):
+        running.wait("started")
+        ledger = running.worker.ledger
+        wait_for(lambda: any(h.overdue for h in ledger.running()), 5, "the run to be overdue")
+        assert running.stop() == 0
+        assert Job.objects.get(pk=late.pk).status == "dead"
+        counted = sample(
+            exporter,
+            "pgqueue_jobs_completed_total",
+            queue="default",
+            task=mark.path,
+            outcome="dead",
+        )
+        assert counted == 1
+        assert running.recorder.count("recorded", lambda d: d["buried"] == 1) == 1
+    # The run goes on in its thread until it wakes: let it end in this test.
+    wait_for(lambda: run_counts() == {"late": 1}, 15, "the run to end")
+
+
 def test_healthz_is_ok_before_the_worker_threads_start() -> None:
     """The metrics server answers from before the worker's threads are started."""
     waiting = WorkerThread()  # built, not started

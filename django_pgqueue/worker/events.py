@@ -9,7 +9,8 @@ lost)``, ``cancel_requested(job, reason)`` (the worker told a running job to sto
 ``listening()``, ``idle()``, ``reaped(result)``, ``polled(seconds, jobs)`` (every
 claim statement: how long it took and how many jobs it took), ``released(keys)``
 (runs a stopping worker, or a give-back of prefetched jobs, put back in the
-queue), ``scheduled(schedule, tick, job_id)`` (this worker's scheduler took a
+queue; a run the give-back's fence refused, its lease lost, comes as ``recorded``
+with status None), ``scheduled(schedule, tick, job_id)`` (this worker's scheduler took a
 tick; ``job_id`` is None when a live job held the task's unique key),
 ``stopping(reason)``, ``exiting(running)`` (a stopping worker is about to give
 back runs whose threads are still inside their jobs, ``running`` their ids, and
@@ -93,8 +94,23 @@ def emit_released(
     """Tell what giving ``keys`` back came to (``statuses``, from ``claims.release``):
     ``released`` for the jobs back in the queue, ``recorded`` (and the ledger's
     count) for those that ended cancelled because an operator had asked them to
-    stop; the ids given back. ``unstarted``: the runs were prefetched ones, which
-    the ledger already forgot."""
+    stop, and ``recorded`` with status None for those the fence refused (no longer
+    this worker's: their leases were lost); the ids given back. ``unstarted``: the
+    runs were prefetched ones, which the ledger already forgot."""
+    fenced = [k for k in keys if k[0] not in statuses]
+    if fenced:
+        logger.warning(
+            "lost the lease on jobs %s before giving them back: they may run again elsewhere",
+            sorted(k[0] for k in fenced),
+        )
+        events.emit(
+            "recorded",
+            settled=fenced,
+            succeeded=0,
+            buried=0,
+            retried=0,
+            statuses=dict.fromkeys(fenced, None),
+        )
     back = [k for k in keys if statuses.get(k[0]) == JobStatus.QUEUED]
     stopped = [k for k in keys if statuses.get(k[0]) == JobStatus.CANCELLED]
     if stopped:

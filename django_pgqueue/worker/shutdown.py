@@ -261,6 +261,7 @@ class Shutdown:
                         first_line(exc),
                     )
                     statuses = {i: s for i, s in statuses.items() if s is not None}
+                    keys = [k for k in keys if k[0] in statuses]  # the rest: not fenced
                 else:
                     time.sleep(delay)
                     delay = min(1.0, delay * 2)

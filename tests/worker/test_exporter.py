@@ -172,6 +172,29 @@ def test_given_back_and_lost_runs_are_counted_once() -> None:
     wait_for(lambda: run_counts() == {"held": 1, "given back": 1}, 15, "the two runs to end")
 
 
+def test_a_run_whose_lease_the_shutdowns_give_back_finds_lost_is_counted_lost() -> None:
+    """The give-back's fence refused a run another worker had taken over before any
+    heartbeat noticed: it was counted neither as lost nor as released."""
+    held = mark.enqueue("taken over", sleep=3)
+    with exported(shutdown_timeout=0.2) as (running, exporter, _base):
+        running.wait("started")
+        Job.objects.filter(pk=held.pk).update(lease_token=1, locked_by="other")
+        assert running.stop() == 0
+        assert running.recorder.count("heartbeat", lambda d: bool(d["lost"])) == 0
+        assert sample(exporter, "pgqueue_lease_lost_total") == 1
+        released = sample(
+            exporter,
+            "pgqueue_jobs_completed_total",
+            queue="default",
+            task=mark.path,
+            outcome="released",
+        )
+        assert released == 0
+    Job.objects.filter(pk=held.pk).update(status="done", locked_until=None)
+    # The run goes on in its thread until it wakes: let it end in this test.
+    wait_for(lambda: run_counts() == {"taken over": 1}, 15, "the run to end")
+
+
 def test_a_job_asked_to_stop_that_a_stopping_worker_ends_is_counted_cancelled() -> None:
     stopped = mark.enqueue("asked to stop", sleep=3)
     with exported(shutdown_timeout=0.2) as (running, exporter, _base):

@@ -46,8 +46,19 @@ def is_transient(exc: BaseException) -> bool:
     )
 
 
-def schema_problem(exc: BaseException) -> str | None:
-    """One line saying the tables are missing or out of date, or None."""
+def migrate_command(alias: str | None) -> str:
+    """The command that creates the tables on ``alias``: a bare ``migrate`` works on
+    ``default`` only, so another alias is named."""
+    return (
+        "manage.py migrate"
+        if alias in (None, "default")
+        else f"manage.py migrate --database {alias}"
+    )
+
+
+def schema_problem(exc: BaseException, alias: str | None = None) -> str | None:
+    """One line saying the tables (on database ``alias``, when known) are missing or
+    out of date, or None."""
     cause = _psycopg_error(exc)
     what = _SCHEMA_STATES.get(getattr(cause, "sqlstate", None) or "")
     if what is None:
@@ -55,7 +66,7 @@ def schema_problem(exc: BaseException) -> str | None:
     detail = str(cause).strip().splitlines()[0] if str(cause).strip() else what
     return (
         f"the job table is missing or older than this version of django-pgqueue "
-        f"({detail}): run `manage.py migrate`"
+        f"({detail}): run `{migrate_command(alias)}`"
     )
 
 

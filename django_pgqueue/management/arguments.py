@@ -219,7 +219,7 @@ class PgQueueCommand(BaseCommand):
         try:
             return super().execute(*args, **options)
         except DatabaseError as exc:
-            problem = schema_problem(exc)
+            problem = schema_problem(exc, _job_database())
             if problem is None and (not is_transient(exc) or prepare_lost(exc)):
                 raise  # a lost prepared statement is no unreachable database
             raise CommandError(problem or f"cannot reach the database: {first_line(exc)}") from exc
@@ -320,3 +320,11 @@ def setting_default(key: str) -> str:
     else:
         shown = str(value)
     return f"PGQUEUE['{key}'], now {shown}"
+
+
+def _job_database() -> str | None:
+    """The alias the commands act on (None if the settings cannot tell): `migrate` there."""
+    try:
+        return conf.database()
+    except Exception:
+        return None

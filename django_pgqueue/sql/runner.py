@@ -163,7 +163,7 @@ def fetch(
     try:
         rows = _execute(wrapper, cursor, text, params, prepare)
     except DatabaseError as exc:
-        problem = schema_problem(exc)
+        problem = schema_problem(exc, alias)
         if problem is not None:  # a missing table: say "migrate" under the traceback
             exc.add_note(problem)
         raise

@@ -247,7 +247,7 @@ class Worker:
 
     def _claim_failed(self, exc: Exception) -> bool:
         """Log a failed claim; False when the worker must stop."""
-        problem = schema_problem(exc)
+        problem = schema_problem(exc, self.config.database)
         if problem:
             self.fail_fast(problem)
             return False

@@ -146,7 +146,7 @@ class ServiceThread(threading.Thread):
 
     def _survive(self, exc: Exception) -> bool:
         """Log ``exc`` and say whether the loop goes on."""
-        problem = schema_problem(exc)
+        problem = schema_problem(exc, self.alias)
         if problem:
             self.supervision.fatal(problem)
             return False

@@ -18,7 +18,7 @@ from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
 from django_pgqueue import declared, registry, wording
-from django_pgqueue.dberrors import first_line, is_transient
+from django_pgqueue.dberrors import first_line, is_transient, migrate_command
 from django_pgqueue.jobdb import worker_in_transaction
 from django_pgqueue.queue import claims
 from django_pgqueue.worker.services import reset_connection
@@ -147,5 +147,5 @@ def schema_problem_at_start(alias: str, *, wait_for_database: bool = True) -> st
     names = ", ".join(migration.name for migration, _ in plan)
     return (
         f"django_pgqueue's migrations are not all applied to database {alias!r} "
-        f"({names}): run `manage.py migrate`"
+        f"({names}): run `{migrate_command(alias)}`"
     )

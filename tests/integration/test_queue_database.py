@@ -161,3 +161,34 @@ def test_refresh_from_db_reads_where_save_and_delete_write(
     PGQUEUE["DATABASE"]) whatever the routers say; refresh_from_db() still goes
     through _base_manager and the routers: an instance just saved cannot be reloaded."""
     assert probe(db_url, jobs_elsewhere, REFRESH) == ["jobs 7", "jobs"]
+
+
+def test_a_job_database_not_migrated_is_named_in_the_migrate_to_run(db_url: str) -> None:
+    """`manage.py migrate` migrates `default` only: with the job table on another alias,
+    each "missing table" message names the command that creates it there."""
+    empty = f"{connection.settings_dict['NAME']}_unmigrated"
+    server = db_url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{empty}"')
+        admin.execute(f'CREATE DATABASE "{empty}"')
+    env = {
+        "PGQUEUE_TEST_DATABASES": json.dumps({"jobs": {"NAME": empty}}),
+        "PGQUEUE_TEST_PGQUEUE": json.dumps({"DATABASE": "jobs"}),
+    }
+    fix = "run `manage.py migrate --database jobs`"
+    try:
+        stats = django_command(db_url, "queuestats", env=env)
+        assert stats.returncode == 1
+        assert stats.stderr.strip().endswith(f"does not exist): {fix}"), stats.stderr
+        enqueue = django_command(
+            db_url, "shell", "-c", "from tests.testapp.tasks import add; add.enqueue(1, 2)", env=env
+        )
+        assert enqueue.returncode == 1
+        assert enqueue.stderr.strip().endswith(fix), enqueue.stderr
+        worker = django_command(db_url, "runworker", "--burst", env=env)
+        assert worker.returncode == 1
+        assert "applied to database 'jobs' (0001_initial, " in worker.stderr
+        assert worker.stderr.strip().endswith(fix), worker.stderr
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{empty}" WITH (FORCE)')

@@ -23,6 +23,7 @@ from django_pgqueue.control import (
     overran,
     run_coroutine,
 )
+from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.installed import job_model
 from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.jsonargs import Encoded, dumps_result
@@ -172,10 +173,25 @@ def task[**P, R](
     these exceptions are retried (any other buries the job at once);
     ``discard_on``: these bury it at once (they win over ``retry_on``).
     """
+    if name is not None and not validation.TASK_PATH.is_valid(name):
+        raise InvalidJob(
+            f"@task(name={name!r}): a task's name is the dotted path its jobs store, "
+            f"such as 'mailer.send' (at most {validation.MAX_KEY} chars)"
+        )
     validation.check_options(options)  # a mistake fails here, not at every enqueue
     policy = RetryPolicy.build(retry_on, discard_on)
 
     def wrap(f: Callable[P, R]) -> TaskFunction[P, R]:
+        if hasattr(type(f), "module_path"):  # stacked on django.tasks' @task
+            raise TypeError(
+                f"{f.module_path!r} is already a django.tasks Task: use one decorator, "  # type: ignore[attr-defined]
+                "django.tasks' @task (with PgQueueBackend) or @django_pgqueue.task"
+            )
+        if not callable(f):  # @task("emails"): Celery's habit
+            raise TypeError(
+                f"@task takes the function to register, not {f!r}: give its options by "
+                f"keyword, as in @task(queue={f!r}) or @task(name={f!r})"
+            )
         path = name or f"{f.__module__}.{f.__qualname__}"
         wrapped = TaskFunction(f, path, dict(options), policy)
         registry.register(path, wrapped, _invoke)

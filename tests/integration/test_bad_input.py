@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from django_pgqueue import conf
+from django_pgqueue import conf, registry
 from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments
 from django_pgqueue.models import Job
 from tests.testapp.tasks import add, noop
@@ -102,3 +102,27 @@ def test_keys_postgresql_cannot_store_are_refused(options: dict[str, str], messa
 def test_a_task_path_postgresql_cannot_store_is_refused() -> None:
     with pytest.raises(InvalidJob, match=r"task 'app\.t\\udcff' must be a dotted path"):
         Job.objects.enqueue("app.t\udcff")
+
+
+def test_a_mistake_in_the_decorator_itself_is_refused_where_the_task_is_declared() -> None:
+    """Not an AttributeError, nor a name refused later at every enqueue."""
+    from django_pgqueue import task
+    from django_pgqueue.backend.compat import task as framework_task
+
+    def send(order_id: int) -> None: ...
+
+    send.__module__, send.__qualname__ = "tests.testapp.tasks", "send"
+    with pytest.raises(TypeError, match=r"not 'emails': give its options by keyword, as in "):
+        task("emails")  # type: ignore[call-overload]
+    with pytest.raises(
+        TypeError, match=r"'tests.testapp.tasks.send' is already a django.tasks Task: use one"
+    ):
+        task(framework_task()(send))  # type: ignore[call-overload]
+    with pytest.raises(InvalidJob, match=r"@task\(name='send-receipt'\): a task's name is"):
+        task(name="send-receipt")(send)
+    with pytest.raises(InvalidJob, match=r"@task\(name=''\)"):
+        task(name="")(send)
+    try:
+        assert task(name="first.hour.send")(send).path == "first.hour.send"
+    finally:
+        registry._registry.pop("first.hour.send", None)

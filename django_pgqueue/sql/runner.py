@@ -8,8 +8,9 @@ back as dicts keyed by column name: a reordered ``RETURNING`` cannot shift a
 field. With ``PGQUEUE["PREPARE"]`` every statement (all are fully typed) is
 bound server-side and prepared once per connection; without it, none is
 prepared, as a transaction pooler needs. Should a pooler lose or mix up a
-prepared statement anyway, the process stops preparing at once, with a warning,
-and the failed statement counts as transient (the worker retries it). Statements
+prepared statement anyway, the process stops preparing on that database alias
+at once, with a warning, and the failed statement counts as transient (the
+worker retries it). Statements
 still count in Django's query log, so ``assertNumQueries`` and debug tools see
 them.
 """

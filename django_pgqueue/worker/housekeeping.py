@@ -58,8 +58,10 @@ class Housekeeping:
         self.waker = waker  # the claim loop's: woken when a heartbeat frees slots
         self.latency = Latency(events)
         self._window_start = self._beat_at = time.monotonic()
-        #: When the reaper first found the heartbeat behind (None: it keeps up).
+        #: When the reaper first found the heartbeat behind (None: it keeps up), and
+        #: the beat it found last then: one since ends that spell, seen or not.
         self._behind_since: float | None = None
+        self._behind_beat = self._beat_at
 
     def timers(self) -> list[Timer]:
         """The maintenance thread's timers (the heartbeat has a thread of its own)."""
@@ -140,11 +142,14 @@ class Housekeeping:
     def spared(self) -> list[tuple[int, int]]:
         """The runs this worker's reaper leaves alone: those the worker holds, unless
         its heartbeat has been behind (no renewal for two intervals) for a lease."""
-        now = time.monotonic()
-        if now - self._beat_at <= 2 * self.config.heartbeat_interval:
+        now, beat_at = time.monotonic(), self._beat_at  # (written by the heartbeat's thread)
+        if now - beat_at <= 2 * self.config.heartbeat_interval:
             self._behind_since = None
-        elif self._behind_since is None:
-            self._behind_since = now  # a pause just ended, or the heartbeat is stuck
+        elif self._behind_since is None or beat_at != self._behind_beat:
+            # A pause just ended, or the heartbeat is stuck. (A beat since the last
+            # spell began ends it, though no look saw it keep up: a second pause
+            # before the reaper's next look is a new spell, not a lease behind.)
+            self._behind_since, self._behind_beat = now, beat_at
         elif now - self._behind_since >= self.config.lease:
             return []
         return self.ledger.lease_keys()

@@ -49,3 +49,20 @@ def test_a_heartbeat_behind_for_a_whole_lease_no_longer_keeps_its_runs_from_the_
     assert keeper.spared() == []  # reaped as any other worker's would be
     keeper._beat_at = time.monotonic()  # it renews again: spared again
     assert keeper.spared() == [(1, 1)]
+
+
+def test_a_second_pause_soon_after_a_first_is_spared_too() -> None:
+    """Behind is measured from the beat the reaper found late: a heartbeat that beat
+    since is no longer behind, though no reaper looked in between (a second pause
+    before the reaper's next look) and those runs are spared again."""
+    keeper, ledger = housekeeping()
+    ledger.add([job(1)])
+    keeper._beat_at -= 60  # a first pause: the reaper comes first, then the heartbeat
+    assert keeper.spared() == [(1, 1)]
+    keeper._beat_at = time.monotonic()  # renewed
+    # A second pause of a minute, before the reaper's next look: as if all that the
+    # process saw happened a minute earlier.
+    keeper._beat_at -= 60
+    assert keeper._behind_since is not None
+    keeper._behind_since -= 60
+    assert keeper.spared() == [(1, 1)]  # first seen behind again: spared

@@ -98,11 +98,20 @@ def emit_released(
     this worker's: their leases were lost); the ids given back. ``unstarted``: the
     runs were prefetched ones, which the ledger already forgot."""
     fenced = [k for k in keys if k[0] not in statuses]
-    if fenced:
+    if fenced and unstarted:
+        # Claimed ahead and never started here (a lapsed lease the reaper returned, an
+        # owed row it took meanwhile): nothing ran here, so nothing can run twice.
+        logger.info(
+            "jobs %s, claimed ahead and not started, were no longer this worker's when "
+            "given back: their leases were lost",
+            sorted(k[0] for k in fenced),
+        )
+    elif fenced:
         logger.warning(
             "lost the lease on jobs %s before giving them back: they may run again elsewhere",
             sorted(k[0] for k in fenced),
         )
+    if fenced:
         events.emit(
             "recorded",
             settled=fenced,

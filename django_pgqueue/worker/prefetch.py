@@ -245,7 +245,8 @@ def give_back_owed(config: WorkerConfig, ledger: Ledger, events: Events) -> bool
 def give_back_lapsed(config: WorkerConfig, ledger: Ledger, events: Events, job: ClaimedJob) -> None:
     """A prefetched run whose lease lapsed before a thread started it (the ledger
     dropped it, :meth:`Ledger.start`): back in the queue unstarted, its attempt not
-    spent; fenced, so nothing happens if the reaper returned the job already.
+    spent; fenced, so nothing is written if the reaper returned the job already
+    (counted as a lost lease, :func:`emit_released`).
     Called on the job thread: a row locked elsewhere is not waited for (the thread
     goes on with other jobs), it is owed to the queue (:func:`give_back_owed`)."""
     try:

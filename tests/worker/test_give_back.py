@@ -5,9 +5,16 @@ ahead. Two real workers, in process, against the test database."""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import pytest
 
 from django_pgqueue.models import Job
+from django_pgqueue.worker import prefetch
+from django_pgqueue.worker.config import WorkerConfig
+from django_pgqueue.worker.events import Events
+from django_pgqueue.worker.ledger import Ledger
 from tests.conftest import run_counts, status_counts
 from tests.testapp.tasks import mark
 from tests.worker.inprocess import worker_thread
@@ -45,3 +52,31 @@ def test_prefetched_jobs_stuck_behind_long_ones_go_back_for_another_worker() -> 
     assert len(run_counts("long-")) == LONG
     ran_by = Job.objects.filter(kwargs__sleep=LONG_SECONDS).values_list("worker_ids", flat=True)
     assert [ids[-1] for ids in ran_by].count("second") == ran_second
+
+
+@pytest.mark.parametrize("path", ["lapsed", "owed"])
+def test_a_prefetched_run_the_reaper_returned_before_its_give_back_is_no_warning(
+    path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A prefetched run whose lease lapsed unrenewed (or an owed one, its row locked
+    that long) that the reaper returned first is fenced out of the give-back: it never
+    started here, yet the give-back warned it "may run again elsewhere", beside the
+    lapsed run's own warning. Still counted as a lost lease."""
+    mark.enqueue("returned")
+    (job,) = Job.objects.claim("w-lapsed")
+    Job.objects.filter(pk=job.id).update(status="queued", locked_by=None, locked_until=None)
+    config = WorkerConfig.from_settings(worker_id="w-lapsed")
+    ledger, events = Ledger(), Events()
+    recorded: list[dict[str, Any]] = []
+    events.subscribe("recorded", lambda **data: recorded.append(data))
+    with caplog.at_level(logging.INFO, logger="django_pgqueue"):
+        if path == "lapsed":
+            prefetch.give_back_lapsed(config, ledger, events, job)
+        else:
+            ledger.owe([job])
+            assert prefetch.give_back_owed(config, ledger, events) is False
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not any("run again" in message for message in warnings), warnings
+    assert len(warnings) == (1 if path == "lapsed" else 0), warnings  # the lapsed run's own
+    assert [d["statuses"] for d in recorded] == [{job.key: None}]  # counted lost
+    assert Job.objects.get(pk=job.id).status == "queued"

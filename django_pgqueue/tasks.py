@@ -187,11 +187,13 @@ def task[**P, R](
                 f"{f.module_path!r} is already a django.tasks Task: use one decorator, "  # type: ignore[attr-defined]
                 "django.tasks' @task (with PgQueueBackend) or @django_pgqueue.task"
             )
-        if not callable(f):  # @task("emails"): Celery's habit
+        if isinstance(f, str):  # @task("emails"): Celery's habit
             raise TypeError(
                 f"@task takes the function to register, not {f!r}: give its options by "
                 f"keyword, as in @task(queue={f!r}) or @task(name={f!r})"
             )
+        if not callable(f):  # a classmethod, say: nothing a worker could call
+            raise TypeError(f"@task takes the function to register, not {f!r}: not callable")
         path = name or f"{f.__module__}.{f.__qualname__}"
         wrapped = TaskFunction(f, path, dict(options), policy)
         registry.register(path, wrapped, _invoke)

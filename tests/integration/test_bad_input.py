@@ -116,7 +116,7 @@ def test_a_mistake_in_the_decorator_itself_is_refused_where_the_task_is_declared
         task("emails")  # type: ignore[call-overload]
     # Not told to write @task(queue=<classmethod ...>): the keywords fit a string only.
     with pytest.raises(TypeError, match=r"not <classmethod\(.*\)>: not callable$"):
-        task(classmethod(send))  # type: ignore[call-overload]
+        task(classmethod(send))  # type: ignore[call-overload, arg-type]
     with pytest.raises(
         TypeError, match=r"'tests.testapp.tasks.send' is already a django.tasks Task: use one"
     ):

@@ -126,3 +126,24 @@ def test_the_sdist_ships_every_local_package_the_tests_import() -> None:
                 if head in local and "." in node.value:
                     used.add(head)
     assert (used & local) - shipped == set()
+
+
+#: The first psycopg-binary release with wheels for each Python (3.13's came in 3.2.2).
+FIRST_BINARY_WHEELS = {"3.12": (3, 1, 12), "3.13": (3, 2, 2)}
+
+
+def test_the_binary_extra_floor_installs_on_every_python_the_classifiers_name() -> None:
+    """``pip install "django-pgqueue[binary]" psycopg==<floor>`` finds a psycopg-binary."""
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    if not pyproject.exists():
+        pytest.skip("run from a tree without pyproject.toml (tox's)")
+    project = tomllib.loads(pyproject.read_text())["project"]
+    (requirement,) = project["optional-dependencies"]["binary"]
+    floor = tuple(int(part) for part in requirement.partition(">=")[2].split("."))
+    pythons = {
+        c.rpartition(" :: ")[2]
+        for c in project["classifiers"]
+        if c.startswith("Programming Language :: Python :: 3.")
+    }
+    assert pythons <= FIRST_BINARY_WHEELS.keys(), "add those Pythons to FIRST_BINARY_WHEELS"
+    assert floor >= max(FIRST_BINARY_WHEELS[python] for python in pythons), requirement

@@ -128,5 +128,6 @@ def up_since(alias: str) -> dict[str, dt.datetime]:
     """By schedule name, the start of the oldest worker the registry shows alive
     whose scheduler runs it."""
     return {
-        row["name"]: aware(row["since"]) for row in runner.fetch("schedulers_up_since", {}, alias)
+        row["name"]: aware(row["since"])
+        for row in runner.fetch("schedulers_up_since", BOUNDS, alias)
     }

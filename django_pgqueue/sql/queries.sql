@@ -1065,7 +1065,9 @@ ticked AS (
     UPDATE pgqueue_schedule AS s
     SET last_tick = %(tick)s::timestamptz,
         last_job_id = COALESCE((SELECT id FROM inserted), s.last_job_id),
-        ticks = s.ticks + (SELECT count(*) FROM inserted)
+        -- Saturates: a count written by hand at bigint's top must not make every
+        -- tick of the schedule fail (and, with it, the scheduler's other schedules).
+        ticks = least(s.ticks, 9223372036854775806) + (SELECT count(*) FROM inserted)
     FROM taken AS t
     WHERE s.name = t.name
     RETURNING s.enabled
@@ -1086,13 +1088,16 @@ LEFT JOIN inserted AS i ON true;
 -- process holds its id's lock: a killed one's ended with its session, before
 -- alive_until. The pid matters: pg_locks shows every database of the server, where
 -- a worker of another database (another deployment, a test run) with the same id
--- holds the same key.
+-- holds the same key. A started_at outside the times a worker writes (a row
+-- written by hand: -infinity, a year past 9999), which Python could not load,
+-- counts as no start: that row vouches for no tick.
 SELECT n.name, min(w.started_at) AS since
 FROM pgqueue_worker AS w
 CROSS JOIN LATERAL jsonb_array_elements_text(
     CASE WHEN jsonb_typeof(w.schedule_names) = 'array' THEN w.schedule_names
          ELSE '[]'::jsonb END) AS n (name)
 WHERE w.alive_until >= now() AND w.schedules
+  AND w.started_at > %(earliest)s::timestamptz AND w.started_at < %(latest)s::timestamptz
   AND (w.lock_pid IS NULL OR EXISTS (
       SELECT 1 FROM pg_locks AS l
       WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.pid = w.lock_pid

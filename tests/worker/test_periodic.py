@@ -9,6 +9,7 @@ import signal
 from collections.abc import Callable, Mapping
 
 import pytest
+from django.db import connection
 
 from django_pgqueue.models import Job, Schedule
 from tests.conftest import run_counts, status_counts
@@ -160,3 +161,47 @@ def test_with_the_checks_skipped_a_schedule_whose_job_it_would_refuse_is_a_one_l
     assert said in last
     assert "Traceback" not in worker.output
     assert not Schedule.objects.exists()
+
+
+def test_a_registry_row_started_at_minus_infinity_stops_no_scheduler(
+    start_worker: Start,
+) -> None:
+    # A row written by hand (or restored) that says a worker running "ping" has
+    # been up since -infinity, a time Python cannot load: every scheduler read it
+    # at each start and failed, and no tick of any schedule was enqueued while
+    # the row stayed (for ever, with alive_until = 'infinity').
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_worker (id, hostname, pid, queues, concurrency, version, "
+            "started_at, last_seen, alive_until, schedules, schedule_names) VALUES "
+            "('planted', 'h', 1, NULL, 1, 'v', '-infinity', now(), 'infinity', true, "
+            "'[\"ping\"]')"
+        )
+    worker = start_worker("--concurrency", "2", env=periodic_env({"ping": PING}))
+    wait_for(lambda: run_counts("ping")["ping"] >= 2, 20, "two ticks run")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output
+    assert "unexpected error" not in worker.output
+
+
+def test_a_schedule_whose_tick_count_is_at_the_top_of_bigint_still_ticks(
+    start_worker: Start,
+) -> None:
+    # The count is written by hand at bigint's top: "ticks + 1" overflowed, and
+    # every tick of "ping" failed, taking "pong" (planned after it) down with it.
+    Schedule.objects.create(
+        name="ping",
+        task="tests.testapp.tasks.mark",
+        expression="every 1s",
+        timezone="UTC",
+        ticks=2**63 - 1,
+    )
+    pong = {**PING, "kwargs": {"label": "pong"}}
+    worker = start_worker("--concurrency", "2", env=periodic_env({"ping": PING, "pong": pong}))
+    wait_for(
+        lambda: run_counts()["ping"] >= 2 and run_counts()["pong"] >= 2, 20, "two ticks of each"
+    )
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output
+    assert "unexpected error" not in worker.output
+    assert Schedule.objects.get(pk="ping").ticks == 2**63 - 1  # saturated, not wrapped

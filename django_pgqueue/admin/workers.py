@@ -5,6 +5,7 @@ takes it back)."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -21,12 +22,13 @@ from django.db.models import (
     Subquery,
 )
 from django.db.models.functions import Coalesce, Now
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from django_pgqueue import conf
+from django_pgqueue.admin import times
 from django_pgqueue.admin.display import ColumnFilter, duration, moment_field
 from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.queue import presence
@@ -154,6 +156,27 @@ class WorkerAdmin(_ModelAdmin):
     ) -> bool:
         return False  # a gone worker's row is forgotten on its own, an hour later
 
+    # Its pages read rows as they render: a row written by hand with a time Python
+    # cannot hold (infinity) reads as the nearest, not a failed page.
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        return times.rendered(functools.partial(super().changelist_view, request, extra_context))
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        view = functools.partial(super().change_view, request, object_id, form_url, extra_context)
+        return times.rendered(view)
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        view = functools.partial(super().history_view, request, object_id, extra_context)
+        return times.rendered(view)
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[RegisteredWorker]:
         # Alive or gone by the database's clock, which writes alive_until.
         alive = ExpressionWrapper(Q(alive_until__gte=Now()), output_field=BooleanField())
@@ -177,7 +200,8 @@ class WorkerAdmin(_ModelAdmin):
 
     @admin.display(description="queues")
     def queue_list(self, obj: RegisteredWorker) -> str:
-        return ", ".join(obj.queues) if obj.queues is not None else "every queue"
+        names = obj.queue_names()
+        return ", ".join(names) if names is not None else "every queue"
 
     @admin.display(description="jobs running")
     def running_jobs(self, obj: RegisteredWorker) -> SafeString:

@@ -13,7 +13,7 @@ import datetime as dt
 
 from django.db.models.functions import Now
 
-from django_pgqueue import conf, wording
+from django_pgqueue import conf, tolerant, wording
 from django_pgqueue.models import Job
 from django_pgqueue.monitoring.models import QueueGauge, RegisteredWorker
 from django_pgqueue.records import JobStatus
@@ -29,7 +29,8 @@ class Limits:
 
 
 def serves(worker: RegisteredWorker, queue: str) -> bool:
-    return worker.queues is None or queue in worker.queues
+    names = worker.queue_names()
+    return names is None or queue in names
 
 
 def problems(limits: Limits, *, using: str) -> list[str]:
@@ -45,7 +46,8 @@ def problems(limits: Limits, *, using: str) -> list[str]:
         and row.oldest_ready_age is not None
         and row.queue not in paused
     }
-    alive = list(RegisteredWorker.objects.using(using).alive())
+    with tolerant.readable(using):  # a time written by hand (infinity) reads as the nearest
+        alive = list(RegisteredWorker.objects.using(using).alive())
     found = []
     for queue, age in sorted(ready.items()):
         if not any(serves(worker, queue) for worker in alive):

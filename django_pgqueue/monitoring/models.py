@@ -10,6 +10,7 @@ queue gauges as one worker at a time last computed them.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import ClassVar
 
 from django.db import models
@@ -126,6 +127,16 @@ class RegisteredWorker(OnJobDatabaseModel):
 
     def alive_at(self, now: dt.datetime) -> bool:
         return self.alive_until >= now
+
+    def queue_names(self) -> list[str] | None:
+        """The queues it serves, None for every queue. A worker writes a list of
+        names; anything else (a row written by hand) is shown as its JSON, which
+        names no queue, rather than failing the pages and commands that list it."""
+        if self.queues is None:
+            return None
+        if not isinstance(self.queues, list):
+            return [json.dumps(self.queues)]
+        return [q if isinstance(q, str) else json.dumps(q) for q in self.queues]
 
 
 class GaugeManager(conf.OnJobDatabase["QueueGauge"]):

@@ -4,8 +4,13 @@ gone worker shown as such on its page while its lease still holds."""
 from __future__ import annotations
 
 import datetime as dt
+import io
+import json
+import re
 
 import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -137,3 +142,39 @@ def test_a_gone_workers_running_count_is_what_the_table_still_holds(admin_client
     assert shown("w-gone") == ["0", "0"]
     page = admin_client.get(f"{WORKERS}w-gone/change/").content.decode()
     assert ">3<" not in page  # the stale heartbeat's count is not shown beside it
+
+
+def test_a_registry_row_written_by_hand_fails_no_page_and_no_queuestats(
+    admin_client: Client,
+) -> None:
+    # Times Python cannot hold and queues that are not a list of names: each made
+    # the workers list, the worker's page and every form of queuestats fail.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_worker (id, hostname, pid, queues, concurrency, version, "
+            "started_at, last_seen, alive_until) VALUES "
+            "('w-inf', 'h', 1, '[1, null, \"mail\"]', 1, 'v', '-infinity', now(), 'infinity'), "
+            "('w-str', 'h', 1, '\"defaults\"', 1, 'v', now(), 'infinity', "
+            "now() + interval '1 hour'), "
+            "('w-num', 'h', 1, '5', 1, 'v', now(), now(), now() + interval '1 hour')"
+        )
+    add.using(queue="default").enqueue(1, 2)
+    html = admin_client.get(WORKERS).content.decode()
+    assert "1, null, mail" in html
+    assert "&quot;defaults&quot;" in html
+    for worker in ("w-inf", "w-str", "w-num"):
+        assert admin_client.get(f"{WORKERS}{worker}/change/").status_code == 200
+        assert admin_client.get(f"{WORKERS}{worker}/history/").status_code == 200
+    out = io.StringIO()
+    call_command("queuestats", stdout=out)
+    assert re.search(r"w-inf +alive 1,null,mail ", out.getvalue())
+    out = io.StringIO()
+    call_command("queuestats", "--json", stdout=out)
+    listed = {w["id"]: w for w in json.loads(out.getvalue())["workers"]}
+    assert listed["w-inf"]["queues"] == ["1", "null", "mail"]
+    assert listed["w-inf"]["started_at"].startswith("0001-01-02")
+    assert listed["w-num"]["queues"] == ["5"]
+    # "defaults" (a string) is no list of queues: it serves no queue, not "default"
+    # as a substring of it.
+    with pytest.raises(CommandError, match=r"queue default: jobs are ready .* no live worker"):
+        call_command("queuestats", "--check", stdout=io.StringIO())

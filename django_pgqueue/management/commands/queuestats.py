@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from django_pgqueue import conf
+from django_pgqueue import conf, tolerant
 from django_pgqueue.management.arguments import PgQueueCommand, age_limit, non_negative_int
 from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.monitoring import health
@@ -67,7 +67,8 @@ class Command(PgQueueCommand):
         stats = Job.objects.stats(using=alias)
         paused = Job.objects.paused_queues(using=alias)
         now = presence.database_now(alias)  # the clock alive_until is written with
-        workers = list(RegisteredWorker.objects.using(alias).all())
+        with tolerant.readable(alias):  # a time written by hand (infinity) reads as the nearest
+            workers = list(RegisteredWorker.objects.using(alias).all())
         alive = {w.id for w in workers if w.alive_at(now)}
         gone = {w.id for w in workers} - alive
         orphans = list(
@@ -98,7 +99,7 @@ class Command(PgQueueCommand):
                     "id": w.id,
                     "hostname": w.hostname,
                     "pid": w.pid,
-                    "queues": w.queues,
+                    "queues": w.queue_names(),
                     "concurrency": w.concurrency,
                     "version": w.version,
                     "started_at": w.started_at.isoformat(),
@@ -128,7 +129,8 @@ class Command(PgQueueCommand):
         self.stdout.write("")
         self.stdout.write(WORKERS_HEADER)
         for w in workers:
-            queues = ",".join(w.queues) if w.queues is not None else "*"
+            names = w.queue_names()
+            queues = ",".join(names) if names is not None else "*"
             seen = f"{(now - w.last_seen).total_seconds():.0f}s ago"
             state = "alive" if w.id in alive else "gone"
             self.stdout.write(

@@ -788,10 +788,14 @@ RETURNING id;
 -- them, once they are older than max_age and only if it wins the advisory lock;
 -- everyone else reads the table as it is. Concurrent refreshes (possible in a
 -- short window around a commit) upsert the same rows, so none is duplicated.
+-- A refreshed_at ahead of the clock (a row written by hand: infinity, a day
+-- ahead) makes nothing fresh, or the gauges would never be recomputed again;
+-- its age reads as 0 (-infinity's as the year 1's), as now() - infinity fails.
 WITH stale AS MATERIALIZED (
     SELECT NOT EXISTS (
         SELECT 1 FROM pgqueue_queue_gauge
         WHERE refreshed_at > now() - make_interval(secs => %(max_age)s::float8)
+          AND refreshed_at <= now() + make_interval(secs => %(max_age)s::float8)
     ) AS stale
 ),
 due AS MATERIALIZED (
@@ -814,7 +818,8 @@ written AS (
 SELECT queue, status, jobs, oldest_ready_age, estimated, 0::float8 AS age FROM fresh
 UNION ALL
 SELECT queue, status, jobs, oldest_ready_age, estimated,
-       extract(epoch FROM now() - refreshed_at)::float8 AS age
+       extract(epoch FROM now() - least(greatest(refreshed_at, '0001-01-01 00:00+00'::timestamptz),
+                                        now()))::float8 AS age
 FROM pgqueue_queue_gauge
 WHERE NOT EXISTS (SELECT 1 FROM due)
 ORDER BY queue, status;

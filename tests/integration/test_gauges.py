@@ -212,3 +212,26 @@ def test_a_queued_job_at_minus_infinity_counts_as_the_oldest_without_failing_the
     assert "queue mail: the oldest ready job" not in out.getvalue()
     call_command("queuestats", stdout=out)
     assert "mail" in out.getvalue()
+
+
+@pytest.mark.parametrize("refreshed", ["'infinity'", "now() + interval '1 day'"])
+def test_a_gauge_row_refreshed_ahead_of_the_clock_neither_fails_nor_freezes_the_gauges(
+    refreshed: str, db_url: str
+) -> None:
+    """A row written by hand with ``refreshed_at = 'infinity'`` made every refresh
+    fail (``now() - infinity``): each worker's maintenance thread logged a traceback
+    every second and ``/metrics`` answered 500. One a day ahead kept its numbers
+    for a day, never recomputed."""
+    add.using(queue="mail").enqueue(1, 1)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_queue_gauge (queue, status, jobs, estimated, refreshed_at) "
+            f"VALUES ('mail', 'queued', 999, false, {refreshed})"
+        )
+    # Another session holds the refresh lock: the stored numbers, read without failing.
+    with psycopg.connect(db_url, autocommit=False) as other:
+        other.execute("SELECT pg_advisory_xact_lock(%s)", [gauges.REFRESH_LOCK])
+        (stored,) = QueueGauge.objects.refresh(max_age=60)
+        assert (stored.jobs, stored.age) == (999, 0)
+    assert by_key(QueueGauge.objects.refresh(max_age=60)) == {("mail", "queued"): 1}
+    assert list(QueueGauge.objects.values_list("jobs", flat=True)) == [1]

@@ -32,4 +32,5 @@ def resume(name: str, alias: str) -> bool:
 
 def paused(alias: str) -> dict[str, dt.datetime]:
     """The paused queues, by name, with the moment each was paused."""
-    return {row["name"]: row["paused_at"] for row in runner.fetch("paused_queues", {}, alias)}
+    bounds = {"earliest": validation.EARLIEST, "latest": validation.LATEST}
+    return {row["name"]: row["paused_at"] for row in runner.fetch("paused_queues", bounds, alias)}

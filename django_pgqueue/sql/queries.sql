@@ -675,7 +675,11 @@ woken AS (
 SELECT EXISTS (SELECT 1 FROM resumed) AS changed, (SELECT n FROM woken) AS woken;
 
 -- name: paused_queues
-SELECT name, paused_at FROM pgqueue_queue WHERE paused_at IS NOT NULL ORDER BY name;
+-- A paused_at Python cannot load (a row written by hand: infinity, a year BC)
+-- reads as the nearest bound: the queue is paused all the same.
+SELECT name,
+       least(greatest(paused_at, %(earliest)s::timestamptz), %(latest)s::timestamptz) AS paused_at
+FROM pgqueue_queue WHERE paused_at IS NOT NULL ORDER BY name;
 
 -- name: prune
 -- One batch of finished jobs older than the bound, oldest first; how many it

@@ -5,17 +5,22 @@ the reaper's backoff, paused queues."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import time
 from collections.abc import Callable
 
 import psycopg
 import pytest
+from django.core.management import call_command
 from django.db import connection, connections
+from django.test import Client
 from django.utils import timezone
 
+from django_pgqueue import validation
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.models import Job
+from django_pgqueue.queue import pauses
 from django_pgqueue.records import Failure, JobSpec
 from tests.conftest import status_counts
 from tests.testapp.tasks import add
@@ -249,6 +254,30 @@ def test_a_paused_queue_is_skipped_by_both_claims_and_served_again_on_resume(db_
     assert Job.objects.resume_queue("emails") is False
     assert Job.objects.paused_queues() == []
     assert len(Job.objects.claim("w", limit=10, queues=["emails"])) == 3
+
+
+def test_a_pause_written_by_hand_at_infinity_fails_no_reader(admin_client: Client) -> None:
+    """``paused_at`` takes ``infinity`` and ``-infinity`` (a row written by hand), which
+    Python cannot load: queuestats (every form) and the metrics view failed, and
+    each worker serving metrics logged a traceback a second."""
+    add.using(queue="emails").enqueue(1, 1)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_queue (name, paused_at) "
+            "VALUES ('emails', 'infinity'), ('reports', '-infinity')"
+        )
+    assert pauses.paused("default") == {
+        "emails": validation.LATEST,
+        "reports": validation.EARLIEST,
+    }
+    assert Job.objects.claim("w", limit=10) == []  # paused all the same
+    out = io.StringIO()
+    call_command("queuestats", stdout=out)
+    assert "emails (paused)" in out.getvalue()
+    call_command("queuestats", "--json", stdout=out)
+    call_command("queuestats", "--check", stdout=out)  # a paused queue's jobs wait on purpose
+    assert admin_client.get("/admin/django_pgqueue/job/").status_code == 200
+    assert admin_client.get("/pgqueue/metrics").status_code == 200
 
 
 def test_pausing_checks_the_queue_name() -> None:

@@ -1075,8 +1075,10 @@ ticked AS (
     SET last_tick = %(tick)s::timestamptz,
         last_job_id = COALESCE((SELECT id FROM inserted), s.last_job_id),
         -- Saturates: a count written by hand at bigint's top must not make every
-        -- tick of the schedule fail (and, with it, the scheduler's other schedules).
-        ticks = least(s.ticks, 9223372036854775806) + (SELECT count(*) FROM inserted)
+        -- tick of the schedule fail (and, with it, the scheduler's other schedules);
+        -- a tick that enqueues nothing leaves it as it is, at the top too.
+        ticks = least(s.ticks::numeric + (SELECT count(*) FROM inserted),
+                      9223372036854775807)::bigint
     FROM taken AS t
     WHERE s.name = t.name
     RETURNING s.enabled

@@ -785,3 +785,23 @@ def test_only_workers_that_keep_running_schedule(
     with override_settings(PGQUEUE={"PERIODIC": {"minutely": MINUTELY}}):
         worker = Worker(WorkerConfig.from_settings(worker_id="w", **overrides))
     assert (worker.scheduler is not None) is schedules
+
+
+def test_a_saturated_tick_count_stays_at_the_top_when_a_tick_enqueues_nothing(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    """A count at bigint's top (written by hand) saturates: a tick that enqueues
+    nothing (disabled, or a live job holding the unique_key) leaves it as it was,
+    not one below the top."""
+    s = scheduler({"minutely": {**MINUTELY, "task": "tests.testapp.tasks.one_at_a_time"}})
+    s.step()
+    Schedule.objects.filter(pk="minutely").update(ticks=2**63 - 1)
+    tick = s.planned[0].spec.next_after(s.planned[0].cursor)
+    s._enqueue_due(s.planned[0], tick)
+    assert Schedule.objects.get(pk="minutely").ticks == 2**63 - 1
+    s._enqueue_due(s.planned[0], tick + dt.timedelta(minutes=1))  # the key is held
+    assert len(ran_at("minutely")) == 1
+    assert Schedule.objects.get(pk="minutely").ticks == 2**63 - 1
+    Schedule.objects.set_enabled(["minutely"], False)
+    s._enqueue_due(s.planned[0], tick + dt.timedelta(minutes=2))  # disabled
+    assert Schedule.objects.get(pk="minutely").ticks == 2**63 - 1

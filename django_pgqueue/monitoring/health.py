@@ -29,8 +29,10 @@ class Limits:
 
 
 def serves(worker: RegisteredWorker, queue: str) -> bool:
-    names = worker.queue_names()
-    return names is None or queue in names
+    # The stored value, not queue_names(): what that shows for a row written by
+    # hand ([1, null] as "1", "null") names no queue, though it spells queue names.
+    queues = worker.queues
+    return queues is None or (isinstance(queues, list) and queue in queues)
 
 
 def problems(limits: Limits, *, using: str) -> list[str]:

@@ -76,6 +76,18 @@ def test_a_queue_with_ready_jobs_and_no_live_worker_fails() -> None:
     assert lines[0].endswith("s) and no live worker serves it")
 
 
+@pytest.mark.parametrize("queues", [[1, None], 1, "null", {"1": 1}])
+def test_queues_written_by_hand_not_as_a_list_of_names_serve_no_queue(queues: object) -> None:
+    """A ``queues`` that is no list of names (a row written by hand) serves no
+    queue, not the queue its JSON spells: ``[1, null]`` does not serve "1"."""
+    worker("w1", queues)  # type: ignore[arg-type]
+    ready_since("1", 5)
+    ready_since("null", 5)
+    status, lines = check()
+    assert status == 1
+    assert [line.split(":")[0] for line in lines] == ["queue 1", "queue null"]
+
+
 def test_alive_or_gone_is_the_database_clocks_word(
     monkeypatch: pytest.MonkeyPatch, admin_client: Client
 ) -> None:

@@ -8,9 +8,8 @@ status or lease would bypass the state machine the queue relies on.
 
 from __future__ import annotations
 
-import functools
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
@@ -40,13 +39,8 @@ from django_pgqueue.records import FINISHED
 #: A search term that names one job: ``123`` or ``#123`` (bigint range, ASCII digits).
 JOB_ID = re.compile(r"#?([0-9]{1,18})")
 
-if TYPE_CHECKING:
-    _ModelAdmin = admin.ModelAdmin[Job]
-else:  # ModelAdmin is generic only in django-stubs, not at runtime.
-    _ModelAdmin = admin.ModelAdmin
 
-
-class JobAdmin(times.ReadsTimes):
+class JobAdmin(times.ReadsTimes[Job]):
     list_display = (
         "id",
         "task_path",
@@ -170,15 +164,10 @@ class JobAdmin(times.ReadsTimes):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
 
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        return times.rendered(functools.partial(self._changelist, request, extra_context))
-
-    def _changelist(
+    def changelist_response(
         self, request: HttpRequest, extra_context: dict[str, Any] | None
     ) -> HttpResponse:
-        response = super().changelist_view(request, extra_context)
+        response = super().changelist_response(request, extra_context)
         if isinstance(response, TemplateResponse) and response.context_data is not None:
             # Added after the changelist ran, so the queue filter's stats() is reused.
             paused = dict(
@@ -251,24 +240,13 @@ class JobAdmin(times.ReadsTimes):
     done_at_display = display.moment_field("done_at")
     locked_until_display = display.moment_field("locked_until")
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        return times.rendered(
-            functools.partial(self._change, request, object_id, form_url, extra_context)
-        )
-
-    def _change(
+    def change_response(
         self, request: HttpRequest, object_id: str, form_url: str, extra: dict[str, Any] | None
     ) -> HttpResponse:
         job = self.get_object(request, unquote(object_id))
         offered = buttons.offered(self, request, job) if job is not None else []
         extra = {**(extra or {}), "pgqueue_buttons": offered}
-        return super().change_view(request, object_id, form_url, extra)
+        return super().change_response(request, object_id, form_url, extra)
 
     @admin.display(description="lease")
     def lease_left(self, obj: Job) -> SafeString:

@@ -6,13 +6,12 @@ schedule filter (``?schedule=NAME``)."""
 from __future__ import annotations
 
 import datetime as dt
-import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -24,11 +23,6 @@ from django_pgqueue.models import Schedule
 from django_pgqueue.periodic.models import ScheduleQuerySet
 from django_pgqueue.periodic.overview import OUT_OF_RANGE, ScheduleView, describe, local_moment
 from django_pgqueue.tolerant import out_of_range
-
-if TYPE_CHECKING:
-    _ModelAdmin = admin.ModelAdmin[Schedule]
-else:  # ModelAdmin is generic only in django-stubs, not at runtime.
-    _ModelAdmin = admin.ModelAdmin
 
 
 def jobs_url(name: str, site: str) -> str:
@@ -84,7 +78,7 @@ def _toggle(enabled: bool) -> Any:
 _IN_ITS_ZONE = ("last_tick", "restarted_at")
 
 
-class ScheduleAdmin(_ModelAdmin):
+class ScheduleAdmin(times.ReadsTimes[Schedule]):
     """Read-only but for the switch: rows are written by the workers' schedulers."""
 
     list_display = (
@@ -142,26 +136,7 @@ class ScheduleAdmin(_ModelAdmin):
                     "one off before that.",
                     messages.INFO,
                 )
-        # Its pages read rows as they render: a row written by hand with a time Python
-        # cannot hold reads as the nearest, not a failed page.
-        return times.rendered(functools.partial(super().changelist_view, request, extra_context))
-
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        view = functools.partial(super().change_view, request, object_id, form_url, extra_context)
-        return times.rendered(view)
-
-    def history_view(
-        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        return times.rendered(
-            functools.partial(super().history_view, request, object_id, extra_context)
-        )
+        return super().changelist_view(request, extra_context)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -11,16 +11,19 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
+from django.db.models import Model
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from django_pgqueue.models import Job
 from django_pgqueue.tolerant import readable
 
 if TYPE_CHECKING:
-    _ModelAdmin = admin.ModelAdmin[Job]
-else:  # ModelAdmin is generic only in django-stubs, not at runtime.
     _ModelAdmin = admin.ModelAdmin
+else:
+
+    class _ModelAdmin[M: Model](admin.ModelAdmin):
+        """ModelAdmin, which is generic only in django-stubs, generic at run time too."""
+
 
 __all__ = ["ReadsTimes", "readable", "rendered"]
 
@@ -35,9 +38,46 @@ def rendered(view: Callable[[], HttpResponse]) -> HttpResponse:
     return response
 
 
-class ReadsTimes(_ModelAdmin):
-    """The job admin's own views that read a job (its list and page: ``JobAdmin``),
-    and Django's delete and history pages, read such times tolerantly."""
+class ReadsTimes[M: Model](_ModelAdmin[M]):
+    """A model admin whose pages read such times tolerantly: its list and its
+    pages, and Django's delete and history pages.
+
+    A subclass that adds to a list's or a page's context overrides
+    :meth:`changelist_response` or :meth:`change_response` (still unrendered
+    there), not the views: the rows are read as the template renders.
+    """
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return rendered(functools.partial(self.changelist_response, request, extra_context))
+
+    def changelist_response(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None
+    ) -> HttpResponse:
+        """The list's response, not rendered yet (inside :func:`readable`)."""
+        return super().changelist_view(request, extra_context)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        return rendered(
+            functools.partial(self.change_response, request, object_id, form_url, extra_context)
+        )
+
+    def change_response(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str,
+        extra_context: dict[str, Any] | None,
+    ) -> HttpResponse:
+        """A row's page, not rendered yet (inside :func:`readable`)."""
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def delete_view(
         self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None

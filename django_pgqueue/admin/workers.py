@@ -5,8 +5,7 @@ takes it back)."""
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin
@@ -22,7 +21,7 @@ from django.db.models import (
     Subquery,
 )
 from django.db.models.functions import Coalesce, Now
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -33,11 +32,6 @@ from django_pgqueue.admin.display import ColumnFilter, duration, moment_field
 from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.queue import presence
 from django_pgqueue.records import JobStatus
-
-if TYPE_CHECKING:
-    _ModelAdmin = admin.ModelAdmin[RegisteredWorker]
-else:  # ModelAdmin is generic only in django-stubs, not at runtime.
-    _ModelAdmin = admin.ModelAdmin
 
 
 def running_jobs_url(worker_id: str, site: str) -> str:
@@ -109,7 +103,7 @@ class WorkerFilter(ColumnFilter):
 MOMENTS = ("started_at", "last_seen", "alive_until")
 
 
-class WorkerAdmin(_ModelAdmin):
+class WorkerAdmin(times.ReadsTimes[RegisteredWorker]):
     """Read-only: rows are written by the workers' heartbeats."""
 
     list_display = (
@@ -155,27 +149,6 @@ class WorkerAdmin(_ModelAdmin):
         self, request: HttpRequest, obj: RegisteredWorker | None = None
     ) -> bool:
         return False  # a gone worker's row is forgotten on its own, an hour later
-
-    # Its pages read rows as they render: a row written by hand with a time Python
-    # cannot hold (infinity) reads as the nearest, not a failed page.
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
-        return times.rendered(functools.partial(super().changelist_view, request, extra_context))
-
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        view = functools.partial(super().change_view, request, object_id, form_url, extra_context)
-        return times.rendered(view)
-
-    def history_view(
-        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        view = functools.partial(super().history_view, request, object_id, extra_context)
-        return times.rendered(view)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[RegisteredWorker]:
         # Alive or gone by the database's clock, which writes alive_until.

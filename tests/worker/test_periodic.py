@@ -45,7 +45,10 @@ def test_three_workers_enqueue_each_tick_of_an_every_second_schedule_once(
     # tick is lost or doubled.
     latest = Job.objects.filter(schedule="ping").order_by("-run_at").first()
     assert latest is not None
-    (taker,) = [w for w in workers if f"enqueued job {latest.id} " in w.output]
+    # Its log line follows the commit that made the row: wait for it.
+    said = f"enqueued job {latest.id} "
+    wait_for(lambda: any(said in w.output for w in workers), 10, f"the line {said!r}")
+    (taker,) = [w for w in workers if said in w.output]
     taker.signal(signal.SIGKILL)
     taker.wait(10)
     seen = len(ticks("ping"))

@@ -116,7 +116,7 @@ def _plan(
         return Plan(
             path=validation.TASK_PATH(task.module_path),
             queue=task.queue_name,
-            priority=task.priority,
+            priority=int(task.priority),  # Django takes a whole float (5.0); COPY would not
             run_at=None
             if task.run_after is None
             else validation.RUN_AT(task.run_after, "run_after"),

@@ -72,6 +72,16 @@ def test_the_tasks_options_apply_to_every_job() -> None:
     ) == {(3, "emails", when, 7, "c")}
 
 
+@pytest.mark.parametrize("count", [1, COPY_THRESHOLD])
+def test_a_whole_float_priority_django_accepts_is_written_by_copy_too(count: int) -> None:
+    """Django's validation takes priority=5.0 (a whole number). The COPY of a large
+    batch wrote it as the text "5.0", which smallint refused with a DataError."""
+    task = djtasks.noop_task.using(priority=5.0)  # type: ignore[arg-type]
+    results = enqueue_many(task, [call()] * count)
+    assert len(results) == count
+    assert set(Job.objects.values_list("priority", flat=True)) == {5}
+
+
 def test_a_unique_key_enqueues_one_job_and_the_rest_are_its_duplicates() -> None:
     task = options(djtasks.noop_task, unique_key="once")
     results = enqueue_many(task, [call(1), call(2), call(3)])

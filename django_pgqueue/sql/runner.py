@@ -28,6 +28,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.postgresql.psycopg_any import register_tzloader
 from psycopg import pq
 from psycopg.rows import dict_row
 
@@ -38,6 +39,8 @@ from django_pgqueue.sql import query
 
 Row = dict[str, Any]
 _ROWS = pq.ExecStatus.TUPLES_OK
+_TIMESTAMPTZ_OID = psycopg.adapters.types["timestamptz"].oid
+_NO_ZONE = object()
 _thread = threading.local()
 logger = logging.getLogger("django_pgqueue")
 #: The aliases where a pooler is in the way (found by the look, or by a prepared
@@ -117,6 +120,7 @@ def _look_for_a_pooler(
 
 #: Where a Django connection keeps the cursor our statements run on.
 _CURSOR = "_pgqueue_cursor"
+_CURSOR_ZONE = "_pgqueue_cursor_zone"  # the zone its times are read in
 
 
 def _cursor(wrapper: BaseDatabaseWrapper) -> psycopg.Cursor[Row]:
@@ -127,12 +131,28 @@ def _cursor(wrapper: BaseDatabaseWrapper) -> psycopg.Cursor[Row]:
     again, and with its set-up and close that cost some 30 µs of CPU a statement,
     a fifth of an enqueue. A Django connection belongs to one thread, and so does
     its cursor; a reconnect brings a new raw connection, and with it a new cursor.
+
+    It reads times in the zone Django's own cursors read them in (``None``, naive,
+    with ``USE_TZ = False``): a connection opened before ``override_settings``
+    changed ``USE_TZ`` still holds the zone it was opened with, which Django's
+    cursors correct for, and so does this one.
     """
     raw = wrapper.connection
+    zone = wrapper.timezone  # cached on the wrapper, until USE_TZ or TIME_ZONE change
     cursor: psycopg.Cursor[Row] | None = getattr(wrapper, _CURSOR, None)
-    if cursor is None or cursor.connection is not raw or cursor.closed:
-        cursor = psycopg.Cursor(raw, row_factory=dict_row)
-        setattr(wrapper, _CURSOR, cursor)
+    if (
+        cursor is not None
+        and cursor.connection is raw
+        and not cursor.closed
+        and getattr(wrapper, _CURSOR_ZONE, _NO_ZONE) is zone
+    ):
+        return cursor
+    cursor = psycopg.Cursor(raw, row_factory=dict_row)
+    loader = raw.adapters.get_loader(_TIMESTAMPTZ_OID, pq.Format.TEXT)
+    if getattr(loader, "timezone", _NO_ZONE) != zone:  # as Django's create_cursor does
+        register_tzloader(zone, cursor)
+    setattr(wrapper, _CURSOR, cursor)
+    setattr(wrapper, _CURSOR_ZONE, zone)
     return cursor
 
 

@@ -166,6 +166,30 @@ def test_with_use_tz_off_a_naive_run_after_is_read_in_time_zone_as_django_does()
         djtasks.noop_task.using(run_after=when).enqueue()  # USE_TZ on again
 
 
+def test_with_use_tz_turned_off_enqueued_at_is_naive_in_time_zone_as_the_row_reads() -> None:
+    """A connection opened with USE_TZ on read the times our statements return as
+    UTC after override_settings(USE_TZ=False): enqueued_at was the local wall time
+    labelled UTC (hours off), and COPY wrote that wrong instant as created_at."""
+    djtasks.noop_task.enqueue()  # the connection, and the queue's cursor, with USE_TZ on
+    with override_settings(USE_TZ=False, TIME_ZONE="America/New_York"):
+        results = [
+            djtasks.noop_task.enqueue(),
+            *enqueue_many(djtasks.noop_task, [call()]),
+            enqueue_many(djtasks.noop_task, [call()] * 500)[0],
+        ]
+        now = dt.datetime.now()  # naive, in TIME_ZONE (the process's zone here)
+        for result in results:
+            enqueued_at = result.enqueued_at
+            assert enqueued_at is not None
+            assert timezone.is_naive(enqueued_at)
+            assert abs(enqueued_at - now) < dt.timedelta(minutes=1)
+            assert enqueued_at == Job.objects.get(pk=result.id).created_at
+    for result in results:
+        created = Job.objects.get(pk=result.id).created_at
+        assert created is not None
+        assert abs(created - timezone.now()) < dt.timedelta(minutes=1)
+
+
 def test_a_naive_run_after_follows_a_changed_time_zone() -> None:
     """The plan of a task (its options, checked once) held the run_at its naive
     run_after meant in the TIME_ZONE of the first call: after the time zone changed

@@ -22,6 +22,14 @@ class Encoded:
     text: str
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refused:
+    """A result an invoker found it cannot store, with the error to record: the
+    executor buries the job with it at once, as it does a value it cannot encode."""
+
+    error: BaseException
+
+
 #: Deeper values are refused: Python's own JSON decoder (in the worker, or Django
 #: reading a row back) gives up at a depth that depends on the Python version, so a
 #: value nested deeper could be stored but never run. 200 is well inside them all.

@@ -12,7 +12,6 @@ READY for a snooze (the job runs again).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import traceback
 from typing import TYPE_CHECKING, Any
@@ -46,7 +45,7 @@ from django_pgqueue.control import (
     run_coroutine,
 )
 from django_pgqueue.jobdb import raise_if_transaction_left_open
-from django_pgqueue.jsonargs import Encoded, dumps_result
+from django_pgqueue.jsonargs import Encoded, Refused, dumps_result
 from django_pgqueue.retrypolicy import snooze_refused
 
 if TYPE_CHECKING:
@@ -119,9 +118,9 @@ def check_unqueued_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.
 def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
     """Run ``job`` with ``task`` in this thread; return its value or raise its exception.
 
-    A value that is not JSON is returned all the same: the executor refuses it and
-    buries the job at once, where raising would retry it and run the task's side
-    effects again. ``task_finished`` reports it FAILED either way.
+    A value that is not JSON comes back as a :class:`Refused` with the error the
+    executor buries the job with at once, where raising would retry it and run the
+    task's side effects again. ``task_finished`` reports it FAILED either way.
     """
     backend = _backend_for(task)
     result = running_result(task, job, backend.alias)
@@ -175,17 +174,26 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
         # It saw the request and returned: the job ends cancelled, not done.
         _finished(backend, result, Cancel(control.cancel_reason))
         return value
+    django_says: TypeError | ValueError | None = None
     if value is not None and not isinstance(value, str | int | float):
         # As Django does: tuples become lists, bytes str. A value it cannot
         # normalise (or nested too deep for its recursion) is left as it is, for
         # dumps() to name the offending part.
-        with contextlib.suppress(TypeError, ValueError, RecursionError):
+        try:
             value = normalize_json(value)
+        except (TypeError, ValueError) as exc:
+            django_says = exc
+        except RecursionError:
+            pass
     try:
         encoded = dumps_result(value)
-    except TypeError as exc:  # builtins.TypeError, as Django reports it
-        _finished(backend, result, exc)
-        return value
+    except TypeError as exc:
+        # Final, not retried. Reported as Django's ImmediateBackend reports it: the
+        # class normalize_json raised (TypeError; ValueError for bytes that are not
+        # UTF-8), its words after ours, which name the part.
+        refusal = exc if django_says is None else type(django_says)(f"{exc} ({django_says})")
+        _finished(backend, result, refusal)
+        return Refused(refusal)
     object.__setattr__(result, "_return_value", value)
     _finished(backend, result, None)
     return Encoded(encoded)  # checked and encoded once: the executor stores the text

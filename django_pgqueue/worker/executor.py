@@ -22,7 +22,7 @@ from typing import Any
 from django_pgqueue import registry, signatures
 from django_pgqueue.control import CANCELLED, Cancel, RunningJob, Snooze, running
 from django_pgqueue.exceptions import JobTimeout, UnknownTask
-from django_pgqueue.jsonargs import Encoded, dumps_result
+from django_pgqueue.jsonargs import Encoded, Refused, dumps_result
 from django_pgqueue.records import ClaimedJob, Failure, Success
 from django_pgqueue.registry import Runnable
 from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, policy_of, snooze_refused
@@ -207,6 +207,8 @@ def success(job: ClaimedJob, result: Any) -> Success | Failure:
     """A success outcome, or a final failure if the return value is not JSON."""
     if isinstance(result, Encoded):
         return Success(job_id=job.id, run=job.run, result=result.text)
+    if isinstance(result, Refused):
+        return refused(job, result.error)
     try:
         encoded = dumps_result(result)
     except TypeError as exc:

@@ -21,6 +21,7 @@ pytest.importorskip(
 from django_pgqueue.backend import PgQueueBackend, options
 from django_pgqueue.backend.compat import (
     TASKS_LOGGER,
+    TaskError,
     TaskResult,
     TaskResultStatus,
     task_backends,
@@ -213,6 +214,42 @@ def test_a_return_value_that_is_not_json_fails_the_job_at_once(
     bad.refresh()
     assert bad.status == TaskResultStatus.FAILED
     assert "which is not JSON" in bad.errors[0].traceback
+
+
+@pytest.mark.parametrize(
+    ("task", "django_says"),
+    [
+        (djtasks.complex_return_value, "TypeError: Unsupported type: <class 'function'>"),
+        (djtasks.bytes_return_value, "ValueError: Unsupported value: <class 'bytes'>"),
+    ],
+)
+def test_a_return_value_django_cannot_store_fails_with_djangos_class_and_words(
+    task: Any, django_says: str
+) -> None:
+    """Django's ImmediateBackend reports the exception its normalize_json raised
+    (its tests look for "Unsupported type" in the traceback); the worker reported
+    only its own TypeError, with neither the words nor, for bytes, the class."""
+    finished: list[TaskError] = []
+
+    def on_finished(sender: type, task_result: TaskResult[Any, Any], **kw: Any) -> None:
+        finished.extend(task_result.errors)
+
+    bad = task.enqueue()
+    task_finished.connect(on_finished)
+    try:
+        run_next()
+    finally:
+        task_finished.disconnect(on_finished)
+    bad.refresh()
+    exception_class, _, words = django_says.partition(": ")
+    for error in (finished[-1], bad.errors[-1]):
+        assert error.exception_class_path == f"builtins.{exception_class}"
+        assert error.traceback.startswith(f"{exception_class}: ") or (
+            f"\n{exception_class}: " in error.traceback
+        )
+        assert f"({words})" in error.traceback
+        assert "which is not JSON" in error.traceback  # and which part, in our words
+    assert Job.objects.get(pk=bad.id).status == "dead"  # final: not retried
 
 
 @pytest.mark.parametrize("levels", [500, 2000])

@@ -69,6 +69,11 @@ def complex_return_value() -> Any:
 
 
 @task
+def bytes_return_value() -> bytes:
+    return b"\xff"  # not UTF-8: Django's normalize_json raises ValueError
+
+
+@task
 def deeply_nested_return_value(levels: int) -> Any:
     value: Any = [1]
     for _ in range(levels - 1):

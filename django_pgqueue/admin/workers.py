@@ -16,11 +16,10 @@ from django.db.models import (
     ExpressionWrapper,
     IntegerField,
     OuterRef,
-    Q,
     QuerySet,
     Subquery,
 )
-from django.db.models.functions import Coalesce, Now
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
@@ -30,6 +29,7 @@ from django_pgqueue import conf
 from django_pgqueue.admin import times
 from django_pgqueue.admin.display import ColumnFilter, duration, moment_field
 from django_pgqueue.models import Job, RegisteredWorker
+from django_pgqueue.monitoring.models import alive_now
 from django_pgqueue.queue import presence
 from django_pgqueue.records import JobStatus
 
@@ -152,7 +152,7 @@ class WorkerAdmin(times.ReadsTimes[RegisteredWorker]):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[RegisteredWorker]:
         # Alive or gone by the database's clock, which writes alive_until.
-        alive = ExpressionWrapper(Q(alive_until__gte=Now()), output_field=BooleanField())
+        alive = ExpressionWrapper(alive_now(), output_field=BooleanField())
         # A gone worker's last heartbeat is stale: what it still runs is what the
         # table still holds (0 once the reaper has given its jobs back).
         held = (

@@ -26,12 +26,22 @@ from django_pgqueue.queue.presence import Registration
 FORGET_AFTER = 3600.0
 
 
+#: How far ahead a heartbeat may write alive_until: a row further ahead (written by
+#: hand: infinity) vouches for no worker and is gone.
+AHEAD = dt.timedelta(seconds=presence.UNWRITTEN_ALIVE)
+
+
+def alive_now() -> models.Q:
+    """Alive by the database's clock, which writes alive_until."""
+    return models.Q(alive_until__gte=Now(), alive_until__lte=Now() + AHEAD)
+
+
 class WorkerQuerySet(models.QuerySet["RegisteredWorker"]):
     def alive(self) -> WorkerQuerySet:
-        return self.filter(alive_until__gte=Now())
+        return self.filter(alive_now())
 
     def gone(self) -> WorkerQuerySet:
-        return self.filter(alive_until__lt=Now())
+        return self.exclude(alive_now())
 
     def serving(self, queue: str) -> WorkerQuerySet:
         """Workers serving ``queue``: those with it in their queues, and those serving all."""
@@ -126,7 +136,7 @@ class RegisteredWorker(OnJobDatabaseModel):
         return self.id
 
     def alive_at(self, now: dt.datetime) -> bool:
-        return self.alive_until >= now
+        return now <= self.alive_until <= now + AHEAD
 
     def queue_names(self) -> list[str] | None:
         """The queues it serves, None for every queue. A worker writes a list of

@@ -11,7 +11,14 @@ from collections.abc import Sequence
 
 from django.db import connections
 
+from django_pgqueue import validation
 from django_pgqueue.sql import runner
+
+#: Seconds ahead past which a row's alive_until was written by no heartbeat (one
+#: writes (HEARTBEAT_INTERVAL + LEASE) / 2 ahead, under LEASE, which is at most
+#: validation.MAX_DELAY; a day more, as for leases): a row written by hand
+#: (infinity, a year 3000) vouches for no worker, and every reader calls it gone.
+UNWRITTEN_ALIVE = validation.MAX_DELAY + 86400.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,8 +89,10 @@ def leave(worker: str, alias: str) -> bool:
 
 
 def forget(after: float, alias: str) -> list[str]:
-    """Delete the rows of workers gone for more than ``after`` seconds; their ids."""
-    return sorted(row["id"] for row in runner.fetch("workers_forget", {"after": after}, alias))
+    """Delete the rows of workers gone for more than ``after`` seconds, and those
+    whose alive_until no heartbeat wrote (gone since no one can tell when); their ids."""
+    params = {"after": after, "beyond": UNWRITTEN_ALIVE}
+    return sorted(row["id"] for row in runner.fetch("workers_forget", params, alias))
 
 
 def database_now(using: str) -> dt.datetime:

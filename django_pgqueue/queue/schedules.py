@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from django.db import transaction
 
 from django_pgqueue.queue.enqueue import notify_params
+from django_pgqueue.queue.presence import UNWRITTEN_ALIVE
 from django_pgqueue.records import JobSpec
 from django_pgqueue.sql import runner
 from django_pgqueue.validation import EARLIEST, LATEST, aware
@@ -127,7 +128,8 @@ def tick(
 def up_since(alias: str) -> dict[str, dt.datetime]:
     """By schedule name, the start of the oldest worker the registry shows alive
     whose scheduler runs it."""
+    params = {**BOUNDS, "beyond": UNWRITTEN_ALIVE}
     return {
         row["name"]: aware(row["since"])
-        for row in runner.fetch("schedulers_up_since", BOUNDS, alias)
+        for row in runner.fetch("schedulers_up_since", params, alias)
     }

@@ -780,9 +780,13 @@ DELETE FROM pgqueue_worker WHERE id = %(worker)s::text RETURNING id;
 
 -- name: workers_forget
 -- Rows of workers gone for longer than the bound (killed, lost): shown as gone
--- until then, deleted by any running worker's maintenance thread.
+-- until then, deleted by any running worker's maintenance thread. A row whose
+-- alive_until lies further ahead than any heartbeat writes (the beyond parameter;
+-- a row written by hand: infinity) is shown as gone, since no one can tell when,
+-- and deleted too (a live worker's next heartbeat writes its row again).
 DELETE FROM pgqueue_worker
 WHERE alive_until < now() - make_interval(secs => %(after)s::float8)
+   OR alive_until > now() + make_interval(secs => %(beyond)s::float8)
 RETURNING id;
 
 -- name: refresh_queue_gauges
@@ -1101,13 +1105,15 @@ LEFT JOIN inserted AS i ON true;
 -- a worker of another database (another deployment, a test run) with the same id
 -- holds the same key. A started_at outside the times a worker writes (a row
 -- written by hand: -infinity, a year past 9999), which Python could not load,
--- counts as no start: that row vouches for no tick.
+-- counts as no start: that row vouches for no tick; nor does an alive_until
+-- further ahead than any heartbeat writes (the beyond parameter; infinity).
 SELECT n.name, min(w.started_at) AS since
 FROM pgqueue_worker AS w
 CROSS JOIN LATERAL jsonb_array_elements_text(
     CASE WHEN jsonb_typeof(w.schedule_names) = 'array' THEN w.schedule_names
          ELSE '[]'::jsonb END) AS n (name)
 WHERE w.alive_until >= now() AND w.schedules
+  AND w.alive_until <= now() + make_interval(secs => %(beyond)s::float8)
   AND w.started_at > %(earliest)s::timestamptz AND w.started_at < %(latest)s::timestamptz
   AND (w.lock_pid IS NULL OR EXISTS (
       SELECT 1 FROM pg_locks AS l

@@ -167,7 +167,7 @@ def test_a_registry_row_written_by_hand_fails_no_page_and_no_queuestats(
         assert admin_client.get(f"{WORKERS}{worker}/history/").status_code == 200
     out = io.StringIO()
     call_command("queuestats", stdout=out)
-    assert re.search(r"w-inf +alive 1,null,mail ", out.getvalue())
+    assert re.search(r"w-inf +gone  1,null,mail ", out.getvalue())  # infinity: no heartbeat
     out = io.StringIO()
     call_command("queuestats", "--json", stdout=out)
     listed = {w["id"]: w for w in json.loads(out.getvalue())["workers"]}

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import math
 from functools import lru_cache
 from typing import Any
 
 from django_pgqueue import conf, validation, wording
 from django_pgqueue.backoff import retry_delay
 from django_pgqueue.exceptions import TooManySnoozes
+
+logger = logging.getLogger("django_pgqueue")
 
 Classes = tuple[type[BaseException], ...]
 Paths = tuple[str, ...]
@@ -84,25 +88,41 @@ class RetryPolicy:
             return False
         return self.retry_on is None or not names.isdisjoint(self.retry_on)
 
-    def delay(self, attempt: int, backoff: float | None) -> float:
-        """Seconds before the run after ``attempt`` (1 for the first one)."""
+    def delay(self, attempt: int, backoff: float | None, job_id: int | None = None) -> float:
+        """Seconds before the run after ``attempt`` (1 for the first one) of job ``job_id``."""
         settings = conf.get()
+        if backoff is not None and not math.isfinite(backoff):
+            # NaN or Infinity, written by hand (enqueue refuses both, and the column's
+            # check lets NaN >= 0 through): no number of seconds, so none was given.
+            spelt = "NaN" if math.isnan(backoff) else f"{'-' if backoff < 0 else ''}Infinity"
+            logger.warning(
+                "job %s has backoff = %s, no number of seconds: its retry waits as "
+                "PGQUEUE['BACKOFF_BASE'] says",
+                "?" if job_id is None else job_id,
+                spelt,
+            )
+            backoff = None
         base = settings.BACKOFF_BASE if backoff is None else backoff
-        if not 0 <= base <= validation.MAX_BACKOFF:  # NaN, or 1e300 written by hand:
+        if not 0 <= base <= validation.MAX_BACKOFF:  # 1e300 written by hand:
             base = validation.MAX_BACKOFF  # as long as enqueue allows (no timestamp past it)
         # A job's own backoff may exceed the global cap: its first delay is honoured.
         return retry_delay(attempt, base, max(settings.BACKOFF_MAX, base), settings.BACKOFF_JITTER)
 
     def after_failure(
-        self, exc: BaseException, attempt: int, max_attempts: int, backoff: float | None
+        self,
+        exc: BaseException,
+        attempt: int,
+        max_attempts: int,
+        backoff: float | None,
+        job_id: int | None = None,
     ) -> float | None:
         """Seconds before the next run of a job whose run raised ``exc``; None buries it."""
         if attempt >= max_attempts or not self.retries(exc):
             return None
-        return self.delay(attempt, backoff)
+        return self.delay(attempt, backoff, job_id)
 
     def after_lease_expired(
-        self, attempt: int, max_attempts: int, backoff: float | None
+        self, attempt: int, max_attempts: int, backoff: float | None, job_id: int | None = None
     ) -> float | None:
         """The same for a run whose worker stopped renewing its lease (it died, hung or
         lost the database): a failure under the job's backoff, so that a job that
@@ -110,7 +130,7 @@ class RetryPolicy:
         task's, so ``retry_on`` and ``discard_on`` do not apply."""
         if attempt >= max_attempts:
             return None
-        return self.delay(attempt, backoff)
+        return self.delay(attempt, backoff, job_id)
 
     @staticmethod
     def may_snooze(snoozes: int) -> bool:

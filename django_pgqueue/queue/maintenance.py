@@ -47,7 +47,9 @@ def reap(batch_size: int, alias: str, spare: Sequence[tuple[int, int]] = ()) -> 
         with transaction.atomic(using=alias):
             expired = runner.fetch("expired_leases", params, alias)
             delays = [
-                DEFAULT.after_lease_expired(row["attempts"], row["max_attempts"], row["backoff"])
+                DEFAULT.after_lease_expired(
+                    row["attempts"], row["max_attempts"], row["backoff"], row["id"]
+                )
                 for row in expired
             ]
             rows = (

@@ -75,7 +75,11 @@ def failure(
 ) -> Failure:
     """A failure outcome for ``job``: retried after the delay ``policy`` gives, or
     buried when it gives none (or the failure is ``final``)."""
-    delay = None if final else policy.after_failure(exc, job.attempt, job.max_attempts, job.backoff)
+    delay = (
+        None
+        if final
+        else policy.after_failure(exc, job.attempt, job.max_attempts, job.backoff, job.id)
+    )
     return Failure(
         job_id=job.id,
         run=job.run,

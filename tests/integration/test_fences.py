@@ -8,6 +8,7 @@ everyone, an error history that grew without bound.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
 import pytest
@@ -150,12 +151,15 @@ def test_an_oversized_entry_written_by_hand_cannot_break_the_reaper_for_everyone
 
 @pytest.mark.parametrize("backoff", ["1e300", "Infinity", "NaN"])
 def test_a_backoff_written_by_hand_past_enqueues_limit_breaks_no_reap_and_no_fail(
-    backoff: str,
+    backoff: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The column only checks backoff >= 0: its reap delay (now() + 1e300 s) failed the
-    whole statement ("timestamp out of range"), and the row, oldest first, came back
-    in every batch, so no expired lease anywhere was reaped again; a failed run of
-    it was buried on its first attempt. It counts as the year enqueue allows."""
+    """The column only checks backoff >= 0 (NaN >= 0 is true in PostgreSQL): its reap
+    delay (now() + 1e300 s) failed the whole statement ("timestamp out of range"),
+    and the row, oldest first, came back in every batch, so no expired lease
+    anywhere was reaped again; a failed run of it was buried on its first attempt.
+    1e300 counts as the year enqueue allows. NaN and Infinity, which say no number
+    of seconds, waited that year too, without a word; they count as none
+    (PGQUEUE["BACKOFF_BASE"]), with a warning naming the job."""
     odd = plant(
         status="running",
         locked_until="2000-01-01T00:00:00Z",
@@ -167,19 +171,36 @@ def test_a_backoff_written_by_hand_past_enqueues_limit_breaks_no_reap_and_no_fai
     ordinary = plant(
         status="running", locked_until="2000-01-02T00:00:00Z", locked_by="gone", attempts=1
     )
-    assert Job.objects.reap().returned == 2
+    finite = backoff == "1e300"
+    with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
+        assert Job.objects.reap().returned == 2
     assert status_counts() == {"queued": 2}
     later = Job.objects.get(pk=odd)
-    assert later.run_at > later.created_at + dt.timedelta(days=250)  # a year, jittered by 20%
+    if finite:
+        assert later.run_at > later.created_at + dt.timedelta(days=250)  # a year, jittered
+    else:
+        assert later.run_at < later.created_at + dt.timedelta(minutes=1)  # BACKOFF_BASE
+    said = f"job {odd} has backoff = {backoff}, no number of seconds"
+    assert (said in caplog.text) is not finite, caplog.text
     Job.objects.filter(pk__in=[odd, ordinary]).delete()
+    caplog.clear()
     failing = plant(
         task="tests.testapp.tasks.always_fails", args='["odd"]', max_attempts=3, backoff=backoff
     )
-    with worker_thread(burst=True) as worker:
+    with (
+        caplog.at_level(logging.WARNING, logger="django_pgqueue"),
+        worker_thread(burst=True) as worker,
+    ):
         assert worker.join(30) == 0
     row = Job.objects.get(pk=failing)
-    assert (row.status, row.attempts, row.errors[0]["exception"]) == ("queued", 1, "ValueError")
-    assert row.run_at > row.created_at + dt.timedelta(days=250)
+    if finite:
+        assert (row.status, row.attempts, row.errors[0]["exception"]) == ("queued", 1, "ValueError")
+        assert row.run_at > row.created_at + dt.timedelta(days=250)
+    else:  # retried after BACKOFF_BASE (0.05 s here), perhaps by this burst worker
+        assert row.errors[0]["exception"] == "ValueError"
+        assert row.run_at < row.created_at + dt.timedelta(minutes=1)
+        said = f"job {failing} has backoff = {backoff}, no number of seconds"
+        assert said in caplog.text, caplog.text
 
 
 def test_long_messages_and_tracebacks_are_cut_to_their_limits() -> None:

@@ -44,6 +44,22 @@ def test_a_lost_lease_is_a_failure_under_the_backoff_whatever_retry_on_says() ->
         assert picky.after_lease_expired(3, 3, None) is None
 
 
+def test_a_backoff_that_is_no_number_of_seconds_counts_as_none_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # NaN and Infinity (a row written by hand) waited the year a 1e300 waits.
+    with override_settings(PGQUEUE=NO_JITTER), caplog.at_level("WARNING", "django_pgqueue"):
+        assert DEFAULT.after_failure(ValueError(), 2, 3, float("nan"), 7) == 4.0
+        assert DEFAULT.after_lease_expired(1, 3, float("inf"), 8) == 2.0
+        assert DEFAULT.after_lease_expired(1, 3, 1e300) == 365 * 86400.0  # a year, as ever
+    assert caplog.messages == [
+        "job 7 has backoff = NaN, no number of seconds: its retry waits as "
+        "PGQUEUE['BACKOFF_BASE'] says",
+        "job 8 has backoff = Infinity, no number of seconds: its retry waits as "
+        "PGQUEUE['BACKOFF_BASE'] says",
+    ]
+
+
 def test_snoozes_are_bounded_by_max_snoozes() -> None:
     assert DEFAULT.may_snooze(99)
     assert not DEFAULT.may_snooze(100)

@@ -97,3 +97,20 @@ def test_the_maintenance_forgets_it_as_it_forgets_workers_long_gone(alive_until:
     planted("now() - interval '5 minutes'", "recently-gone")
     assert RegisteredWorker.objects.forget() == ["planted"]
     assert set(RegisteredWorker.objects.values_list("id", flat=True)) == {"far", "recently-gone"}
+
+
+@pytest.mark.parametrize("last_seen", ["'infinity'", "now() + interval '1 hour'"])
+def test_a_last_heartbeat_ahead_of_the_clock_was_seen_0s_ago_not_a_negative_time(
+    last_seen: str,
+) -> None:
+    # queuestats printed "-3600s ago" (and "-251605554720s ago" for infinity).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_worker (id, hostname, pid, queues, concurrency, version, "
+            f"last_seen, alive_until) VALUES ('ahead', 'h', 1, NULL, 1, 'v', {last_seen}, "
+            "now() + interval '1 minute')"
+        )
+    out = io.StringIO()
+    call_command("queuestats", stdout=out)
+    (line,) = [row for row in out.getvalue().splitlines() if row.startswith("ahead ")]
+    assert line.split()[1:] == ["alive", "*", "1", "0", "0", "0s", "ago"]

@@ -131,7 +131,8 @@ class Command(PgQueueCommand):
         for w in workers:
             names = w.queue_names()
             queues = ",".join(names) if names is not None else "*"
-            seen = f"{(now - w.last_seen).total_seconds():.0f}s ago"
+            # A heartbeat ahead of the clock (a row written by hand) was seen just now.
+            seen = f"{max(0.0, (now - w.last_seen).total_seconds()):.0f}s ago"
             state = "alive" if w.id in alive else "gone"
             self.stdout.write(
                 f"{w.id:<32} {state:<5} {queues:<16} {w.concurrency:>5} {running[w.id]:>7} "

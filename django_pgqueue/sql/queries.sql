@@ -723,11 +723,14 @@ relax AS MATERIALIZED (
 -- Counts by queue and status, with what monitoring should alert on.
 -- A run_at of -infinity (the column takes it; a row written by hand) counts as
 -- the year 1: now() minus -infinity is an error, which would fail every reader.
+-- A done_at ahead of the clock (written by hand: the workers write now()) is no
+-- death of the last 24 hours: infinity would count for ever.
 SELECT queue, status, count(*) AS jobs,
        extract(epoch FROM now() - min(greatest(run_at, '0001-01-01 00:00+00'::timestamptz))
                                    FILTER (WHERE status = 'queued' AND run_at <= now()))
            AS oldest_ready_age,
-       count(*) FILTER (WHERE status = 'dead' AND done_at > now() - interval '24 hours')
+       count(*) FILTER (WHERE status = 'dead' AND done_at > now() - interval '24 hours'
+                          AND done_at <= now())
            AS dead_last_24h,
        count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS lease_expired
 FROM pgqueue_job
@@ -938,9 +941,12 @@ fresh AS (
 -- name: dead_since
 -- Jobs buried dead in the last window, by queue: a range of the finished index
 -- (pgqueue_job_finished, by done_at), so its cost is the jobs finished in the window.
+-- A done_at ahead of the clock (written by hand: the workers write now()) is none
+-- of them: infinity failed queuestats --check --max-dead for ever.
 SELECT queue, count(*) AS jobs
 FROM pgqueue_job
 WHERE status IN ('done', 'dead', 'cancelled') AND done_at > now() - make_interval(secs => %(seconds)s::float8)
+  AND done_at <= now()
   AND status = 'dead'
 GROUP BY queue
 ORDER BY queue;

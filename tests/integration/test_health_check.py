@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import sys
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -202,3 +204,21 @@ def test_the_command_line_exit_status_is_what_a_probe_reads(db_url: str) -> None
     worker("w", ["mail"])
     passed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert (passed.returncode, passed.stdout) == (0, "ok\n")
+
+
+@pytest.mark.parametrize("done_at", ["'infinity'", "now() + interval '2 hours'"])
+def test_a_death_ahead_of_the_clock_did_not_happen_in_the_last_hour(done_at: str) -> None:
+    """A dead job written by hand with done_at = 'infinity' failed --max-dead for
+    ever ("1 job died in the last hour"), and queuestats counted it among the dead
+    of the last 24 hours: the workers write done_at with the database's clock, so
+    no death they record lies ahead of it."""
+    worker("w", None)
+    job = add.using(queue="mail").enqueue(1, 1)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE pgqueue_job SET status = 'dead', done_at = {done_at} WHERE id = %s", [job.pk]
+        )
+    assert check("--max-dead", "0") == (0, ["ok"])
+    out = io.StringIO()
+    call_command("queuestats", "--json", stdout=out)
+    assert json.loads(out.getvalue())["dead_last_24h"] == 0

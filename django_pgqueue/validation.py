@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +36,13 @@ MAX_BACKOFF = 365 * 86400.0
 #: PostgreSQL truncates identifiers (a NOTIFY channel is one) to 63 bytes.
 MAX_CHANNEL_BYTES = 63
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+def stored_backoff(value: float | None) -> float | None:
+    """A row's backoff as the worker reads it: NaN and Infinity (written by hand;
+    enqueue refuses both, and the column's check lets NaN >= 0 through) say no
+    number of seconds, so they count as none (PGQUEUE["BACKOFF_BASE"])."""
+    return value if value is None or math.isfinite(value) else None
 
 
 def storable(text: str) -> bool:

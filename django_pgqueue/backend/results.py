@@ -78,7 +78,7 @@ def job_task(base: Task[Any, Any], job: Job, alias: str) -> Task[Any, Any]:
         job.max_attempts,
         job.unique_key,
         job.concurrency_key,
-        job.backoff,
+        validation.stored_backoff(job.backoff),
     )
 
 
@@ -148,7 +148,7 @@ def running_result(task: Task[Any, Any], job: ClaimedJob, alias: str) -> TaskRes
             job.max_attempts,
             job.unique_key,
             job.concurrency_key,
-            job.backoff,
+            validation.stored_backoff(job.backoff),
         ),
         str(job.id),
         TaskResultStatus.RUNNING,

@@ -28,6 +28,7 @@ from django_pgqueue.backend.compat import (
     task_finished,
     task_started,
 )
+from django_pgqueue.backend.results import running_result
 from django_pgqueue.exceptions import LeaseExpired
 from django_pgqueue.models import Job
 from django_pgqueue.records import ClaimedJob, Failure, Success
@@ -514,3 +515,14 @@ def test_a_job_sent_to_another_alias_runs_in_a_queue_only_that_alias_allows(
         {"args": [7], "kwargs": {}},
         "other",
     )
+
+
+@pytest.mark.parametrize("backoff", ["NaN", "Infinity"])
+def test_a_backoff_that_is_no_number_of_seconds_is_reported_as_none(backoff: str) -> None:
+    """The worker counts NaN and Infinity (a row written by hand) as no backoff; the
+    results said the task had a backoff of nan (or inf), which enqueue refuses."""
+    enqueued = djtasks.noop_task.enqueue()
+    Job.objects.filter(pk=enqueued.id).update(backoff=float(backoff))
+    assert pgq(djtasks.noop_task.get_result(enqueued.id).task).backoff is None
+    (claimed,) = Job.objects.claim("w1")
+    assert pgq(running_result(djtasks.noop_task, claimed, "default").task).backoff is None

@@ -1,7 +1,7 @@
 """One entry of ``PGQUEUE["PERIODIC"]``, checked, and the instants it ticks at.
 
 A tick is a pure function of the entry: a cron expression in its time zone
-(``cronsim``, which follows Debian cron across DST changes), or ``every`` N
+(read by ``cronsim``; Debian cron's rules across DST changes, see ``ticks``), or ``every`` N
 seconds counted from the Unix epoch. Every worker computes the same instants,
 so the database can tell two workers enqueueing the same tick apart from two
 ticks (see ``queries.sql``, ``schedule_tick``).
@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from django_pgqueue import validation
 from django_pgqueue.exceptions import InvalidJob, InvalidSchedule
+from django_pgqueue.periodic import ticks
 
 #: catch_up values: what a schedule enqueues for the ticks no worker was up for.
 CATCH_UP = ("latest", "none", "all")
@@ -90,69 +91,17 @@ class ScheduleSpec:
             first = (since // step + 1) * step
             for n in itertools.count():
                 yield _EPOCH + dt.timedelta(microseconds=first + n * step)
-        # From the backward walk's tick: from Lord Howe's 01:59:59 (+11:00) cronsim
-        # gave the second 01:30 (+10:30), which a walk from before it skips.
-        begin = next((t for t in self._reverse(_past(moment)) if t <= moment), moment)
-        for tick in self._forward(begin):
-            if tick > moment:
-                yield tick
-
-    def _forward(self, start: dt.datetime) -> Iterator[dt.datetime]:
-        """cronsim's forward walk from ``start``, the ticks after it (UTC)."""
-        for tick in CronSim(expanded(self.cron or ""), start.astimezone(self._zone())):
-            if tick > start:  # cronsim starts at whole seconds, and local, without fold
-                yield tick.astimezone(dt.UTC)
+        yield from ticks.after(expanded(self.cron or ""), self._zone(), moment)
 
     def at_or_before(self, moment: dt.datetime) -> Iterator[dt.datetime]:
-        """The ticks at or before ``moment``, newest first: those :meth:`after` gives.
-
-        cronsim's backward walk only says where to look (in a repeated hour it
-        misses the first 02:30; it counts Lord Howe's second 01:30, which the
-        forward walk skips): the ticks come from walking forward between its ticks."""
+        """The ticks at or before ``moment``, newest first: those :meth:`after` gives."""
         if self.every is not None:
             step = round(self.every * 1_000_000)
             since = (moment - _EPOCH) // dt.timedelta(microseconds=1)
             last = since // step * step
             for n in itertools.count():
                 yield _EPOCH + dt.timedelta(microseconds=last - n * step)
-        newer = moment
-        for older in itertools.chain(self._reverse(_past(moment)), [None]):
-            begin = newer - dt.timedelta(seconds=1) if older is None else older
-            if begin >= newer:
-                continue
-            ahead = itertools.takewhile(newer.__ge__, self._forward(begin))  # t <= newer
-            yield from reversed(list(ahead))
-            if older is None:
-                return
-            newer = older
-
-    def _reverse(self, start: dt.datetime) -> Iterator[dt.datetime]:
-        """cronsim's reverse walk from ``start`` (UTC), strictly decreasing (UTC).
-
-        At a clock change onto a tick (Chatham's 03:45 becoming 02:45, under
-        ``*/15 2 * * *``) the walk sticks: it gives the second 02:45, which the
-        forward walk skips, again and again, even from a later start. Such a tick
-        is dropped, and the walk starts again just after the first showing of its
-        wall time (a second before it, if that sticks too)."""
-        zone, cron = self._zone(), expanded(self.cron or "")
-        dropped: set[dt.datetime] = set()
-        while True:
-            walk = CronSim(cron, start.astimezone(zone), reverse=True)
-            ahead = next(walk, None)
-            for following in walk:
-                tick, ahead = ahead, following
-                assert tick is not None
-                utc = tick.astimezone(dt.UTC)
-                if utc <= start and following.astimezone(dt.UTC) < utc:
-                    yield utc
-                    continue
-                step = dt.timedelta(seconds=-1 if utc in dropped else 1)
-                dropped.add(utc)
-                first = (tick.replace(tzinfo=None) + step).replace(tzinfo=zone, fold=0)
-                start = min(first.astimezone(dt.UTC), start - dt.timedelta(seconds=1))
-                break
-            else:
-                return
+        yield from ticks.at_or_before(expanded(self.cron or ""), self._zone(), moment)
 
     def next_after(self, moment: dt.datetime) -> dt.datetime:
         return next(self.after(moment))
@@ -161,14 +110,6 @@ class ScheduleSpec:
         """The newest ``limit`` ticks in (start, end], oldest first."""
         back = itertools.takewhile(lambda t: t > start, self.at_or_before(end))
         return list(itertools.islice(back, max(limit, 0)))[::-1]
-
-
-def _past(moment: dt.datetime) -> dt.datetime:
-    """Where cronsim's backward walk starts to give the ticks at or before ``moment``:
-    after the whole second it is given. The second is added in UTC: local arithmetic
-    drops fold, which turned the second 02:30 of an autumn night into the first one."""
-    utc = moment.astimezone(dt.UTC)
-    return utc + dt.timedelta(seconds=1) if utc.microsecond == 0 else utc
 
 
 def invalid(name: str, message: str) -> InvalidSchedule:

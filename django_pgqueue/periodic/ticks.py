@@ -1,0 +1,177 @@
+"""The instants a cron expression ticks at in a time zone: one set of instants,
+whatever moment a walk starts from, forward or back.
+
+cronsim reads the expression and walks wall-clock times (naive datetimes), where
+it is exact; which instants a wall-clock time stands for is decided here, by the
+rules of Debian cron, which cronsim follows:
+
+- an expression with a fixed minute and hour (``30 2 * * *``; five fields) ticks
+  once for each matching wall-clock time: at its first showing when the clocks
+  fall back, and at the first minute after the jump when they spring forward
+  over it (several times jumped over tick once);
+- any other (``*/15 * * * *``, ``* 2 * * *``, six fields) ticks at each instant
+  whose wall clock matches: twice in a repeated hour, never in a skipped one.
+
+cronsim's own walk on aware datetimes gave, across a clock change, ticks that
+depend on where it started: from Lord Howe's midnight ``* 2 * * *`` has no
+02:00-02:29 on the night the clocks go back half an hour, from 01:59:59 it has
+them; at Chatham ``*/15 3 * * *`` walks from that midnight for ever.
+
+A look costs a few of cronsim's steps: the walk starts at the wall-clock time
+of the moment it looks from, and in a repeated hour it walks that hour's times
+once for each showing (the instant the clock goes back is found by bisection).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+
+from cronsim import CronSim
+
+_UTC = dt.UTC
+_SECOND = dt.timedelta(seconds=1)
+_MINUTE = dt.timedelta(minutes=1)
+_MICRO = dt.timedelta(microseconds=1)
+
+
+def fixed(cron: str) -> bool:
+    """Whether ``cron`` has a fixed minute and hour (cronsim's test for Debian's rules)."""
+    fields = cron.split()
+    return len(fields) == 5 and not fields[0].startswith("*") and not fields[1].startswith("*")
+
+
+def _both(wall: dt.datetime, zone: dt.tzinfo) -> tuple[dt.datetime, dt.datetime]:
+    """``wall`` read with each offset around it (PEP 495's fold 0 and 1), in UTC."""
+    return (
+        wall.replace(tzinfo=zone, fold=0).astimezone(_UTC),
+        wall.replace(tzinfo=zone, fold=1).astimezone(_UTC),
+    )
+
+
+def _shown(instant: dt.datetime, zone: dt.tzinfo) -> dt.datetime:
+    return instant.astimezone(zone).replace(tzinfo=None)
+
+
+def instants(wall: dt.datetime, zone: dt.tzinfo, is_fixed: bool) -> list[dt.datetime]:
+    """The instants (UTC, in order) a matching wall-clock time ``wall`` ticks at."""
+    shown = [u for u in sorted(set(_both(wall, zone))) if _shown(u, zone) == wall]
+    if not is_fixed:
+        return shown
+    if shown:
+        return shown[:1]
+    later = wall  # jumped over: as cronsim, the first whole minute after the jump
+    while _shown(later.replace(tzinfo=zone).astimezone(_UTC), zone) != later:
+        later += _MINUTE
+    return [later.replace(tzinfo=zone, fold=0).astimezone(_UTC)]
+
+
+def _repeat(wall: dt.datetime, zone: dt.tzinfo) -> dt.timedelta:
+    """How long the clock repeats around ``wall`` (0 where it shows it once)."""
+    first, second = _both(wall, zone)
+    if _shown(first, zone) != wall:
+        return dt.timedelta(0)  # jumped over
+    return max(second - first, dt.timedelta(0))
+
+
+def _change(zone: dt.tzinfo, low: dt.datetime, high: dt.datetime) -> dt.datetime:
+    """The instant in (low, high] the clock goes back at (``low`` before it)."""
+    offset = low.astimezone(zone).utcoffset()
+    while high - low > _MICRO:
+        middle = low + (high - low) // 2
+        if middle.astimezone(zone).utcoffset() == offset:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+def _repeated(
+    zone: dt.tzinfo, moment: dt.datetime
+) -> tuple[dt.datetime, dt.timedelta, dt.datetime, dt.datetime] | None:
+    """When ``moment`` is in a repeated hour: the instant the clock went back, by
+    how much, and the stretch of wall-clock times shown twice [first, end)."""
+    wall = _shown(moment, zone)
+    back = _repeat(wall, zone)
+    if not back:
+        return None
+    showing = moment.astimezone(zone).fold
+    low = moment if showing == 0 else moment - back
+    change = _change(zone, low, low + back)
+    end = _shown(change - _MICRO, zone) + _MICRO
+    return change, back, end - back, end
+
+
+def after(cron: str, zone: dt.tzinfo, moment: dt.datetime) -> Iterator[dt.datetime]:
+    """The ticks strictly after ``moment`` (aware), in order (UTC)."""
+    is_fixed, last = fixed(cron), moment
+    while True:
+        repeated = None if is_fixed else _repeated(zone, last)
+        if repeated and last.astimezone(zone).fold == 0:
+            # The first showings of the repeated times ahead, then every second one.
+            change, back, first, end = repeated
+            for match in CronSim(cron, _shown(last, zone)):
+                if match >= end:
+                    break
+                yield _at(match, change - back, first)
+            for match in CronSim(cron, first - _MICRO):
+                if match >= end:
+                    break
+                yield _at(match, change, first)
+            last = change + back - _MICRO
+            continue
+        for match in CronSim(cron, _shown(last, zone)):
+            ahead = [t for t in instants(match, zone, is_fixed) if t > last]
+            if ahead:
+                # Both showings of a repeated time ahead: from the first, as above.
+                yield (last := ahead[0])
+                if len(ahead) == 1:
+                    continue
+                break
+        else:
+            return
+
+
+def at_or_before(cron: str, zone: dt.tzinfo, moment: dt.datetime) -> Iterator[dt.datetime]:
+    """The ticks at or before ``moment`` (aware), newest first (UTC)."""
+    is_fixed, bound = fixed(cron), moment
+    while True:
+        repeated = None if is_fixed else _repeated(zone, bound)
+        if repeated and bound.astimezone(zone).fold == 1:
+            # The second showings of the repeated times behind, then every first one.
+            change, back, first, end = repeated
+            for match in _back(cron, _shown(bound, zone)):
+                if match < first:
+                    break
+                yield _at(match, change, first)
+            for match in _back(cron, end - _MICRO):
+                if match < first:
+                    break
+                yield _at(match, change - back, first)
+            bound = change - back - _MICRO
+            continue
+        wall = _shown(bound, zone)
+        if is_fixed and bound.astimezone(zone).fold == 1:
+            wall += _repeat(wall, zone)  # later times' first showings are behind
+        for match in _back(cron, wall):
+            behind = [t for t in instants(match, zone, is_fixed) if t <= bound]
+            if behind:
+                # Both showings of a repeated time behind: from the second, as above.
+                yield behind[-1]
+                bound = behind[-1] - _MICRO
+                if len(behind) == 1:
+                    continue
+                break
+        else:
+            return
+
+
+def _at(wall: dt.datetime, since: dt.datetime, first: dt.datetime) -> dt.datetime:
+    """The instant the clock shows ``wall`` at in the showing that starts at ``since``
+    with the wall-clock time ``first``."""
+    return since + (wall - first)
+
+
+def _back(cron: str, wall: dt.datetime) -> Iterator[dt.datetime]:
+    """cronsim's reverse walk, from ``wall`` included (naive)."""
+    return CronSim(cron, wall if wall.microsecond else wall + _SECOND, reverse=True)

@@ -191,7 +191,7 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
         # Final, not retried. Reported as Django's ImmediateBackend reports it: the
         # class normalize_json raised (TypeError; ValueError for bytes that are not
         # UTF-8), its words after ours, which name the part.
-        refusal = exc if django_says is None else type(django_says)(f"{exc} ({django_says})")
+        refusal = exc if django_says is None else _as_django_says(exc, django_says)
         _finished(backend, result, refusal)
         return Refused(refusal)
     object.__setattr__(result, "_return_value", value)
@@ -200,6 +200,17 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
 
 
 _TASK_CALL = Task.call
+
+
+def _as_django_says(ours: TypeError, said: TypeError | ValueError) -> TypeError | ValueError:
+    """Our refusal as the class normalize_json raised, its words after ours. A class
+    that takes no one message (UnicodeDecodeError, a task's own) falls back to the
+    builtin it derives from: raising here would retry the job, not bury it."""
+    words = f"{ours} ({said})"
+    try:
+        return type(said)(words)
+    except Exception:
+        return ValueError(words) if isinstance(said, ValueError) else TypeError(words)
 
 
 def refuse(task: Task[Any, Any], job: ClaimedJob, exc: BaseException) -> None:

@@ -253,6 +253,24 @@ def test_a_return_value_django_cannot_store_fails_with_djangos_class_and_words(
     assert Job.objects.get(pk=bad.id).status == "dead"  # final: not retried
 
 
+def test_a_return_value_whose_normalizing_raises_an_odd_error_still_fails_the_job_at_once(
+    signals: list[tuple[str, type, str, list[str]]],
+) -> None:
+    """The refusal was remade as the class normalize_json raised, with one message:
+    UnicodeDecodeError (five arguments) raised TypeError out of the invoker, so the
+    run counted as the task's failure and was retried, its side effects again."""
+    bad = djtasks.undecodable_mapping_return_value.enqueue()  # three attempts allowed
+    outcome = run_next()
+    assert isinstance(outcome, Failure)
+    assert outcome.final, outcome
+    job = Job.objects.get(pk=bad.id)
+    assert (job.status, job.attempts) == ("dead", 1)  # final: not retried
+    assert "which is not JSON" in job.last_error
+    assert "'utf-8' codec can't decode" in job.last_error  # normalize_json's words
+    assert job.errors[0]["exception"] == "ValueError"  # its builtin base
+    assert signals[-1][:3] == ("finished", PgQueueBackend, TaskResultStatus.FAILED)
+
+
 @pytest.mark.parametrize("levels", [500, 2000])
 def test_a_return_value_nested_too_deep_fails_the_job_at_once_not_with_a_recursion_error(
     levels: int,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from django.db import transaction
@@ -71,6 +71,25 @@ def complex_return_value() -> Any:
 @task
 def bytes_return_value() -> bytes:
     return b"\xff"  # not UTF-8: Django's normalize_json raises ValueError
+
+
+class UndecodableMapping(Mapping[str, Any]):
+    """A mapping whose values are bytes decoded as read: normalize_json meets the
+    UnicodeDecodeError, which takes five arguments, not a message."""
+
+    def __getitem__(self, key: str) -> Any:
+        return b"\xff".decode()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["k"])
+
+    def __len__(self) -> int:
+        return 1
+
+
+@task
+def undecodable_mapping_return_value() -> Any:
+    return UndecodableMapping()
 
 
 @task

@@ -121,3 +121,32 @@ def test_the_readme_pypi_shows_links_to_files_of_the_repository() -> None:
         assert target.startswith(("https://", "http://")), target
         if target.startswith(home):
             assert (ROOT / target.removeprefix(home).partition("#")[0]).exists(), target
+
+
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+
+
+def github_anchors(page: Path) -> set[str]:
+    """The ids GitHub gives a page's headings: lower case, punctuation but - and _
+    dropped, each space a -, so "### `queuestats --check`" is queuestats---check."""
+    headings = re.findall(r"^#+\s+(.*?)\s*$", FENCE.sub("", page.read_text()), re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_relative_link_of_the_docs_reaches_its_file_and_heading() -> None:
+    """The README and docs are read on GitHub, where a link's #anchor is the
+    heading's GitHub id; one that names no heading lands at the top of the page."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    broken = []
+    for page in pages:
+        for link in re.findall(r"\]\(([^)\s]+)\)", FENCE.sub("", page.read_text())):
+            if link.startswith(("https://", "http://", "mailto:")):
+                continue
+            path, _, anchor = link.partition("#")
+            target = (page.parent / path).resolve() if path else page
+            if not target.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {link} (no such file)")
+            elif anchor and target.suffix == ".md" and anchor not in github_anchors(target):
+                broken.append(f"{page.relative_to(ROOT)}: {link} (no such heading)")
+    assert len(pages) > 10
+    assert broken == []

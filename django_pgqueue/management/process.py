@@ -25,7 +25,7 @@ from typing import Any
 
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import SystemCheckError
+from django.core.management.base import CommandError, SystemCheckError
 from django.utils import autoreload
 
 from django_pgqueue import registry
@@ -142,9 +142,18 @@ def in_reloading_child() -> bool:
     return os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) == "true"
 
 
-def run_reloading(build: Callable[[], Worker], checks: Callable[[], Any] | None = None) -> int:
+def run_reloading(
+    build: Callable[[], Worker],
+    checks: Callable[[], Any] | None = None,
+    serve: Callable[[Worker], Any] | None = None,
+) -> int:
     """``runworker --reload``: a parent process that starts the worker in a child and
     starts it again each time the child exits because code changed.
+
+    In the child: ``checks``, then ``build``; an error there (a NameError in a tasks
+    module) is shown, and the child waits for a change. ``serve`` (the metrics
+    exporter) then runs outside that: a port in use ends the process, as without
+    ``--reload``.
 
     Django's autoreloader (the one ``runserver`` uses) watches the child's modules.
     On a change the worker gives its running jobs back at once, as on a second
@@ -153,7 +162,7 @@ def run_reloading(build: Callable[[], Worker], checks: Callable[[], Any] | None 
     the parent is passed on to the child; the child stops as a worker does.
     """
     if in_reloading_child():
-        return _reloading_child(build, checks)
+        return _reloading_child(build, checks, serve)
     return _reloading_parent()
 
 
@@ -174,8 +183,26 @@ def _reloading_parent() -> int:
             return 128 - status if status < 0 else status  # killed by a signal: 128 + its number
 
 
-def _reloading_child(build: Callable[[], Worker], checks: Callable[[], Any] | None) -> int:
-    worker = build()
+def _reloading_child(
+    build: Callable[[], Worker],
+    checks: Callable[[], Any] | None,
+    serve: Callable[[Worker], Any] | None,
+) -> int:
+    built: list[Worker] = []
+
+    def prepare() -> None:
+        if checks is not None:  # the command's system checks, which it left to us
+            checks()
+        built.append(build())  # refuses a schedule whose task's module fails (E010)
+
+    try:
+        # check_errors: the file that raised is watched too, though never imported.
+        autoreload.check_errors(prepare)()
+    except Exception as exc:
+        return _wait_for_a_fix(exc)
+    worker = built[0]
+    if serve is not None:
+        serve(worker)  # closed as the child exits
     guard = ExitGuard(worker)
     guard.install()  # on the main thread, which watches the files below
     reloader = autoreload.get_reloader()
@@ -192,18 +219,13 @@ def _reloading_child(build: Callable[[], Worker], checks: Callable[[], Any] | No
     statuses: list[int] = []
 
     def start() -> None:
-        if checks is not None:  # the command's system checks, which it left to us
-            checks()
         statuses.append(worker.run())
 
     def run() -> None:
         try:
-            # check_errors: the file that raised is watched too, though never imported.
             autoreload.check_errors(start)()
-        except SystemCheckError as exc:
-            logger.error("%s", exc)  # what `check` prints: no traceback of ours
-        except Exception:
-            logger.exception("the worker could not start")
+        except Exception as exc:
+            _report(exc)
         if statuses == [0] or changed or worker.stopping:
             reloader.stop()
             return
@@ -228,6 +250,48 @@ def _reloading_child(build: Callable[[], Worker], checks: Callable[[], Any] | No
     if changed and guard.signalled is None:
         return RESTART
     return guard.status(statuses[0] if statuses else 1)
+
+
+def _report(exc: Exception) -> None:
+    if isinstance(exc, SystemCheckError | CommandError):
+        logger.error("%s", exc)  # what the command prints: no traceback of ours
+    else:
+        logger.error("the worker could not start", exc_info=exc)
+
+
+def _wait_for_a_fix(exc: Exception) -> int:
+    """The checks or the worker's build failed (a NameError in a tasks module a
+    schedule names): say why and watch the files, as runserver does. A change
+    restarts the child; a signal, or the parent's end, ends it."""
+    _report(exc)
+    logger.error("fix the error above: the worker restarts when a file changes")
+    reloader = autoreload.get_reloader()
+    reloader.extra_files.update(_task_module_files())  # one that failed is not imported
+    changed: list[str] = []
+
+    def code_changed(sender: Any, file_path: Any, **kwargs: Any) -> bool:
+        changed.append(str(file_path))
+        reloader.stop()
+        return True  # not Django's immediate exit: we say why, then restart
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        reloader.stop()
+
+    def stop_when_orphaned(parent: int) -> None:
+        while not reloader.should_stop:
+            if os.getppid() != parent:
+                reloader.stop()
+            time.sleep(0.5)
+
+    autoreload.file_changed.connect(code_changed, weak=False)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    threading.Thread(target=stop_when_orphaned, args=(os.getppid(),), daemon=True).start()
+    reloader.run(threading.current_thread())
+    if not changed:
+        return 1
+    logger.info("%s changed: restarting", changed[0])
+    return RESTART
 
 
 def _task_module_files() -> list[Path]:

@@ -551,3 +551,55 @@ def test_reload_keeps_watching_after_an_error_in_a_tasks_module(
     assert Job.objects.get(pk=answer).result == 3
     worker.signal(signal.SIGTERM)
     assert worker.wait(20) == 0
+
+
+SCHEDULED = """
+from django_pgqueue.backend.compat import task
+
+
+@task
+def answer() -> int:
+    return {answer}
+"""
+
+
+def test_reload_keeps_watching_after_an_error_in_a_scheduled_tasks_module(
+    start_worker: Start, tmp_path: Path
+) -> None:
+    """A schedule naming a Task of the module made the worker's build refuse it (E010,
+    as a CommandError) before anything was watched: a typo saved in that module while
+    ``runworker --reload`` ran ended it for good (status 1), fix or no fix. (A
+    ``django_pgqueue.task`` above the typo is registered all the same, so the build
+    finds it: the Tasks framework's are module attributes, lost with the module.)"""
+    module = tmp_path / "fh_sched_tasks.py"
+    module.write_text(SCHEDULED.format(answer=4))
+    env = settings_module(
+        tmp_path,
+        "fh_sched",
+        'PGQUEUE = {**PGQUEUE, "TASK_MODULES": ["fh_sched_tasks"], '
+        '"PERIODIC": {"hourly": {"task": "fh_sched_tasks.answer", "every": 3600}}}',
+    )
+    worker = start_worker(
+        "--reload", "--no-listen", "--poll-interval", "0.2", "--settings=fh_sched", env=env
+    )
+    worker.wait_for_output("  . fh_sched_tasks.answer")
+    deadline = time.monotonic() + 30
+    while "the worker restarts when a file changes" not in worker.output:
+        assert time.monotonic() < deadline, worker.output
+        assert worker.proc.poll() is None, worker.output  # still watching
+        module.write_text(SCHEDULED.format(answer=4) + f"\nundefined_name  # {time.monotonic()}\n")
+        time.sleep(0.5)
+    assert "NameError: name 'undefined_name' is not defined" in worker.output
+    assert "django_pgqueue.E010" in worker.output, (
+        worker.output
+    )  # the check's words, as without --reload
+    deadline = time.monotonic() + 30
+    while worker.output.count("  . fh_sched_tasks.answer") < 2:
+        assert time.monotonic() < deadline, worker.output
+        module.write_text(SCHEDULED.format(answer=5) + f"# {time.monotonic()}\n")
+        time.sleep(0.5)
+    answer = insert_raw("fh_sched_tasks.answer")
+    wait_for(lambda: Job.objects.get(pk=answer).status == "done", 20, "the fixed code to run")
+    assert Job.objects.get(pk=answer).result == 5
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0

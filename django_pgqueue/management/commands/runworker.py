@@ -197,12 +197,10 @@ class Command(PgQueueCommand):
         if options["reload"]:
 
             def build() -> Worker:  # in the reloading child, each time it starts
-                worker = new_worker(config, exits_with_process=self.own_process)
-                serve_metrics(worker, port, addr)  # closed as the child exits
-                return worker
+                return new_worker(config, exits_with_process=self.own_process)
 
             checks = self.check if self.reload_checks else None
-            status = run_reloading(build, checks)
+            status = run_reloading(build, checks, lambda worker: serve_metrics(worker, port, addr))
             worker = None
         else:
             worker = new_worker(config, exits_with_process=self.own_process)

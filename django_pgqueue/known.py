@@ -65,6 +65,20 @@ def framework_defaults(found: Any) -> dict[str, Any] | None:
     return defaults
 
 
+def did_you_mean(path: str) -> str:
+    """`` (did you mean 'shop.tasks.send'?)`` for a path no task answers to (a
+    schedule's task), as enqueue says it: when its module imported, or does not
+    exist; "" when the module fails to import, whose error says what to fix."""
+    module = path.rpartition(".")[0]
+    try:
+        registry.discover()  # what a worker imports at start, to suggest from
+        if module not in sys.modules and importlib.util.find_spec(module) is not None:
+            return ""
+    except Exception:  # a tasks module, or a package above it, fails to import
+        return ""
+    return _alike(path)
+
+
 def _alike(path: str) -> str:
     """`` (did you mean 'shop.tasks.send'?)``: a task of the same module whose name
     looks alike, or one of the same name in a module whose name looks alike."""

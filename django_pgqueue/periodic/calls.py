@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_pgqueue import registry
+from django_pgqueue import known, registry
 from django_pgqueue.exceptions import InvalidJob, UnknownTask
 from django_pgqueue.periodic.spec import ScheduleSpec, invalid
 from django_pgqueue.records import JobSpec
@@ -25,7 +25,7 @@ def job_spec(schedule: ScheduleSpec) -> JobSpec:
     try:
         target = registry.resolve(schedule.task).target
     except UnknownTask as exc:
-        raise invalid(schedule.name, str(exc)) from None
+        raise invalid(schedule.name, f"{exc}{known.did_you_mean(schedule.task)}") from None
     if isinstance(target, TaskFunction):
         overrides = {
             key: value

@@ -63,6 +63,27 @@ def test_the_check_names_an_entry_whose_job_would_be_refused() -> None:
     assert "not-in-tasks-queues" in messages["framework"][1]
 
 
+def test_the_check_suggests_the_task_a_typo_meant() -> None:
+    """A typo in a schedule's task path, where such a path is most often written, got
+    no "did you mean", though the same path given to enqueue() gets one."""
+    found = errors(
+        {
+            "typo": {"task": "tests.testapp.djtasks.ecko", "every": 60},
+            "module": {"task": "tests.testapp.djtask.echo", "every": 60},
+            "direct": {"task": "tests.testapp.tasks.alwys_fails", "every": 60},
+        }
+    )
+    assert [message for _, message in found] == [
+        "PGQUEUE['PERIODIC']['typo']: 'tests.testapp.djtasks.ecko' is not a registered task"
+        " (did you mean 'tests.testapp.djtasks.echo'?)",
+        "PGQUEUE['PERIODIC']['module']: 'tests.testapp.djtask.echo': module "
+        "'tests.testapp.djtask' cannot be imported (No module named 'tests.testapp.djtask')"
+        " (did you mean 'tests.testapp.djtasks.echo'?)",
+        "PGQUEUE['PERIODIC']['direct']: 'tests.testapp.tasks.alwys_fails' is not a registered"
+        " task (did you mean 'tests.testapp.tasks.always_fails'?)",
+    ]
+
+
 def test_a_tasks_framework_task_is_scheduled_like_an_enqueue_of_it(
     scheduler: Callable[..., Scheduler],
 ) -> None:

@@ -603,3 +603,33 @@ def test_reload_keeps_watching_after_an_error_in_a_scheduled_tasks_module(
     assert Job.objects.get(pk=answer).result == 5
     worker.signal(signal.SIGTERM)
     assert worker.wait(20) == 0
+
+
+def test_reload_started_on_a_typo_in_a_scheduled_tasks_module_waits_for_the_fix(
+    start_worker: Start, tmp_path: Path
+) -> None:
+    """The parent ran the system checks before starting the child, so E010 for the
+    schedule's task ended ``runworker --reload`` at once, where runserver (and the
+    worker with no schedule on that module) shows the error and watches the files."""
+    module = tmp_path / "fh_typo_tasks.py"
+    module.write_text(SCHEDULED.format(answer=6) + "\nundefined_name\n")
+    env = settings_module(
+        tmp_path,
+        "fh_typo",
+        'PGQUEUE = {**PGQUEUE, "TASK_MODULES": ["fh_typo_tasks"], '
+        '"PERIODIC": {"hourly": {"task": "fh_typo_tasks.answer", "every": 3600}}}',
+    )
+    worker = start_worker(
+        "--reload", "--no-listen", "--poll-interval", "0.2", "--settings=fh_typo", env=env
+    )
+    worker.wait_for_output("the worker restarts when a file changes")
+    assert "django_pgqueue.E010" in worker.output
+    assert "NameError: name 'undefined_name' is not defined" in worker.output
+    assert worker.proc.poll() is None, worker.output  # still watching
+    deadline = time.monotonic() + 30
+    while "  . fh_typo_tasks.answer" not in worker.output:
+        assert time.monotonic() < deadline, worker.output
+        module.write_text(SCHEDULED.format(answer=6) + f"# {time.monotonic()}\n")
+        time.sleep(0.5)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0

@@ -65,10 +65,11 @@ class Command(PgQueueCommand):
         super().run_from_argv(argv)
 
     def execute(self, *args: Any, **options: Any) -> Any:
-        if options.get("reload") and in_reloading_child():
-            # The checks run in the worker's thread instead: an error there (a task
-            # declared on a queue TASKS lacks) leaves the child watching for the fix.
-            self.reload_checks = not options.get("skip_checks")
+        if options.get("reload"):
+            # The child runs the checks, before it builds the worker: an error there
+            # (E010 for a schedule's task whose module has a typo) leaves it watching
+            # for the fix, as runserver does; the parent checks nothing.
+            self.reload_checks = in_reloading_child() and not options.get("skip_checks")
             options["skip_checks"] = True
         return super().execute(*args, **options)
 

@@ -267,6 +267,8 @@ def _wait_for_a_fix(exc: Exception) -> int:
     logger.error("fix the error above: the worker restarts when a file changes")
     reloader = autoreload.get_reloader()
     reloader.extra_files.update(_task_module_files())  # one that failed is not imported
+    with contextlib.suppress(Exception):  # and the file that raised (a helper they import)
+        autoreload.check_errors(registry.discover)()
     changed: list[str] = []
 
     def code_changed(sender: Any, file_path: Any, **kwargs: Any) -> bool:

@@ -610,9 +610,13 @@ def test_reload_started_on_a_typo_in_a_scheduled_tasks_module_waits_for_the_fix(
 ) -> None:
     """The parent ran the system checks before starting the child, so E010 for the
     schedule's task ended ``runworker --reload`` at once, where runserver (and the
-    worker with no schedule on that module) shows the error and watches the files."""
+    worker with no schedule on that module) shows the error and watches the files:
+    the typo's own file too, a helper the tasks module imports, which a failed
+    import leaves out of the modules watched."""
+    helper = tmp_path / "fh_typo_helper.py"
+    helper.write_text("ANSWER = undefined_name\n")
     module = tmp_path / "fh_typo_tasks.py"
-    module.write_text(SCHEDULED.format(answer=6) + "\nundefined_name\n")
+    module.write_text("from fh_typo_helper import ANSWER  # noqa\n" + SCHEDULED.format(answer=6))
     env = settings_module(
         tmp_path,
         "fh_typo",
@@ -629,7 +633,7 @@ def test_reload_started_on_a_typo_in_a_scheduled_tasks_module_waits_for_the_fix(
     deadline = time.monotonic() + 30
     while "  . fh_typo_tasks.answer" not in worker.output:
         assert time.monotonic() < deadline, worker.output
-        module.write_text(SCHEDULED.format(answer=6) + f"# {time.monotonic()}\n")
+        helper.write_text(f"ANSWER = 6  # {time.monotonic()}\n")
         time.sleep(0.5)
     worker.signal(signal.SIGTERM)
     assert worker.wait(20) == 0

@@ -110,7 +110,7 @@ def after(cron: str, zone: dt.tzinfo, moment: dt.datetime) -> Iterator[dt.dateti
         if repeated and last.astimezone(zone).fold == 0:
             # The first showings of the repeated times ahead, then every second one.
             change, back, first, end = repeated
-            for match in CronSim(cron, _shown(last, zone)):
+            for match in CronSim(cron, _since(last, zone, is_fixed)):
                 if match >= end:
                     break
                 yield _at(match, change - back, first)
@@ -120,7 +120,7 @@ def after(cron: str, zone: dt.tzinfo, moment: dt.datetime) -> Iterator[dt.dateti
                 yield _at(match, change, first)
             last = change + back - _MICRO
             continue
-        for match in CronSim(cron, _shown(last, zone)):
+        for match in CronSim(cron, _since(last, zone, is_fixed)):
             ahead = [t for t in instants(match, zone, is_fixed) if t > last]
             if ahead:
                 # Both showings of a repeated time ahead: from the first, as above.
@@ -164,6 +164,15 @@ def at_or_before(cron: str, zone: dt.tzinfo, moment: dt.datetime) -> Iterator[dt
                 break
         else:
             return
+
+
+def _since(last: dt.datetime, zone: dt.tzinfo, is_fixed: bool) -> dt.datetime:
+    """The wall-clock time a forward walk from ``last`` starts at. A fixed expression
+    looks a minute further back: a time a jump skipped ticks at the first whole minute
+    after the jump, which is ahead of ``last`` though its wall time is behind, when
+    the jump ends within a minute (Monrovia's 1972 jump to 00:44:30 ticks at 00:45)."""
+    wall = _shown(last, zone)
+    return min(wall, _shown(last - _MINUTE, zone)) if is_fixed else wall
 
 
 def _at(wall: dt.datetime, since: dt.datetime, first: dt.datetime) -> dt.datetime:

@@ -138,3 +138,16 @@ def test_walking_forward_from_any_start_or_back_from_any_point_finds_the_same_ti
             spec.between(start, point, MAX_TICKS)
             == [t for t in behind if t > start][::-1][-MAX_TICKS:]
         ), point
+
+
+def test_a_look_from_inside_a_jumps_last_minute_finds_its_tick() -> None:
+    # Monrovia's clocks jumped from 00:00 to 00:44:30 on 1972-01-07 (-00:44:30 to
+    # UTC): '0 0 * * *' ticks at the first whole minute after the jump, 00:45. A
+    # look from 00:44:40, past the jump but before that minute, walked on from the
+    # wall-clock 00:44:40 and skipped it for the next day's tick.
+    spec = parse("s", {"task": "a.b", "cron": "0 0 * * *", "timezone": "Africa/Monrovia"})
+    tick = dt.datetime(1972, 1, 7, 0, 45, tzinfo=UTC)
+    before = dt.datetime(1972, 1, 7, 0, 44, 29, tzinfo=UTC)
+    assert spec.next_after(before) == tick
+    for second in (30, 40, 59):
+        assert spec.next_after(tick.replace(minute=44, second=second)) == tick

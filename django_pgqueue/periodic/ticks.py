@@ -74,8 +74,13 @@ def _repeat(wall: dt.datetime, zone: dt.tzinfo) -> dt.timedelta:
     return max(second - first, dt.timedelta(0))
 
 
+def _jump(wall: dt.datetime, zone: dt.tzinfo) -> dt.datetime:
+    """The instant the clock jumps at over ``wall``, a time it skips."""
+    return _change(zone, *sorted(_both(wall, zone)))
+
+
 def _change(zone: dt.tzinfo, low: dt.datetime, high: dt.datetime) -> dt.datetime:
-    """The instant in (low, high] the clock goes back at (``low`` before it)."""
+    """The instant in (low, high] the offset changes at (``low`` before it)."""
     offset = low.astimezone(zone).utcoffset()
     while high - low > _MICRO:
         middle = low + (high - low) // 2
@@ -104,13 +109,13 @@ def _repeated(
 
 def after(cron: str, zone: dt.tzinfo, moment: dt.datetime) -> Iterator[dt.datetime]:
     """The ticks strictly after ``moment`` (aware), in order (UTC)."""
-    is_fixed, last = fixed(cron), moment
+    is_fixed, last, resume = fixed(cron), moment, None
     while True:
         repeated = None if is_fixed else _repeated(zone, last)
         if repeated and last.astimezone(zone).fold == 0:
             # The first showings of the repeated times ahead, then every second one.
             change, back, first, end = repeated
-            for match in CronSim(cron, _since(last, zone, is_fixed)):
+            for match in CronSim(cron, _shown(last, zone)):
                 if match >= end:
                     break
                 yield _at(match, change - back, first)
@@ -120,8 +125,13 @@ def after(cron: str, zone: dt.tzinfo, moment: dt.datetime) -> Iterator[dt.dateti
                 yield _at(match, change, first)
             last = change + back - _MICRO
             continue
-        for match in CronSim(cron, _since(last, zone, is_fixed)):
-            ahead = [t for t in instants(match, zone, is_fixed) if t > last]
+        start, resume = resume or _since(last, zone, is_fixed), None
+        for match in CronSim(cron, start):
+            found = instants(match, zone, is_fixed)
+            if not found:  # skipped (not fixed): on from the jump, not each time skipped
+                resume = max(_shown(_jump(match, zone), zone) - _MICRO, match)
+                break
+            ahead = [t for t in found if t > last]
             if ahead:
                 # Both showings of a repeated time ahead: from the first, as above.
                 yield (last := ahead[0])
@@ -134,7 +144,7 @@ def after(cron: str, zone: dt.tzinfo, moment: dt.datetime) -> Iterator[dt.dateti
 
 def at_or_before(cron: str, zone: dt.tzinfo, moment: dt.datetime) -> Iterator[dt.datetime]:
     """The ticks at or before ``moment`` (aware), newest first (UTC)."""
-    is_fixed, bound = fixed(cron), moment
+    is_fixed, bound, resume = fixed(cron), moment, None
     while True:
         repeated = None if is_fixed else _repeated(zone, bound)
         if repeated and bound.astimezone(zone).fold == 1:
@@ -150,11 +160,15 @@ def at_or_before(cron: str, zone: dt.tzinfo, moment: dt.datetime) -> Iterator[dt
                 yield _at(match, change - back, first)
             bound = change - back - _MICRO
             continue
-        wall = _shown(bound, zone)
+        wall, resume = resume or _shown(bound, zone), None
         if is_fixed and bound.astimezone(zone).fold == 1:
             wall += _repeat(wall, zone)  # later times' first showings are behind
         for match in _back(cron, wall):
-            behind = [t for t in instants(match, zone, is_fixed) if t <= bound]
+            found = instants(match, zone, is_fixed)
+            if not found:  # skipped (not fixed): on from before the jump
+                resume = min(_shown(_jump(match, zone) - _MICRO, zone), match - _MICRO)
+                break
+            behind = [t for t in found if t <= bound]
             if behind:
                 # Both showings of a repeated time behind: from the second, as above.
                 yield behind[-1]

@@ -10,6 +10,7 @@ import zoneinfo
 import pytest
 from cronsim import CronSim
 
+from django_pgqueue.periodic import ticks
 from django_pgqueue.periodic.spec import MAX_TICKS, ScheduleSpec, parse
 
 UTC = dt.UTC
@@ -151,3 +152,33 @@ def test_a_look_from_inside_a_jumps_last_minute_finds_its_tick() -> None:
     assert spec.next_after(before) == tick
     for second in (30, 40, 59):
         assert spec.next_after(tick.replace(minute=44, second=second)) == tick
+
+
+@pytest.mark.parametrize(
+    ("zone", "gap"),
+    [
+        ("Europe/Paris", dt.datetime(2026, 3, 29, 1, tzinfo=UTC)),  # 02:00 -> 03:00
+        ("Pacific/Apia", dt.datetime(2011, 12, 30, 10, tzinfo=UTC)),  # 30 December skipped
+    ],
+)
+@pytest.mark.parametrize("cron", ["* * * * * *", "*/20 * * * * *", "* * * * *"])
+def test_a_look_across_a_skipped_stretch_does_not_walk_each_skipped_time(
+    monkeypatch: pytest.MonkeyPatch, zone: str, gap: dt.datetime, cron: str
+) -> None:
+    # A per-second expression walked each of the 3600 times of a skipped hour (75 ms
+    # a look, against 0.3 ms before ticks.py) and Apia's 86400 skipped seconds (1.3 s).
+    looked: list[dt.datetime] = []
+    instants = ticks.instants
+
+    def counted(wall: dt.datetime, *args: object) -> list[dt.datetime]:
+        looked.append(wall)
+        return instants(wall, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ticks, "instants", counted)
+    spec = parse("s", {"task": "a.b", "cron": cron, "timezone": zone})
+    before, past = gap - dt.timedelta(seconds=1), gap + dt.timedelta(microseconds=1)
+    assert spec.next_after(before) == gap
+    assert spec.between(before - dt.timedelta(seconds=1), past, MAX_TICKS)[-1] == gap
+    assert spec.between(gap, past, MAX_TICKS) == []
+    assert next(spec.at_or_before(gap - dt.timedelta(microseconds=1))) < gap
+    assert len(looked) < 20

@@ -472,6 +472,15 @@ def insert_raw(task: str) -> int:
     return int(job_id)
 
 
+def rewrite(path: Path, text: str) -> None:
+    """Write a file a running reloader watches in one step: ``write_text`` empties it
+    first, and a worker restarting in between imported an empty module (a check's
+    "no such task" where the test looks for the NameError of the whole file)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
 def test_reload_restarts_the_worker_when_code_changes(start_worker: Start, tmp_path: Path) -> None:
     module = tmp_path / "fh_reloaded_tasks.py"
     module.write_text(RELOADED.format(answer=1))
@@ -489,7 +498,7 @@ def test_reload_restarts_the_worker_when_code_changes(start_worker: Start, tmp_p
     deadline = time.monotonic() + 30
     while "changed: restarting" not in worker.output:
         assert time.monotonic() < deadline, worker.output
-        module.write_text(RELOADED.format(answer=2))
+        rewrite(module, RELOADED.format(answer=2))
         time.sleep(0.5)
     wait_for(lambda: worker.output.count("watching for code changes with") == 2, 30, "a restart")
     assert "shutdown: put 1 job back in the queue" in worker.output  # not left to its lease
@@ -532,18 +541,18 @@ def test_reload_keeps_watching_after_an_error_in_a_tasks_module(
     assert worker.proc.poll() is None  # still watching
     # A task on a queue TASKS does not have: refused where it is declared, the
     # module never imported, so not watched unless the worker watches it itself.
-    module.write_text(MISQUEUED)
+    rewrite(module, MISQUEUED)
     deadline = time.monotonic() + 30
     while worker.output.count("the worker restarts when a file changes") < 2:
         assert time.monotonic() < deadline, worker.output
-        module.write_text(MISQUEUED + f"# {time.monotonic()}\n")
+        rewrite(module, MISQUEUED + f"# {time.monotonic()}\n")
         time.sleep(0.5)
     assert "did you mean 'emails'?" in worker.output
     assert worker.proc.poll() is None  # still watching
     deadline = time.monotonic() + 30
     while worker.output.count("changed: restarting") < 2:
         assert time.monotonic() < deadline, worker.output
-        module.write_text(RELOADED.format(answer=3))
+        rewrite(module, RELOADED.format(answer=3))
         time.sleep(0.5)
     worker.wait_for_output("  . fh_broken_tasks.answer")
     answer = insert_raw("fh_broken_tasks.answer")
@@ -587,7 +596,7 @@ def test_reload_keeps_watching_after_an_error_in_a_scheduled_tasks_module(
     while "the worker restarts when a file changes" not in worker.output:
         assert time.monotonic() < deadline, worker.output
         assert worker.proc.poll() is None, worker.output  # still watching
-        module.write_text(SCHEDULED.format(answer=4) + f"\nundefined_name  # {time.monotonic()}\n")
+        rewrite(module, SCHEDULED.format(answer=4) + f"\nundefined_name  # {time.monotonic()}\n")
         time.sleep(0.5)
     assert "NameError: name 'undefined_name' is not defined" in worker.output
     assert "django_pgqueue.E010" in worker.output, (
@@ -596,7 +605,7 @@ def test_reload_keeps_watching_after_an_error_in_a_scheduled_tasks_module(
     deadline = time.monotonic() + 30
     while worker.output.count("  . fh_sched_tasks.answer") < 2:
         assert time.monotonic() < deadline, worker.output
-        module.write_text(SCHEDULED.format(answer=5) + f"# {time.monotonic()}\n")
+        rewrite(module, SCHEDULED.format(answer=5) + f"# {time.monotonic()}\n")
         time.sleep(0.5)
     answer = insert_raw("fh_sched_tasks.answer")
     wait_for(lambda: Job.objects.get(pk=answer).status == "done", 20, "the fixed code to run")
@@ -633,7 +642,7 @@ def test_reload_started_on_a_typo_in_a_scheduled_tasks_module_waits_for_the_fix(
     deadline = time.monotonic() + 30
     while "  . fh_typo_tasks.answer" not in worker.output:
         assert time.monotonic() < deadline, worker.output
-        helper.write_text(f"ANSWER = 6  # {time.monotonic()}\n")
+        rewrite(helper, f"ANSWER = 6  # {time.monotonic()}\n")
         time.sleep(0.5)
     worker.signal(signal.SIGTERM)
     assert worker.wait(20) == 0

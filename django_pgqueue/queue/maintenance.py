@@ -23,6 +23,11 @@ RETRY_BATCH = 1000
 #: Seconds ahead past which a running row's lease was written by no worker (LEASE
 #: is at most validation.MAX_DELAY; a day more for clocks): the reaper takes it.
 UNWRITTEN_LEASE = validation.MAX_DELAY + 86400.0
+#: Seconds ahead past which a finished row's done_at was written by no worker (they
+#: write now(); a day for a prune in a transaction open a while, which sees jobs
+#: finished since ahead of its own now()): finished at a time no one can tell, it
+#: is pruned whatever the bound.
+UNWRITTEN_DONE = 86400.0
 #: Tries of a cancel statement that PostgreSQL keeps picking as a deadlock's victim.
 CANCEL_ATTEMPTS = 5
 
@@ -145,8 +150,14 @@ def cancel(job_ids: Sequence[int], reason: str, alias: str) -> dict[int, str]:
 def prune(
     before: dt.datetime, statuses: Sequence[str], batch_size: int, dry_run: bool, alias: str
 ) -> int:
-    """Delete finished jobs whose done_at is before ``before``, in batches; the count."""
-    params = {"statuses": list(statuses), "limit": batch_size, "before": before}
+    """Delete finished jobs whose done_at is before ``before`` (or no worker wrote
+    it), in batches; the count."""
+    params = {
+        "statuses": list(statuses),
+        "limit": batch_size,
+        "before": before,
+        "beyond": UNWRITTEN_DONE,
+    }
     if dry_run:
         return int(runner.fetch_one("count_prunable", params, alias)["jobs"])
     deleted = 0

@@ -216,7 +216,7 @@ class QueueOperations:
         using: str | None = None,
     ) -> int:
         """Delete finished (done, dead, cancelled) jobs whose done_at is older than
-        ``older_than``, in batches."""
+        ``older_than`` (or further ahead than any worker writes), in batches."""
         seconds = older_than.total_seconds() if isinstance(older_than, dt.timedelta) else older_than
         if (
             isinstance(seconds, bool)

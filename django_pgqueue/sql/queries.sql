@@ -682,27 +682,55 @@ SELECT name,
 FROM pgqueue_queue WHERE paused_at IS NOT NULL ORDER BY name;
 
 -- name: prune
--- One batch of finished jobs older than the bound, oldest first; how many it
--- chose and how many it deleted. The conditions are checked again on the row
+-- One batch of finished jobs older than the bound, oldest first, then those whose
+-- done_at no worker wrote (_done_unwritten); how many it chose and how many it
+-- deleted. Each kind is a range of the finished index (pgqueue_job_finished, by
+-- done_at), read from its own end. The conditions are checked again on the row
 -- being deleted: a job retried while the batch ran is queued again and must
 -- survive it (so a full batch may delete fewer, and is not the last).
 WITH batch AS MATERIALIZED (
-    SELECT id FROM pgqueue_job
-    WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz
-    ORDER BY done_at
+    SELECT id FROM (
+        (SELECT id FROM pgqueue_job
+         WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz
+         ORDER BY done_at
+         LIMIT %(limit)s::int)
+        UNION ALL
+        (SELECT id FROM pgqueue_job
+         WHERE status = ANY(%(statuses)s::text[]) AND
+-- include: _done_unwritten
+         ORDER BY done_at DESC
+         LIMIT %(limit)s::int)
+    ) AS both_ends
     LIMIT %(limit)s::int
 ),
 deleted AS (
     DELETE FROM pgqueue_job
     WHERE id IN (SELECT id FROM batch)
-      AND status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz
+      AND status = ANY(%(statuses)s::text[])
+      AND (done_at < %(before)s::timestamptz OR
+-- include: _done_unwritten
+          )
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM batch) AS chosen, (SELECT count(*) FROM deleted) AS deleted;
 
 -- name: count_prunable
-SELECT count(*) AS jobs FROM pgqueue_job
-WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz;
+-- What prune would delete, counted as it chooses it: each kind a range of the
+-- finished index (an OR of the two would read the whole index).
+SELECT (SELECT count(*) FROM pgqueue_job
+        WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz)
+       + (SELECT count(*) FROM pgqueue_job
+          WHERE status = ANY(%(statuses)s::text[]) AND
+-- include: _done_unwritten
+         ) AS jobs;
+
+-- name: _done_unwritten
+-- A done_at further ahead than any worker writes (the beyond parameter): a row
+-- written by hand (infinity, a year past 9999), finished at a time no one can
+-- tell, which prune takes whatever its bound. Workers write now(), but a prune
+-- in a transaction open for a while sees the jobs finished since as ahead of its
+-- own now(): those are not taken, hence the margin.
+done_at > now() + make_interval(secs => %(beyond)s::float8)
 
 -- name: _relax_commit
 -- The worker's own bookkeeping (claim, complete, fail, heartbeat, release, reap)

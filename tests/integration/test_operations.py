@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 
+import psycopg
 import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
@@ -239,3 +240,46 @@ def prune_waits() -> bool:
             "AND query LIKE '%%DELETE FROM pgqueue_job%%'"
         )
         return bool(cursor.fetchone()[0])
+
+
+def test_prune_takes_finished_jobs_whose_done_at_no_worker_wrote() -> None:
+    """A finished job written by hand with done_at = 'infinity' (or a year past
+    9999) was never older than any bound: neither prune nor a worker's pruning
+    ever deleted it. Finished at a time no one can tell, it is prunable at once,
+    of the statuses asked for; a done_at within a day ahead is not (a prune in a
+    transaction open for a while sees jobs finished since as ahead of its now())."""
+    ids = Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(6))
+    with connection.cursor() as cursor:
+        for job_id, status, done_at in [
+            (ids[0], "done", "'infinity'"),
+            (ids[1], "dead", "'infinity'"),
+            (ids[2], "cancelled", "'10000-01-01 00:00+00'"),
+            (ids[3], "done", "now() + interval '2 hours'"),
+            (ids[4], "done", "now()"),
+        ]:
+            cursor.execute(
+                f"UPDATE pgqueue_job SET status = %s, done_at = {done_at} WHERE id = %s",
+                [status, job_id],
+            )
+        cursor.execute("UPDATE pgqueue_job SET done_at = 'infinity' WHERE id = %s", [ids[5]])
+    week = dt.timedelta(days=7)
+    assert Job.objects.prune(week, dry_run=True) == 3
+    assert Job.objects.prune(week, statuses=["dead"]) == 1
+    assert Job.objects.prune(week, batch_size=1) == 2
+    assert sorted(Job.objects.values_list("id", flat=True)) == ids[3:]  # the queued one too
+
+
+def test_prune_in_a_long_transaction_keeps_jobs_finished_since_it_began(db_url: str) -> None:
+    job = add.enqueue(1, 1)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT now()")  # the transaction's now() is taken here
+        with psycopg.connect(db_url, autocommit=True) as other:
+            other.execute(
+                "UPDATE pgqueue_job SET status = 'done', done_at = now() + interval '1 second' "
+                "WHERE id = %s",
+                [job.pk],
+            )
+        assert Job.objects.prune(3600, dry_run=True) == 0
+        assert Job.objects.prune(3600) == 0
+    assert Job.objects.get(pk=job.pk).status == "done"

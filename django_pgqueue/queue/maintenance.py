@@ -28,6 +28,8 @@ UNWRITTEN_LEASE = validation.MAX_DELAY + 86400.0
 #: finished since ahead of its own now()): finished at a time no one can tell, it
 #: is pruned whatever the bound.
 UNWRITTEN_DONE = 86400.0
+#: Seconds back that stats' dead_last_24h counts the jobs buried dead.
+DEAD_WINDOW = 86400.0
 #: Tries of a cancel statement that PostgreSQL keeps picking as a deadlock's victim.
 CANCEL_ATTEMPTS = 5
 
@@ -189,7 +191,7 @@ def stats(alias: str) -> list[QueueStats]:
             dead_last_24h=row["dead_last_24h"],
             lease_expired=row["lease_expired"],
         )
-        for row in runner.fetch("stats", {}, alias)
+        for row in runner.fetch("stats", {"seconds": DEAD_WINDOW}, alias)
     ]
 
 

@@ -751,15 +751,14 @@ relax AS MATERIALIZED (
 -- Counts by queue and status, with what monitoring should alert on.
 -- A run_at of -infinity (the column takes it; a row written by hand) counts as
 -- the year 1: now() minus -infinity is an error, which would fail every reader.
--- A done_at ahead of the clock (written by hand: the workers write now()) is no
--- death of the last 24 hours: infinity would count for ever.
+-- The deaths of the last 24 hours (the seconds parameter) are _dead_within's.
 SELECT queue, status, count(*) AS jobs,
        extract(epoch FROM now() - min(greatest(run_at, '0001-01-01 00:00+00'::timestamptz))
                                    FILTER (WHERE status = 'queued' AND run_at <= now()))
            AS oldest_ready_age,
-       count(*) FILTER (WHERE status = 'dead' AND done_at > now() - interval '24 hours'
-                          AND done_at <= now())
-           AS dead_last_24h,
+       count(*) FILTER (WHERE
+-- include: _dead_within
+       ) AS dead_last_24h,
        count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS lease_expired
 FROM pgqueue_job
 GROUP BY queue, status
@@ -812,13 +811,21 @@ DELETE FROM pgqueue_worker WHERE id = %(worker)s::text RETURNING id;
 -- name: workers_forget
 -- Rows of workers gone for longer than the bound (killed, lost): shown as gone
 -- until then, deleted by any running worker's maintenance thread. A row whose
--- alive_until lies further ahead than any heartbeat writes (the beyond parameter;
--- a row written by hand: infinity) is shown as gone, since no one can tell when,
--- and deleted too (a live worker's next heartbeat writes its row again).
+-- alive_until no heartbeat wrote (_alive_until_written) is shown as gone, since
+-- no one can tell when, and deleted too (a live worker's next heartbeat writes
+-- its row again).
 DELETE FROM pgqueue_worker
-WHERE alive_until < now() - make_interval(secs => %(after)s::float8)
-   OR alive_until > now() + make_interval(secs => %(beyond)s::float8)
+WHERE alive_until < now() - make_interval(secs => %(after)s::float8) OR NOT (
+-- include: _alive_until_written
+)
 RETURNING id;
+
+-- name: _alive_until_written
+-- An alive_until a heartbeat may have written: no further ahead than any writes
+-- (the beyond parameter, presence.UNWRITTEN_ALIVE, which the registry's Python
+-- readers use too: monitoring.models.alive_now). A row written by hand (infinity,
+-- a year 3000) vouches for no worker: every reader calls it gone.
+alive_until <= now() + make_interval(secs => %(beyond)s::float8)
 
 -- name: refresh_queue_gauges
 -- The queue gauges (jobs by queue and status, the oldest ready job's age), kept
@@ -967,17 +974,23 @@ fresh AS (
 )
 
 -- name: dead_since
--- Jobs buried dead in the last window, by queue: a range of the finished index
--- (pgqueue_job_finished, by done_at), so its cost is the jobs finished in the window.
--- A done_at ahead of the clock (written by hand: the workers write now()) is none
--- of them: infinity failed queuestats --check --max-dead for ever.
+-- Jobs buried dead in the last window (_dead_within), by queue: a range of the
+-- finished index (pgqueue_job_finished, by done_at, whose condition the first
+-- line repeats), so its cost is the jobs finished in the window.
 SELECT queue, count(*) AS jobs
 FROM pgqueue_job
-WHERE status IN ('done', 'dead', 'cancelled') AND done_at > now() - make_interval(secs => %(seconds)s::float8)
-  AND done_at <= now()
-  AND status = 'dead'
+WHERE status IN ('done', 'dead', 'cancelled') AND
+-- include: _dead_within
 GROUP BY queue
 ORDER BY queue;
+
+-- name: _dead_within
+-- A job buried dead within the last window (the seconds parameter), by its
+-- done_at. A done_at ahead of the clock (written by hand: the workers write
+-- now()) is no death of any window: infinity counted for ever (and failed
+-- queuestats --check --max-dead for ever).
+status = 'dead' AND done_at > now() - make_interval(secs => %(seconds)s::float8)
+AND done_at <= now()
 
 -- name: schedules_lock
 -- Held by a transaction that writes several schedule rows (schedules_sync, an
@@ -1139,15 +1152,15 @@ LEFT JOIN inserted AS i ON true;
 -- a worker of another database (another deployment, a test run) with the same id
 -- holds the same key. A started_at outside the times a worker writes (a row
 -- written by hand: -infinity, a year past 9999), which Python could not load,
--- counts as no start: that row vouches for no tick; nor does an alive_until
--- further ahead than any heartbeat writes (the beyond parameter; infinity).
+-- counts as no start: that row vouches for no tick; nor does an alive_until no
+-- heartbeat wrote (_alive_until_written).
 SELECT n.name, min(w.started_at) AS since
 FROM pgqueue_worker AS w
 CROSS JOIN LATERAL jsonb_array_elements_text(
     CASE WHEN jsonb_typeof(w.schedule_names) = 'array' THEN w.schedule_names
          ELSE '[]'::jsonb END) AS n (name)
-WHERE w.alive_until >= now() AND w.schedules
-  AND w.alive_until <= now() + make_interval(secs => %(beyond)s::float8)
+WHERE w.alive_until >= now() AND w.schedules AND
+-- include: _alive_until_written
   AND w.started_at > %(earliest)s::timestamptz AND w.started_at < %(latest)s::timestamptz
   AND (w.lock_pid IS NULL OR EXISTS (
       SELECT 1 FROM pg_locks AS l

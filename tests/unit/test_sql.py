@@ -6,7 +6,7 @@ from pathlib import Path
 from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
 
 import django_pgqueue
-from django_pgqueue.sql import QUERIES, _compact, query, variant
+from django_pgqueue.sql import PARTS, QUERIES, _compact, query, variant
 
 EXPECTED = {
     "schedules_lock",
@@ -146,3 +146,20 @@ def test_nothing_session_scoped_runs_outside_the_session_connection() -> None:
         if re.search(r"\"(LISTEN|SET) ", path.read_text(encoding="utf-8"))
     )
     assert listens == ["worker/session.py"]
+
+
+def test_each_rule_on_times_written_by_hand_has_one_home() -> None:
+    """A time no worker writes (infinity) is judged by one shared part per column,
+    in every statement that reads it."""
+    for part, users in {
+        "_alive_until_written": ("schedulers_up_since", "workers_forget"),
+        "_dead_within": ("stats", "dead_since"),
+        "_done_unwritten": ("prune", "count_prunable"),
+    }.items():
+        for name in users:
+            assert PARTS[part] in query(name), (part, name)
+    for name, text in QUERIES.items():
+        if name not in ("schedulers_up_since", "workers_forget"):
+            assert "alive_until <=" not in text, name
+        if name not in ("stats", "dead_since"):
+            assert "done_at <= now()" not in text, name

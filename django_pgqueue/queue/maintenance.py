@@ -25,8 +25,8 @@ RETRY_BATCH = 1000
 UNWRITTEN_LEASE = validation.MAX_DELAY + 86400.0
 #: Seconds ahead past which a finished row's done_at was written by no worker (they
 #: write now(); a day for a prune in a transaction open a while, which sees jobs
-#: finished since ahead of its own now()): finished at a time no one can tell, it
-#: is pruned whatever the bound.
+#: finished since ahead of its own now()): finished at a time no one can tell (as
+#: with none), it is pruned whatever the bound.
 UNWRITTEN_DONE = 86400.0
 #: Seconds back that stats' dead_last_24h counts the jobs buried dead.
 DEAD_WINDOW = 86400.0

@@ -684,8 +684,8 @@ FROM pgqueue_queue WHERE paused_at IS NOT NULL ORDER BY name;
 -- name: prune
 -- One batch of finished jobs older than the bound, oldest first, then those whose
 -- done_at no worker wrote (_done_unwritten); how many it chose and how many it
--- deleted. Each kind is a range of the finished index (pgqueue_job_finished, by
--- done_at), read from its own end. The conditions are checked again on the row
+-- deleted. Each kind is read from its own ranges of the finished index
+-- (pgqueue_job_finished, by done_at). The conditions are checked again on the row
 -- being deleted: a job retried while the batch ran is queued again and must
 -- survive it (so a full batch may delete fewer, and is not the last).
 WITH batch AS MATERIALIZED (
@@ -698,9 +698,8 @@ WITH batch AS MATERIALIZED (
         (SELECT id FROM pgqueue_job
          WHERE status = ANY(%(statuses)s::text[]) AND
 -- include: _done_unwritten
-         ORDER BY done_at DESC
          LIMIT %(limit)s::int)
-    ) AS both_ends
+    ) AS both_kinds
     LIMIT %(limit)s::int
 ),
 deleted AS (
@@ -716,7 +715,7 @@ SELECT (SELECT count(*) FROM batch) AS chosen, (SELECT count(*) FROM deleted) AS
 
 -- name: count_prunable
 -- What prune would delete, counted as it chooses it: each kind a range of the
--- finished index (an OR of the two would read the whole index).
+-- finished index (an OR of the two kinds would read the whole index).
 SELECT (SELECT count(*) FROM pgqueue_job
         WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz)
        + (SELECT count(*) FROM pgqueue_job
@@ -725,12 +724,13 @@ SELECT (SELECT count(*) FROM pgqueue_job
          ) AS jobs;
 
 -- name: _done_unwritten
--- A done_at further ahead than any worker writes (the beyond parameter): a row
--- written by hand (infinity, a year past 9999), finished at a time no one can
--- tell, which prune takes whatever its bound. Workers write now(), but a prune
--- in a transaction open for a while sees the jobs finished since as ahead of its
--- own now(): those are not taken, hence the margin.
-done_at > now() + make_interval(secs => %(beyond)s::float8)
+-- A finished job's done_at that no worker wrote: none, or further ahead than any
+-- worker writes (the beyond parameter). A row written by hand (a status set with
+-- no done_at; infinity, a year past 9999) finished at a time no one can tell,
+-- and prune takes it whatever its bound. Workers write now(), but a prune in a
+-- transaction open for a while sees the jobs finished since as ahead of its own
+-- now(): those are not taken, hence the margin.
+(done_at IS NULL OR done_at > now() + make_interval(secs => %(beyond)s::float8))
 
 -- name: _relax_commit
 -- The worker's own bookkeeping (claim, complete, fail, heartbeat, release, reap)

@@ -244,16 +244,17 @@ def prune_waits() -> bool:
 
 def test_prune_takes_finished_jobs_whose_done_at_no_worker_wrote() -> None:
     """A finished job written by hand with done_at = 'infinity' (or a year past
-    9999) was never older than any bound: neither prune nor a worker's pruning
-    ever deleted it. Finished at a time no one can tell, it is prunable at once,
-    of the statuses asked for; a done_at within a day ahead is not (a prune in a
-    transaction open for a while sees jobs finished since as ahead of its now())."""
-    ids = Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(6))
+    9999, or none) was never older than any bound: neither prune nor a worker's
+    pruning ever deleted it. Finished at a time no one can tell, it is prunable at
+    once, of the statuses asked for; a done_at within a day ahead is not (a prune in
+    a transaction open for a while sees jobs finished since as ahead of its now())."""
+    ids = Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(7))
     with connection.cursor() as cursor:
         for job_id, status, done_at in [
             (ids[0], "done", "'infinity'"),
             (ids[1], "dead", "'infinity'"),
             (ids[2], "cancelled", "'10000-01-01 00:00+00'"),
+            (ids[6], "done", "NULL"),
             (ids[3], "done", "now() + interval '2 hours'"),
             (ids[4], "done", "now()"),
         ]:
@@ -263,10 +264,10 @@ def test_prune_takes_finished_jobs_whose_done_at_no_worker_wrote() -> None:
             )
         cursor.execute("UPDATE pgqueue_job SET done_at = 'infinity' WHERE id = %s", [ids[5]])
     week = dt.timedelta(days=7)
-    assert Job.objects.prune(week, dry_run=True) == 3
+    assert Job.objects.prune(week, dry_run=True) == 4
     assert Job.objects.prune(week, statuses=["dead"]) == 1
-    assert Job.objects.prune(week, batch_size=1) == 2
-    assert sorted(Job.objects.values_list("id", flat=True)) == ids[3:]  # the queued one too
+    assert Job.objects.prune(week, batch_size=1) == 3
+    assert sorted(Job.objects.values_list("id", flat=True)) == ids[3:6]  # the queued one too
 
 
 def test_prune_in_a_long_transaction_keeps_jobs_finished_since_it_began(db_url: str) -> None:

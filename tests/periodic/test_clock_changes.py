@@ -11,18 +11,14 @@ import pytest
 from cronsim import CronSim
 
 from django_pgqueue.periodic import ticks
-from django_pgqueue.periodic.spec import MAX_TICKS, ScheduleSpec, parse
+from django_pgqueue.periodic.spec import MAX_TICKS, ScheduleSpec
+from tests.periodic.clock_nights import across_clock_changes, change_day, cron_spec
 
 UTC = dt.UTC
 MINUTE = dt.timedelta(minutes=1)
 
-#: zone -> the local days its clocks go back and forward (Lord Howe by half an
-#: hour at 02:00; Chatham by an hour at 03:45 and 02:45), and Paris for comparison.
-NIGHTS = {
-    "Australia/Lord_Howe": ((2026, 4, 5), (2026, 10, 4)),
-    "Pacific/Chatham": ((2026, 4, 5), (2026, 9, 27)),
-    "Europe/Paris": ((2026, 10, 25), (2026, 3, 29)),
-}
+#: Lord Howe's and Chatham's clock changes, and Paris's for comparison.
+ZONES = ("Australia/Lord_Howe", "Pacific/Chatham", "Europe/Paris")
 #: '*/15 3 * * *' at Chatham: cronsim's walk went round for ever in the repeated
 #: 02:45-03:45, and the scheduler's look with it.
 EXPRESSIONS = (
@@ -69,9 +65,9 @@ def _truth(cron: str, zone: str, start: dt.datetime, end: dt.datetime) -> list[d
     return sorted(t for t in ticks if start < t <= end)
 
 
-def _night(zone: str, change: int) -> tuple[dt.datetime, dt.datetime]:
+def _night(zone: str, change: str) -> tuple[dt.datetime, dt.datetime]:
     """From 21:00 the evening before the change to 06:00 the morning after (UTC)."""
-    day = dt.datetime(*NIGHTS[zone][change], tzinfo=zoneinfo.ZoneInfo(zone))
+    day = change_day(zone, change)
     return (day - dt.timedelta(hours=3)).astimezone(UTC), (day + dt.timedelta(hours=6)).astimezone(
         UTC
     )
@@ -94,14 +90,12 @@ def _scheduler(
     return [(t, at) for t, at in enqueued if t <= end]
 
 
-@pytest.mark.parametrize("change", [0, 1], ids=["fall-back", "spring-forward"])
-@pytest.mark.parametrize("zone", sorted(NIGHTS))
-@pytest.mark.parametrize("cron", EXPRESSIONS)
+@across_clock_changes(EXPRESSIONS, ZONES)
 @pytest.mark.timeout(60)
 def test_each_tick_of_a_clock_change_night_is_enqueued_once_and_on_time(
-    cron: str, zone: str, change: int
+    cron: str, zone: str, change: str
 ) -> None:
-    spec = parse("s", {"task": "a.b", "cron": cron, "timezone": zone})
+    spec = cron_spec(cron, zone)
     start, end = _night(zone, change)
     truth = _truth(cron, zone, start, end)  # none for '* 2 * * *' when Paris skips 02:00-03:00
     for cadence in (dt.timedelta(seconds=37), dt.timedelta(minutes=5)):
@@ -111,14 +105,12 @@ def test_each_tick_of_a_clock_change_night_is_enqueued_once_and_on_time(
         assert not late, cadence
 
 
-@pytest.mark.parametrize("change", [0, 1], ids=["fall-back", "spring-forward"])
-@pytest.mark.parametrize("zone", sorted(NIGHTS))
-@pytest.mark.parametrize("cron", EXPRESSIONS)
+@across_clock_changes(EXPRESSIONS, ZONES)
 @pytest.mark.timeout(60)
 def test_walking_forward_from_any_start_or_back_from_any_point_finds_the_same_ticks(
-    cron: str, zone: str, change: int
+    cron: str, zone: str, change: str
 ) -> None:
-    spec = parse("s", {"task": "a.b", "cron": cron, "timezone": zone})
+    spec = cron_spec(cron, zone)
     start, end = _night(zone, change)
     first, last = start - dt.timedelta(days=1), end + dt.timedelta(days=2)
     truth = _truth(cron, zone, first, last)
@@ -146,7 +138,7 @@ def test_a_look_from_inside_a_jumps_last_minute_finds_its_tick() -> None:
     # UTC): '0 0 * * *' ticks at the first whole minute after the jump, 00:45. A
     # look from 00:44:40, past the jump but before that minute, walked on from the
     # wall-clock 00:44:40 and skipped it for the next day's tick.
-    spec = parse("s", {"task": "a.b", "cron": "0 0 * * *", "timezone": "Africa/Monrovia"})
+    spec = cron_spec("0 0 * * *", "Africa/Monrovia")
     tick = dt.datetime(1972, 1, 7, 0, 45, tzinfo=UTC)
     before = dt.datetime(1972, 1, 7, 0, 44, 29, tzinfo=UTC)
     assert spec.next_after(before) == tick
@@ -175,7 +167,7 @@ def test_a_look_across_a_skipped_stretch_does_not_walk_each_skipped_time(
         return instants(wall, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ticks, "instants", counted)
-    spec = parse("s", {"task": "a.b", "cron": cron, "timezone": zone})
+    spec = cron_spec(cron, zone)
     before, past = gap - dt.timedelta(seconds=1), gap + dt.timedelta(microseconds=1)
     assert spec.next_after(before) == gap
     assert spec.between(before - dt.timedelta(seconds=1), past, MAX_TICKS)[-1] == gap

@@ -15,6 +15,7 @@ from django.test import override_settings
 from django_pgqueue import conf
 from django_pgqueue.exceptions import InvalidSchedule
 from django_pgqueue.periodic.spec import MAX_TICKS, ScheduleSpec, parse, parse_all
+from tests.periodic.clock_nights import across_clock_changes, change_day, cron_spec
 
 PARIS = zoneinfo.ZoneInfo("Europe/Paris")
 UTC = dt.UTC
@@ -229,7 +230,7 @@ def _forward(spec: ScheduleSpec, start: dt.datetime, end: dt.datetime) -> list[d
 def test_the_ticks_between_two_moments_are_the_ticks_the_scheduler_waits_for(
     cron: str, zone: str, start: tuple[int, int, int, int, int], end: tuple[int, int, int, int, int]
 ) -> None:
-    spec = parse("s", {"task": "a.b", "cron": cron, "timezone": zone})
+    spec = cron_spec(cron, zone)
     begin, until = dt.datetime(*start, tzinfo=UTC), dt.datetime(*end, tzinfo=UTC)
     expected = _forward(spec, begin, until)
     assert expected
@@ -243,12 +244,8 @@ def test_a_name_the_schedule_table_cannot_store_is_refused() -> None:
         parse("a\x00b", {"task": "a.b", "every": 5})
 
 
-#: (zone, the days its clocks go forward and back in 2026)
-CLOCK_CHANGES = {
-    "Europe/Berlin": ((2026, 3, 29), (2026, 10, 25)),
-    "America/New_York": ((2026, 3, 8), (2026, 11, 1)),
-    "Australia/Lord_Howe": ((2026, 10, 4), (2026, 4, 5)),  # by half an hour
-}
+#: Zones whose clocks change by an hour, and Lord Howe's by half an hour.
+ZONES = ("Europe/Berlin", "America/New_York", "Australia/Lord_Howe")
 #: cron expression -> its period
 PERIODS = {
     "0 * * * *": dt.timedelta(hours=1),
@@ -262,25 +259,25 @@ PERIODS = {
 #: Lord Howe's clock shows 01:30 twice when it goes back, and 02:30 just after it
 #: jumps forward: '30 * * * *' ticks then, which cronsim's walk from days before skips.
 SHOWN_AGAIN = {
-    ("30 * * * *", "Australia/Lord_Howe", 0): [dt.datetime(2026, 10, 3, 15, 30, tzinfo=UTC)],
-    ("30 * * * *", "Australia/Lord_Howe", 1): [dt.datetime(2026, 4, 4, 15, tzinfo=UTC)],
+    ("30 * * * *", "Australia/Lord_Howe", "spring-forward"): [
+        dt.datetime(2026, 10, 3, 15, 30, tzinfo=UTC)
+    ],
+    ("30 * * * *", "Australia/Lord_Howe", "fall-back"): [dt.datetime(2026, 4, 4, 15, tzinfo=UTC)],
 }
 
 
-@pytest.mark.parametrize("change", [0, 1], ids=["spring-forward", "fall-back"])
-@pytest.mark.parametrize("zone", sorted(CLOCK_CHANGES))
-@pytest.mark.parametrize("cron", sorted(PERIODS))
+@across_clock_changes(sorted(PERIODS), ZONES)
 @pytest.mark.timeout(60)
 def test_looking_back_finds_the_ticks_looking_forward_gives_across_a_clock_change(
-    cron: str, zone: str, change: int
+    cron: str, zone: str, change: str
 ) -> None:
     # Looking back was cronsim's reverse walk. In a repeated hour (Berlin's second
     # 02:00-03:00) the latest tick of '30 2 * * *' it found was the day before's,
     # not the first 02:30 an hour ago; at Lord Howe it found the second 01:30,
     # which the forward walk skips (and between(..., 1), catch_up='latest', took).
-    spec = parse("s", {"task": "a.b", "cron": cron, "timezone": zone})
+    spec = cron_spec(cron, zone)
     tz = zoneinfo.ZoneInfo(zone)
-    day = dt.datetime(*CLOCK_CHANGES[zone][change], tzinfo=tz)
+    day = change_day(zone, change)
     # The ticks as cron walks forward, from a midnight far from any clock change.
     walk = CronSim(cron, day - dt.timedelta(days=4))
     truth = [
@@ -308,7 +305,7 @@ def test_the_next_tick_does_not_depend_on_the_second_one_looks() -> None:
     # At 01:59:59 (+11:00) cronsim's forward walk gave Lord Howe's second 01:30
     # (15:00 UTC), which a walk from a second earlier skipped. The clock shows
     # 01:30 again then: it is the next tick from either second.
-    spec = parse("s", {"task": "a.b", "cron": "30 * * * *", "timezone": "Australia/Lord_Howe"})
+    spec = cron_spec("30 * * * *", "Australia/Lord_Howe")
     for second in (dt.datetime(2026, 4, 4, 14, 59, 58), dt.datetime(2026, 4, 4, 14, 59, 59)):
         assert spec.next_after(second.replace(tzinfo=UTC)) == dt.datetime(
             2026, 4, 4, 15, tzinfo=UTC
@@ -320,7 +317,7 @@ def test_catch_up_latest_takes_no_tick_that_catch_up_all_leaves_out() -> None:
     # 15:20. catch_up='latest' (between(..., 1)) took the second 01:30 (+10:30,
     # 15:00 UTC), a tick 'all' and the running scheduler skipped. Now the clock's
     # second 01:30 is a tick to all of them (as Paris's second 02:30 of an hourly job).
-    spec = parse("s", {"task": "a.b", "cron": "30 * * * *", "timezone": "Australia/Lord_Howe"})
+    spec = cron_spec("30 * * * *", "Australia/Lord_Howe")
     start, end = (
         dt.datetime(2026, 4, 4, 14, 30, 1, tzinfo=UTC),
         dt.datetime(2026, 4, 4, 15, 20, tzinfo=UTC),

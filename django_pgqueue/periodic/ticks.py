@@ -115,14 +115,8 @@ def after(cron: str, zone: dt.tzinfo, moment: dt.datetime) -> Iterator[dt.dateti
         if repeated and last.astimezone(zone).fold == 0:
             # The first showings of the repeated times ahead, then every second one.
             change, back, first, end = repeated
-            for match in CronSim(cron, _shown(last, zone)):
-                if match >= end:
-                    break
-                yield _at(match, change - back, first)
-            for match in CronSim(cron, first - _MICRO):
-                if match >= end:
-                    break
-                yield _at(match, change, first)
+            yield from _showing(CronSim(cron, _shown(last, zone)), change - back, first, end)
+            yield from _showing(CronSim(cron, first - _MICRO), change, first, end)
             last = change + back - _MICRO
             continue
         start, resume = resume or _since(last, zone, is_fixed), None
@@ -150,14 +144,8 @@ def at_or_before(cron: str, zone: dt.tzinfo, moment: dt.datetime) -> Iterator[dt
         if repeated and bound.astimezone(zone).fold == 1:
             # The second showings of the repeated times behind, then every first one.
             change, back, first, end = repeated
-            for match in _back(cron, _shown(bound, zone)):
-                if match < first:
-                    break
-                yield _at(match, change, first)
-            for match in _back(cron, end - _MICRO):
-                if match < first:
-                    break
-                yield _at(match, change - back, first)
+            yield from _showing(_back(cron, _shown(bound, zone)), change, first, end)
+            yield from _showing(_back(cron, end - _MICRO), change - back, first, end)
             bound = change - back - _MICRO
             continue
         wall, resume = resume or _shown(bound, zone), None
@@ -189,10 +177,15 @@ def _since(last: dt.datetime, zone: dt.tzinfo, is_fixed: bool) -> dt.datetime:
     return min(wall, _shown(last - _MINUTE, zone)) if is_fixed else wall
 
 
-def _at(wall: dt.datetime, since: dt.datetime, first: dt.datetime) -> dt.datetime:
-    """The instant the clock shows ``wall`` at in the showing that starts at ``since``
-    with the wall-clock time ``first``."""
-    return since + (wall - first)
+def _showing(
+    walk: Iterator[dt.datetime], since: dt.datetime, first: dt.datetime, end: dt.datetime
+) -> Iterator[dt.datetime]:
+    """The instants of ``walk``'s wall-clock times, while they are in the repeated
+    stretch [first, end), in the showing of it that starts at ``since``."""
+    for wall in walk:
+        if not first <= wall < end:
+            return
+        yield since + (wall - first)
 
 
 def _back(cron: str, wall: dt.datetime) -> Iterator[dt.datetime]:

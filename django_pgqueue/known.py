@@ -58,7 +58,8 @@ def framework_defaults(found: Any) -> dict[str, Any] | None:
     options, for a job enqueued by its path; None for anything else."""
     if not hasattr(type(found), "module_path") or not hasattr(found, "queue_name"):
         return None
-    defaults = {"queue": found.queue_name, "priority": found.priority}
+    # int(): Django's validation takes True, 5.0 and Decimal("5"); the row stores the int.
+    defaults = {"queue": found.queue_name, "priority": int(found.priority)}
     for name in validation.TASK_EXTRAS:
         if getattr(found, name, None) is not None:
             defaults[name] = getattr(found, name)

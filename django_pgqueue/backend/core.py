@@ -94,12 +94,8 @@ class PgQueueBackend(BaseTaskBackend):
             )
         if (problem := shape_problem(self.alias, self.options, self.queues_setting)) is not None:
             raise InvalidTask(problem)
-        if (
-            isinstance(task.priority, bool)
-            or not isinstance(task.priority, int | float)
-            or task.priority != task.priority  # NaN: Django's int() would raise ValueError
-        ):
-            raise InvalidTask(  # Django's own check would compare it, and raise TypeError
+        if not _whole_priority(task.priority):
+            raise InvalidTask(  # Django's own check would raise TypeError or ValueError
                 f"priority must be a whole number between -100 and 100, not {task.priority!r}"
             )
         if self.queues and task.queue_name not in self.queues:
@@ -176,6 +172,16 @@ class PgQueueBackend(BaseTaskBackend):
             *check_backend(self.alias, self.options, self.queues, self.queues_setting),
             *unknown_params_problem(self.alias, self.unknown_params),
         ]
+
+
+def _whole_priority(priority: object) -> bool:
+    """Django's own priority check, without its TypeError (a str) or ValueError (NaN):
+    a number from -100 to 100 that int() leaves unchanged. So True (an int), 5.0,
+    Decimal("5") and Fraction(5) pass, as in Django; the job stores int(priority)."""
+    try:
+        return -100 <= priority <= 100 and int(priority) == priority  # type: ignore[operator, call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 async def aenqueue_many[**P, R](

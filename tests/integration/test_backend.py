@@ -10,6 +10,8 @@ import contextlib
 import datetime as dt
 import time
 from collections.abc import Callable, Iterator
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -111,6 +113,19 @@ def test_priority_queue_and_run_after_become_the_jobs_columns() -> None:
     assert (job.priority, job.queue, job.run_at) == (-7, "queue_1", when)
     assert djtasks.noop_task.get_result(result.id) == result
     assert Job.objects.claim("w") == []  # not before run_after
+
+
+@pytest.mark.parametrize("priority", [True, Decimal("5"), Fraction(-3), 7.0])
+def test_a_priority_djangos_validation_accepts_is_stored_as_an_int(priority: Any) -> None:
+    """Django's own check (a number from -100 to 100 that int() leaves unchanged)
+    takes a bool (an int), a Decimal or a Fraction: so does ours, and the row gets
+    the int."""
+    result = djtasks.noop_task.using(priority=priority).enqueue()
+    stored = Job.objects.get(pk=result.id).priority
+    assert (stored, type(stored)) == (int(priority), int)
+    read = djtasks.noop_task.get_result(result.id)
+    assert (read.task.priority, type(read.task.priority)) == (int(priority), int)
+    assert enqueue_many(djtasks.noop_task.using(priority=priority), [call()])[0].id
 
 
 def test_a_run_after_already_past_reads_back_as_it_was_enqueued() -> None:

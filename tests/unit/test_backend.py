@@ -7,6 +7,7 @@ import datetime as dt
 import inspect
 import pickle
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ pytest.importorskip(
     "django_pgqueue.backend", reason="needs django.tasks or the backport", exc_type=ImportError
 )
 
+from django_pgqueue import known, validation
 from django_pgqueue.backend import PgQueueBackend, PgQueueTask, PgQueueTaskContext, options
 from django_pgqueue.backend.compat import (
     InvalidTask,
@@ -615,3 +617,13 @@ def test_the_task_extras_are_the_fields_pgqueuetask_adds_to_djangos_task() -> No
         f.name for f in dataclasses.fields(Task)
     }
     assert added == set(validation.TASK_EXTRAS)
+
+
+@pytest.mark.parametrize("priority", [True, Decimal("5"), 7.0])
+def test_a_framework_tasks_priority_is_the_direct_apis_int(priority: Any) -> None:
+    """A job enqueued by the path of a Task declared with such a priority (Django
+    accepts it) takes the int the row stores, which the direct API's rule accepts."""
+    defaults = known.framework_defaults(pgq(djtasks.noop_task).using(priority=priority))
+    assert defaults is not None
+    assert (defaults["priority"], type(defaults["priority"])) == (int(priority), int)
+    assert validation.PRIORITY.is_valid(defaults["priority"])

@@ -34,7 +34,7 @@ def find_or_refuse(path: str) -> Any | None:
     try:
         registry.check_importable(path)
     except UnknownTask as exc:
-        raise InvalidJob(str(exc)) from None
+        raise InvalidJob(_not_a_task(path) or str(exc)) from None
     module = path.rpartition(".")[0]
     try:
         spec = importlib.util.find_spec(module)
@@ -50,6 +50,34 @@ def find_or_refuse(path: str) -> Any | None:
         return None
     except Exception:  # the import failed here: the workers' to say
         return None
+
+
+#: What a worker runs, said where a path names something else.
+RUNS_ONLY = (
+    "A worker runs only a function declared with @django_pgqueue.task (or django.tasks' "
+    "@task with PgQueueBackend), in a module of an installed app or of "
+    "PGQUEUE['TASK_MODULES']"
+)
+
+
+def _not_a_task(path: str) -> str | None:
+    """Why ``path``, in a module a worker would not import, is no task, when this
+    process has imported the module and can tell (``json.dumps``): None when only
+    importing it would tell (adding the module to TASK_MODULES may then be the fix).
+    A task it held would have been registered, or found by :func:`registry.loaded`."""
+    module_name, _, name = path.rpartition(".")
+    module = sys.modules.get(module_name)
+    if module is None or module_name == "__main__" or module_name.startswith("django.core."):
+        return None  # (a script or the shell: check_importable says where to put it)
+    held = getattr(module, name, None)
+    if hasattr(held, "enqueue"):  # a task, bound to another name: the module is the fix
+        return None
+    what = "nothing" if held is None else f"a {type(held).__name__}"
+    which = "" if held is None else ", which is not a task"
+    return (
+        f"{path!r} is not a registered task: {module_name!r} holds {what} by that name{which}. "
+        + RUNS_ONLY
+    )
 
 
 def framework_defaults(found: Any) -> dict[str, Any] | None:

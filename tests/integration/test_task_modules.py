@@ -63,6 +63,22 @@ def test_listed_in_task_modules_both_are_accepted_and_run() -> None:
             "task 'tests.testapp.taskz.add': there is no module 'tests.testapp.taskz' (did you "
             "mean 'tests.testapp.tasks.add'?)",
         ),
+        # A function of a module outside the apps that is imported here, so it can be
+        # told no task: adding 'json' to TASK_MODULES (as was advised) would not help.
+        (
+            "json.dumps",
+            "'json.dumps' is not a registered task: 'json' holds a function by that name, "
+            "which is not a task. A worker runs only a function declared with "
+            "@django_pgqueue.task (or django.tasks' @task with PgQueueBackend), in a module "
+            "of an installed app or of PGQUEUE['TASK_MODULES']",
+        ),
+        (
+            "json.dumpz",
+            "'json.dumpz' is not a registered task: 'json' holds nothing by that name. A "
+            "worker runs only a function declared with @django_pgqueue.task (or "
+            "django.tasks' @task with PgQueueBackend), in a module of an installed app or of "
+            "PGQUEUE['TASK_MODULES']",
+        ),
     ],
 )
 def test_a_path_a_worker_would_not_find_is_refused_at_enqueue(path: str, message: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -31,11 +30,11 @@ from django_pgqueue.backend.compat import (
     task_backends,
     task_enqueued,
 )
-from django_pgqueue.backend.enqueueing import check_call, encode, plan
+from django_pgqueue.backend.enqueueing import check_call, checked, encode, pair_at, plan
 from django_pgqueue.backend.results import build_result, job_result
 from django_pgqueue.backend.task import PgQueueTask, validate_extras
 from django_pgqueue.dberrors import first_line
-from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments
+from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.installed import NOT_INSTALLED, job_model
 
 if TYPE_CHECKING:
@@ -126,6 +125,15 @@ class PgQueueBackend(BaseTaskBackend):
         With a ``unique_key`` that a queued or running job already holds, nothing is
         inserted, no ``task_enqueued`` is sent, and the result is that job's.
         """
+        result, inserted = self._write(task, args, kwargs)
+        if inserted:
+            task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def _write[**P, R](
+        self, task: Task[P, R], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> tuple[TaskResult[P, R], bool]:
+        """:meth:`enqueue` without its signal: (the result, whether a job was inserted)."""
         shared = plan(self, task)  # validated once per task
         args_json, kwargs_json, plain_args, plain_kwargs = encode(args, kwargs)
         check_call(task, args, kwargs)
@@ -135,9 +143,9 @@ class PgQueueBackend(BaseTaskBackend):
         if inserted.duplicate:
             live = load_job(inserted.id, self.database)
             if live.task == task.module_path:
-                return job_result(live, self.alias, task)
+                return job_result(live, self.alias, task), False
             try:
-                return job_result(live, self.alias)  # another Task's job holds the key
+                return job_result(live, self.alias), False  # another Task's job holds the key
             except TaskResultDoesNotExist:
                 raise InvalidJob(
                     f"unique_key {shared.unique_key!r} is held by live job {live.id} of "
@@ -158,8 +166,7 @@ class PgQueueBackend(BaseTaskBackend):
             [],
             [],
         )
-        task_enqueued.send(type(self), task_result=result)
-        return result
+        return result, True
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         """The job's current state; TaskResultDoesNotExist for unknown or malformed ids."""
@@ -203,33 +210,37 @@ def enqueue_many[**P, R](
     for every job and returns their READY results in order. Build the pairs with
     :func:`call`. Batches of 500 jobs or more without a ``unique_key`` are
     written with COPY. A task with a ``unique_key`` enqueues at most one job
-    (the others are duplicates of it), as repeated ``enqueue()`` calls would. On
-    another backend (Django's ImmediateBackend in tests, say) it calls
-    ``task.enqueue()`` once per pair.
+    (the others are duplicates of it), as repeated ``enqueue()`` calls would.
+    A receiver of ``task_enqueued`` that raises gets every job's signal all the
+    same (sent with ``send``, as ``enqueue()`` sends it); then its first error is
+    raised, the jobs written (as ``enqueue()`` leaves its own). On another
+    backend (Django's ImmediateBackend in tests, say) it calls ``task.enqueue()``
+    once per pair.
     """
     if not isinstance(task, Task):
         raise TypeError(
             f"enqueue_many() takes a Task (a function declared with @task), not {task!r}"
         )
     backend = task_backends[task.backend]
-    pairs = [_pair(task, index, item) for index, item in enumerate(calls)]
+    pairs = [pair_at(task, index, item) for index, item in enumerate(calls)]
     if not isinstance(backend, PgQueueBackend):
         # Another backend (Django's ImmediateBackend or DummyBackend in tests, say):
         # one enqueue per call, each as that backend does it.
         return [task.enqueue(*args, **kwargs) for args, kwargs in pairs]
     shared = plan(backend, task)
     # Every call is checked before anything is written.
-    encoded = [_checked(task, index, *pair) for index, pair in enumerate(pairs)]
+    encoded = [checked(task, index, *pair) for index, pair in enumerate(pairs)]
     if shared.unique_key is not None:
         # One live job per key: every call after the first is its duplicate.
         with transaction.atomic(using=backend.database):
-            return [task.enqueue(*args, **kwargs) for args, kwargs in pairs]
+            written = [backend._write(task, args, kwargs) for args, kwargs in pairs]
+        _announce(backend, [result for result, inserted in written if inserted])
+        return [result for result, _ in written]
     ids, created_at = job_model().objects.insert_many(
         [shared.spec(a, k) for a, k, _, _ in encoded], using=backend.database
     )
-    results: list[TaskResult[P, R]] = []
-    for job_id, (_, _, args, kwargs) in zip(ids, encoded, strict=True):
-        result: TaskResult[P, R] = build_result(
+    results: list[TaskResult[P, R]] = [
+        build_result(
             task,
             str(job_id),
             TaskResultStatus.READY,
@@ -242,35 +253,23 @@ def enqueue_many[**P, R](
             [],
             [],
         )
-        task_enqueued.send(type(backend), task_result=result)
-        results.append(result)
+        for job_id, (_, _, args, kwargs) in zip(ids, encoded, strict=True)
+    ]
+    _announce(backend, results)
     return results
 
 
-def _pair(
-    task: Task[Any, Any], index: int, item: object
-) -> tuple[Sequence[Any], Mapping[str, Any]]:
-    """``calls[index]`` as (args, kwargs); InvalidJobArguments for any other shape."""
-    if isinstance(item, (tuple, list)) and len(item) == 2:
-        args, kwargs = item
-        if isinstance(args, (tuple, list)) and isinstance(kwargs, Mapping):
-            return args, kwargs
-    raise InvalidJobArguments(
-        f"calls[{index}] of enqueue_many is {reprlib.repr(item)}, not an (args, kwargs) pair: "
-        f"build each with call(...), as in call(42, notify=True) ({task.module_path})"
-    )
-
-
-def _checked(
-    task: Task[Any, Any], index: int, args: Sequence[Any], kwargs: Mapping[str, Any]
-) -> tuple[str, str, Any, Any]:
-    """The call encoded and checked against the task's signature; the error names it."""
-    try:
-        encoded = encode(args, kwargs)
-        check_call(task, args, kwargs)
-    except InvalidJobArguments as exc:
-        raise InvalidJobArguments(f"calls[{index}] of enqueue_many: {exc}") from None
-    return encoded
+def _announce(backend: PgQueueBackend, results: Sequence[TaskResult[Any, Any]]) -> None:
+    """``task_enqueued`` for each result, as enqueue() sends it; a receiver's error
+    is raised once every job's signal was sent (the first, if several raise)."""
+    first: Exception | None = None
+    for result in results:
+        try:
+            task_enqueued.send(type(backend), task_result=result)
+        except Exception as exc:
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 MAX_JOB_ID = 2**63 - 1  # bigint

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import reprlib
 import sys
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
@@ -203,3 +204,31 @@ def encode(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str, An
 def call(*args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """One set of arguments for :func:`enqueue_many`: ``call(order.pk, notify=True)``."""
     return args, kwargs
+
+
+def pair_at(
+    task: Task[Any, Any], index: int, item: object
+) -> tuple[Sequence[Any], Mapping[str, Any]]:
+    """``calls[index]`` of enqueue_many as (args, kwargs); InvalidJobArguments for any
+    other shape."""
+    if isinstance(item, (tuple, list)) and len(item) == 2:
+        args, kwargs = item
+        if isinstance(args, (tuple, list)) and isinstance(kwargs, Mapping):
+            return args, kwargs
+    raise InvalidJobArguments(
+        f"calls[{index}] of enqueue_many is {reprlib.repr(item)}, not an (args, kwargs) pair: "
+        f"build each with call(...), as in call(42, notify=True) ({task.module_path})"
+    )
+
+
+def checked(
+    task: Task[Any, Any], index: int, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[str, str, Any, Any]:
+    """Call ``index`` of enqueue_many encoded and checked against the task's signature;
+    the error names it."""
+    try:
+        encoded = encode(args, kwargs)
+        check_call(task, args, kwargs)
+    except InvalidJobArguments as exc:
+        raise InvalidJobArguments(f"calls[{index}] of enqueue_many: {exc}") from None
+    return encoded

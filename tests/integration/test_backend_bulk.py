@@ -172,3 +172,32 @@ def test_a_worker_runs_what_enqueue_many_wrote() -> None:
         "args": [COPY_THRESHOLD + 9],
         "kwargs": {},
     }
+
+
+@pytest.mark.parametrize("unique", [False, True], ids=["plain", "unique_key"])
+def test_a_receiver_that_raises_still_hears_of_every_job_then_its_first_error_is_raised(
+    unique: bool,
+) -> None:
+    """As ``enqueue()`` does (the row written, then ``task_enqueued.send``, whose
+    receiver's error reaches the caller), every row is written; each job's signal
+    is sent, then the first error raised. The signal stopped at the first job, so
+    the rest went unheard; with a unique_key, the job was rolled back."""
+    heard: list[str] = []
+
+    def fails(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        heard.append(task_result.id)
+        raise RuntimeError(f"receiver failed on {task_result.id}")
+
+    task = options(djtasks.noop_task, unique_key="k") if unique else djtasks.noop_task
+    task_enqueued.connect(fails)
+    try:
+        with pytest.raises(RuntimeError) as raised:
+            enqueue_many(task, [call(n) for n in range(3)])
+        with pytest.raises(RuntimeError):  # enqueue() itself: the row stays, as here
+            djtasks.noop_task.enqueue("single")
+    finally:
+        task_enqueued.disconnect(fails)
+    ids = [str(pk) for pk in Job.objects.order_by("id").values_list("id", flat=True)]
+    assert len(ids) == (1 if unique else 3) + 1  # a unique key: the others are its duplicates
+    assert heard == ids
+    assert str(raised.value) == f"receiver failed on {ids[0]}"

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import math
+import sys
 from functools import lru_cache
 from typing import Any
 
@@ -157,6 +158,38 @@ def policy_of(target: Any) -> RetryPolicy:
     """The retry policy a task object carries (the default if it has none)."""
     found = getattr(target, "retry_policy", None)
     return found if isinstance(found, RetryPolicy) else DEFAULT
+
+
+def stored_policy(value: object) -> RetryPolicy | None:
+    """The policy a job row keeps (its JSON, as text or decoded), or None where the
+    row keeps none: the worker then applies its task's (:func:`policy_of`)."""
+    if value is None:
+        return None
+    return RetryPolicy.from_json(value if isinstance(value, str) else json.dumps(value))
+
+
+def classes_named(paths: Paths) -> Classes:
+    """The exception classes ``paths`` name, as modules this process imported hold
+    them: nothing is imported because a row names it. A path no such module holds
+    gets a stand-in class under that very path, so that its policy reads back as
+    the row keeps it (:meth:`RetryPolicy.build` gives the same paths again)."""
+    return tuple(_class_named(path) for path in paths)
+
+
+def _class_named(path: str) -> type[BaseException]:
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):  # a nested class: module "a", "B.C"
+        found: Any = sys.modules.get(".".join(parts[:cut]))
+        for name in parts[cut:] if found is not None else ():
+            found = getattr(found, name, None)
+        if (
+            isinstance(found, type)
+            and issubclass(found, BaseException)
+            and class_path(found) == path
+        ):
+            return found
+    module, _, name = path.rpartition(".")
+    return type(name, (Exception,), {"__module__": module, "__qualname__": name})
 
 
 def _paths(classes: Classes) -> Paths:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import json
 from datetime import UTC, datetime
@@ -21,9 +20,10 @@ from django_pgqueue.backend.compat import (
     TaskResultStatus,
 )
 from django_pgqueue.backend.task import PgQueueTask
-from django_pgqueue.control import CANCELLED, Cancel
-from django_pgqueue.exceptions import LeaseExpired, OutcomeNotStored, UnknownTask, WorkerShutdown
+from django_pgqueue.backend.taskerrors import task_errors
+from django_pgqueue.exceptions import UnknownTask
 from django_pgqueue.records import JobStatus
+from django_pgqueue.retrypolicy import RetryPolicy, classes_named, stored_policy
 
 if TYPE_CHECKING:
     from django_pgqueue.models import Job
@@ -38,12 +38,6 @@ STATUSES: dict[str, TaskResultStatus] = {
     # Django has no cancelled state: the job did not succeed, and its last error
     # (a django_pgqueue.control.Cancel) carries the reason.
     JobStatus.CANCELLED: TaskResultStatus.FAILED,
-}
-CANCEL_PATH = f"{Cancel.__module__}.{Cancel.__qualname__}"
-#: The exceptions the queue itself names in error histories, by their stored names.
-_OURS = {
-    cls.__name__: f"{cls.__module__}.{cls.__qualname__}"
-    for cls in (LeaseExpired, WorkerShutdown, OutcomeNotStored)
 }
 
 
@@ -79,6 +73,7 @@ def job_task(base: Task[Any, Any], job: Job, alias: str) -> Task[Any, Any]:
         job.unique_key,
         job.concurrency_key,
         validation.stored_backoff(job.backoff),
+        stored_policy(job.retry_policy),
     )
 
 
@@ -93,10 +88,13 @@ def task_with(
     unique_key: str | None,
     concurrency_key: str | None,
     backoff: float | None,
+    policy: RetryPolicy | None = None,
 ) -> Task[Any, Any]:
     """``base`` as a job with these options reports it (cached), built without
     ``validate_task``: the job was accepted at enqueue (perhaps by another alias,
-    or before a deploy changed ``QUEUES``); refused here, every attempt failed."""
+    or before a deploy changed ``QUEUES``); refused here, every attempt failed.
+    ``policy``: the retry policy the row keeps (None: it keeps none, and the
+    worker applies the task's)."""
     changes: dict[str, Any] = {
         "priority": priority,
         "queue_name": queue,
@@ -110,6 +108,10 @@ def task_with(
             concurrency_key=concurrency_key,
             backoff=backoff,
         )
+        if policy is not None:
+            retry_on = policy.retry_on
+            changes["retry_on"] = None if retry_on is None else classes_named(retry_on)
+            changes["discard_on"] = classes_named(policy.discard_on)
     task = object.__new__(type(base))
     for field in dataclasses.fields(base):
         object.__setattr__(task, field.name, changes.get(field.name, getattr(base, field.name)))
@@ -149,6 +151,7 @@ def running_result(task: Task[Any, Any], job: ClaimedJob, alias: str) -> TaskRes
             job.unique_key,
             job.concurrency_key,
             validation.stored_backoff(job.backoff),
+            stored_policy(job.retry_policy),
         ),
         str(job.id),
         TaskResultStatus.RUNNING,
@@ -264,46 +267,6 @@ def build_result(
     put(result, "worker_ids", worker_ids)
     put(result, "_return_value", None)
     return result
-
-
-def task_errors(history: Any) -> list[TaskError]:
-    """The job's error history as TaskErrors. A history that is not a list of
-    entries (a row written by hand) gives what it can: one bad entry must not fail
-    every run of the job before its task starts."""
-    if not isinstance(history, list):
-        return []
-    return [task_error(entry) for entry in history if isinstance(entry, dict)]
-
-
-def task_error(entry: dict[str, Any]) -> TaskError:
-    """One entry of the job's error history as a TaskError.
-
-    The executor stores builtin exceptions by bare name (``ValueError``); Django
-    wants an importable path (``builtins.ValueError``). A cancellation
-    (``Cancelled``) is reported as ``django_pgqueue.control.Cancel``, its
-    traceback ending with ``Cancelled: <reason>``; the other names the queue
-    itself writes (``LeaseExpired``, ``WorkerShutdown``, ``OutcomeNotStored``)
-    as their classes in ``django_pgqueue.exceptions``, so that ``exception_class``
-    imports.
-    """
-    name = str(entry.get("exception") or "Exception")
-    if name == CANCELLED:
-        before = entry.get("traceback") or ""
-        reason = f"{CANCELLED}: {entry.get('message') or ''}\n"
-        return TaskError(
-            exception_class_path=CANCEL_PATH,
-            traceback=f"{before.rstrip()}\n{reason}" if before else reason,
-        )
-    if "." not in name:
-        if name in _OURS:
-            name = _OURS[name]
-        elif isinstance(getattr(builtins, name, None), type):
-            name = f"builtins.{name}"
-    trace = entry.get("traceback") or ""
-    if not trace:  # refusals and lease expiries record no traceback: keep the message
-        message = entry.get("message") or ""
-        trace = f"{name.rpartition('.')[2]}: {message}\n" if message else f"{name}\n"
-    return TaskError(exception_class_path=name, traceback=trace)
 
 
 def job_result(job: Job, alias: str, task: Task[Any, Any] | None = None) -> TaskResult[Any, Any]:

@@ -4,6 +4,7 @@ cancelled state as a FAILED result, and the retry policy set with options()."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -26,12 +27,14 @@ from django_pgqueue.backend.compat import (
     task_finished,
     task_started,
 )
+from django_pgqueue.backend.results import running_result
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.models import Job
 from django_pgqueue.records import Failure
 from tests.conftest import status_counts
 from tests.integration.test_backend_worker import claim, run, run_next
 from tests.testapp import djtasks
+from tests.testapp.djtasks import pgq
 from tests.testapp.tasks import retries_io_only
 from tests.worker.conftest import wait_for
 from tests.worker.inprocess import worker_thread
@@ -215,6 +218,31 @@ def test_a_retry_policy_given_at_the_call_site_is_the_jobs_own() -> None:
     }
     with pytest.raises(InvalidTask, match="retry_on 'ValueError' must be an exception class"):
         options(djtasks.noop_task, retry_on="ValueError")  # type: ignore[arg-type]
+
+
+def test_a_result_reads_back_the_retry_policy_its_job_keeps() -> None:
+    """get_result() (and a running job's TaskResult) showed the module task's
+    retry_on and discard_on, not those the job was enqueued with (and the worker
+    applies), as it shows the job's own queue, priority and max_attempts."""
+    strict = options(djtasks.fails_with, retry_on=(ValueError,), discard_on=KeyError)
+    enqueued = strict.enqueue("value")
+    declared = djtasks.fails_with.enqueue("io")  # the policy declared with the task
+    read = pgq(djtasks.fails_with.get_result(enqueued.id).task)
+    assert (read.retry_on, read.discard_on) == ((ValueError,), (KeyError,))
+    assert read.retry_policy == pgq(strict).retry_policy
+    (claimed,) = Job.objects.claim("w")
+    running = pgq(running_result(djtasks.fails_with, claimed, "default").task)
+    assert (running.retry_on, running.discard_on) == ((ValueError,), (KeyError,))
+    assert pgq(djtasks.fails_with.get_result(declared.id).task).retry_on == (ConnectionError,)
+    # A class no module imported here holds (a row written by hand): not imported,
+    # it stands in under its path, so the policy reads back as the worker applies it.
+    Job.objects.filter(pk=enqueued.id).update(
+        retry_policy={"retry_on": ["nowhere.errors.Gone"], "discard_on": []}
+    )
+    gone = pgq(djtasks.fails_with.get_result(enqueued.id).task)
+    assert gone.retry_policy.retry_on == ("nowhere.errors.Gone",)
+    assert gone.discard_on == ()
+    assert "nowhere" not in sys.modules
 
 
 def test_the_direct_api_takes_the_policy_at_the_decorator_or_per_enqueue() -> None:

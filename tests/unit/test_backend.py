@@ -30,7 +30,7 @@ from django_pgqueue.backend.compat import (
     task_backends,
 )
 from django_pgqueue.backend.core import parse_id
-from django_pgqueue.backend.results import task_error
+from django_pgqueue.backend.taskerrors import task_error
 from tests.testapp import djtasks
 from tests.testapp.djtasks import pgq
 
@@ -569,7 +569,7 @@ def test_the_running_result_is_what_the_constructor_makes(
         args=[1, [2, {"a": None}]],
         kwargs={"k": "v"},
         backend="default",
-        errors=[results.task_error({"exception": "ValueError", "message": "m", "traceback": "t"})],
+        errors=[task_error({"exception": "ValueError", "message": "m", "traceback": "t"})],
         worker_ids=["w1", "w2"],
     )
     for field in dataclasses.fields(TaskResult):

@@ -9,7 +9,13 @@ from django.test import override_settings
 from django_pgqueue.control import Snooze
 from django_pgqueue.exceptions import InvalidJob, JobTimeout
 from django_pgqueue.records import ClaimedJob
-from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, policy_of
+from django_pgqueue.retrypolicy import (
+    DEFAULT,
+    RetryPolicy,
+    classes_named,
+    policy_of,
+    stored_policy,
+)
 from django_pgqueue.worker.executor import snoozed
 
 NO_JITTER = {"BACKOFF_BASE": 2.0, "BACKOFF_MAX": 100.0, "BACKOFF_JITTER": 0}
@@ -104,4 +110,20 @@ def test_the_snooze_bound_says_how_many_snoozes_in_words() -> None:
     assert outcome.message == (
         "the job snoozed 1 time, the most PGQUEUE['MAX_SNOOZES'] allows; it asked to snooze "
         "again (snoozed for 5s) and is buried instead"
+    )
+
+
+class Outer:
+    class Nested(LookupError):
+        pass
+
+
+def test_a_rows_paths_name_the_classes_imported_here_or_stand_ins_for_them() -> None:
+    policy = RetryPolicy.build(retry_on=(KeyError, Outer.Nested))
+    assert classes_named(policy.retry_on or ()) == (KeyError, Outer.Nested)
+    (gone,) = classes_named(("nowhere.errors.Gone",))
+    assert RetryPolicy.build(retry_on=gone).retry_on == ("nowhere.errors.Gone",)
+    assert stored_policy(None) is None
+    assert stored_policy({"retry_on": None, "discard_on": ["builtins.KeyError"]}) == (
+        RetryPolicy.build(discard_on=KeyError)
     )

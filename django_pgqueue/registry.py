@@ -67,6 +67,10 @@ class Runnable:
     target: Any
     invoke: Invoke
     refuse: Refuse | None = None
+    #: The module that declared it, imported as it registered: while that module is
+    #: not imported (Python drops a module whose import failed half-way, with the
+    #: tasks declared above the error), the task is not registered.
+    module: str | None = None
 
     def __call__(self, job: ClaimedRun) -> Any:
         return self.invoke(self.target, job)
@@ -85,7 +89,19 @@ _kinds: list[_Kind] = []
 
 def register(path: str, target: Any, invoke: Invoke, refuse: Refuse | None = None) -> None:
     """Allow the worker to run ``target`` (through ``invoke``) for jobs naming ``path``."""
-    _registry[path] = Runnable(target, invoke, refuse)
+    module = getattr(getattr(target, "func", target), "__module__", None)
+    home = module if isinstance(module, str) and module in sys.modules else None
+    _registry[path] = Runnable(target, invoke, refuse, home)
+
+
+def _registered(path: str) -> Runnable | None:
+    """``path``'s runnable, unless the module that declared it failed to import: a
+    task declared above the error is forgotten, as if the module had not run."""
+    found = _registry.get(path)
+    if found is not None and found.module is not None and found.module not in sys.modules:
+        _registry.pop(path, None)
+        return None
+    return found
 
 
 def register_kind(
@@ -196,7 +212,7 @@ def discover() -> None:
             own: str = value.module_path
             home, _, attribute = own.rpartition(".")
             if getattr(sys.modules.get(home), attribute, None) is value and importable(home):
-                for kind in (k for k in _kinds if own not in _registry and k.recognise(value)):
+                for kind in (k for k in _kinds if _registered(own) is None and k.recognise(value)):
                     register(own, value, kind.invoke, kind.refuse)
 
 
@@ -207,7 +223,7 @@ def loaded(path: str, *, importing: bool = False) -> Any | None:
     an installed app or TASK_MODULES), so that the answer does not depend on what
     this process happened to import before; a module that is not there is left to
     the worker to report."""
-    found = _registry.get(path)
+    found = _registered(path)
     if found is not None:
         return found
     module_name, _, attribute = path.rpartition(".")
@@ -216,7 +232,7 @@ def loaded(path: str, *, importing: bool = False) -> Any | None:
         # is the workers' to report.
         with contextlib.suppress(Exception):
             importlib.import_module(module_name)
-        found = _registry.get(path)
+        found = _registered(path)
         if found is not None:
             return found
     module = sys.modules.get(module_name)
@@ -228,12 +244,13 @@ def loaded(path: str, *, importing: bool = False) -> Any | None:
 
 def runnables() -> dict[str, Runnable]:
     """Every task this process knows it may run, by path (after :func:`discover`)."""
-    return dict(sorted(_registry.items()))
+    known = {path: _registered(path) for path in list(_registry)}
+    return {path: found for path, found in sorted(known.items()) if found is not None}
 
 
 def resolve(path: str) -> Runnable:
     """The registered runnable for ``path``, or :class:`UnknownTask` saying why not."""
-    found = _registry.get(path)
+    found = _registered(path)
     if found is not None:
         return found
     module_name, _, attribute = path.rpartition(".")
@@ -252,7 +269,7 @@ def resolve(path: str) -> Runnable:
         raise UnknownTask(
             f"{path!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
         ) from None
-    found = _registry.get(path)  # importing the module may have registered it
+    found = _registered(path)  # importing the module may have registered it
     if found is not None:
         return found
     candidate = getattr(module, attribute, None)

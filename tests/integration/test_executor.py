@@ -76,6 +76,15 @@ def run_one() -> Job:
             "UnknownTask: 'tests.testapp.broken_tasks.send': importing "
             "'tests.testapp.broken_tasks' failed: RuntimeError: settings for the mail provider",
         ),
+        # Declared above the line that fails its module's import: it was registered
+        # all the same, and ran.
+        (
+            "tests.testapp.half_tasks.early",
+            "[]",
+            "{}",
+            "UnknownTask: 'tests.testapp.half_tasks.early': importing "
+            "'tests.testapp.half_tasks' failed: NameError: name 'MAIL_SETTINGS' is not defined",
+        ),
     ],
 )
 def test_poison_rows_are_buried_at_once_with_a_reason(

@@ -131,6 +131,21 @@ def test_a_path_whose_module_fails_to_import_here_is_left_to_the_workers() -> No
     )
 
 
+def test_a_module_that_fails_to_import_half_way_registers_no_task() -> None:
+    """``@task`` registers as the module runs: a task declared above the line that
+    failed the import stayed registered, and a worker ran it (resolve, loaded and
+    runnables all found it) though its module never imported. Enqueue by path
+    leaves it to the workers, as for any module that fails to import here."""
+    path = "tests.testapp.half_tasks.early"
+    job = Job.objects.enqueue(path)
+    assert job.task == path
+    for _ in range(2):  # a second import fails the same way
+        with pytest.raises(UnknownTask, match="NameError: name 'MAIL_SETTINGS'"):
+            registry.resolve(path)
+        assert registry.loaded(path, importing=True) is None
+        assert path not in registry.runnables()
+
+
 def test_a_tasks_framework_task_enqueued_by_path_keeps_its_own_options() -> None:
     """The direct API given the path of a Tasks-framework Task: the job took the
     direct API's defaults (queue "default", priority 0), not the Task's."""

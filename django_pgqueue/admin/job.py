@@ -158,8 +158,8 @@ class JobAdmin(times.ReadsTimes[Job]):
 
     # -- the changelist --------------------------------------------------------------
 
-    def get_urls(self) -> list[URLPattern]:
-        return [*queues.urls(self), *buttons.urls(self), *super().get_urls()]
+    def extra_urls(self) -> list[URLPattern]:
+        return [*queues.urls(self), *buttons.urls(self)]
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList

@@ -14,7 +14,9 @@ from django.contrib import admin
 from django.db.models import Model
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import URLPattern
 
+from django_pgqueue.admin import unmigrated
 from django_pgqueue.tolerant import readable
 
 if TYPE_CHECKING:
@@ -44,8 +46,17 @@ class ReadsTimes[M: Model](_ModelAdmin[M]):
 
     A subclass that adds to a list's or a page's context overrides
     :meth:`changelist_response` or :meth:`change_response` (still unrendered
-    there), not the views: the rows are read as the template renders.
+    there), not the views: the rows are read as the template renders. One that
+    adds URLs returns them from :meth:`extra_urls`: every URL, Django's and
+    those, says to run ``migrate`` while the queue's tables are missing.
     """
+
+    def get_urls(self) -> list[URLPattern]:
+        return unmigrated.guard_urls(self, [*self.extra_urls(), *super().get_urls()])
+
+    def extra_urls(self) -> list[URLPattern]:
+        """The admin's own URLs, before Django's (whose last one takes any path)."""
+        return []
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from django.contrib.admin.views.main import ChangeList
+from django.contrib.admin.views.main import IGNORED_PARAMS, ChangeList
 from django.core.paginator import Paginator
 from django.db.models import QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
@@ -78,7 +78,13 @@ class JobChangeList(ChangeList):
     """The changelist without the heavy JSON columns."""
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
-        return super().get_queryset(request, exclude_parameters).defer(*HEAVY_COLUMNS)
+        queryset = super().get_queryset(request, exclude_parameters).defer(*HEAVY_COLUMNS)
+        # No text column holds NUL, and PostgreSQL refuses one in a value (a 500): a
+        # filter's value with NUL (Django's own status filter's too) matches no job.
+        filtering = (
+            v for k, vs in self.filter_params.items() if k not in IGNORED_PARAMS for v in vs
+        )
+        return queryset.none() if any("\x00" in value for value in filtering) else queryset
 
 
 def request_stats(request: HttpRequest) -> list[QueueStats]:

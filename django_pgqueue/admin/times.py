@@ -58,6 +58,15 @@ class ReadsTimes[M: Model](_ModelAdmin[M]):
         """The admin's own URLs, before Django's (whose last one takes any path)."""
         return []
 
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> M | None:
+        # No key holds NUL, and PostgreSQL refuses one in a value: Django's pages
+        # then say that the row does not exist, instead of a 500.
+        if "\x00" in object_id:
+            return None
+        return super().get_object(request, object_id, from_field)
+
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:

@@ -178,3 +178,19 @@ def test_a_registry_row_written_by_hand_fails_no_page_and_no_queuestats(
     # as a substring of it.
     with pytest.raises(CommandError, match=r"queue default: jobs are ready .* no live worker"):
         call_command("queuestats", "--check", stdout=io.StringIO())
+
+
+def test_a_worker_or_schedule_id_holding_nul_is_one_that_does_not_exist(
+    admin_client: Client,
+) -> None:
+    # PostgreSQL refuses NUL in text: each page was a 500, not "does not exist".
+    register("w-alive", alive=True)
+    for model in ("registeredworker", "schedule"):
+        for page in ("change/", "history/"):
+            url = f"/admin/django_pgqueue/{model}/w%00/{page}"
+            response = admin_client.get(url, follow=True)
+            assert response.redirect_chain == [("/admin/", 302)], url
+            (message,) = [str(m) for m in response.context["messages"]]
+            assert "with ID \u201cw\x00\u201d doesn\u2019t exist." in message, url
+        # Nothing is deleted here: refused, as for any id.
+        assert admin_client.get(f"/admin/django_pgqueue/{model}/w%00/delete/").status_code == 403

@@ -84,8 +84,23 @@ def excerpt(text: str, limit: int = 80) -> str:
 
 def pretty_json(value: Any) -> SafeString:
     """``value`` as indented JSON in a ``<pre>`` (escaped: arguments are user data)."""
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    try:
+        text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    except RecursionError:
+        # Nesting Python read, but that indenting (several frames a level) cannot
+        # follow; the one-line encoder takes one a level.
+        try:
+            text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+        except RecursionError:
+            return format_html("<p>{}</p>", "Nested too deeply to show.")
+        return _shown("Nested too deeply to indent (shown on one line):", text)
     return format_html('<pre class="pgqueue-pre">{}</pre>', text)
+
+
+def _shown(note: str, text: str) -> SafeString:
+    """``note`` above ``text`` (its first 2,000 characters)."""
+    shown = text if len(text) <= 2000 else text[:2000] + "..."
+    return format_html('<p>{}</p><pre class="pgqueue-pre">{}</pre>', note, shown)
 
 
 def error_history(errors: list[dict[str, Any]] | None) -> SafeString:
@@ -151,9 +166,4 @@ def stored_json(obj: Any, name: str) -> SafeString:
     if value is not UNREADABLE:
         return pretty_json(value)
     stored = getattr(obj, f"_pgqueue_{name}_text")
-    shown = stored if len(stored) <= 2000 else stored[:2000] + "..."
-    return format_html(
-        '<p>{}</p><pre class="pgqueue-pre">{}</pre>',
-        "Python cannot read this JSON (shown as stored):",
-        shown,
-    )
+    return _shown("Python cannot read this JSON (shown as stored):", stored)

@@ -4,6 +4,7 @@ permission, messages and log entries; and every moment on the page with seconds.
 from __future__ import annotations
 
 import re
+from html import unescape
 
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -251,3 +252,28 @@ def test_times_python_cannot_hold_leave_the_pages_open(admin_client: Client) -> 
         planted["dead"]: "queued",
         planted["running"]: "running",
     }
+
+
+@pytest.mark.parametrize("column", ["args", "kwargs", "result"])
+@pytest.mark.parametrize("depth", [900, 1100])
+def test_the_page_of_a_job_whose_json_python_reads_but_cannot_indent_opens(
+    admin_client: Client, column: str, depth: int
+) -> None:
+    """Nesting Python reads, a little short of its recursion limit, but past what
+    indenting it follows (a row written by hand): the page was a 500."""
+    from django.db import connection
+
+    nested = "[" * depth + "]" * depth
+    stored = '{"a": ' + nested + "}" if column == "kwargs" else nested
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO pgqueue_job (task, status, {column}) "
+            "VALUES ('tests.testapp.tasks.noop', 'dead', %s::jsonb) RETURNING id",
+            [stored],
+        )
+        job_id = cursor.fetchone()[0]
+    html = unescape(page(admin_client, Job(pk=job_id)))
+    assert 'name="pgqueue_retry"' in html
+    assert "Nested too deeply to indent (shown on one line):" in html
+    shown = stored if len(stored) <= 2000 else stored[:2000] + "..."
+    assert f'<pre class="pgqueue-pre">{shown}</pre>' in html

@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Mapping
 
+from django_pgqueue import validation
 from django_pgqueue.admin.display import duration
 from django_pgqueue.models import JobStatus
 from django_pgqueue.records import QueueStats
@@ -30,6 +31,12 @@ class QueueSummary:
     @property
     def paused(self) -> bool:
         return self.paused_since is not None
+
+    @property
+    def pausable(self) -> bool:
+        """A queue name pause_queue() takes: a row written by hand may hold another
+        ("a/b", which no button's URL can hold either)."""
+        return not self.total and validation.QUEUE.is_valid(self.queue)
 
     @property
     def by_status(self) -> list[tuple[str, int]]:

@@ -107,3 +107,23 @@ def test_cancelled_jobs_and_stop_requests_show_on_the_list_and_the_job_page(
         "Retried 1 job: queued now, attempts reset."
     ]
     assert Job.objects.get(pk=cancelled.pk).status == "queued"
+
+
+def test_a_queue_name_no_enqueue_takes_leaves_the_summary_open_without_its_button() -> None:
+    """A row written by hand with a queue name enqueue() refuses ("emails/eu"): its
+    Pause button's URL could not be built, so the whole list was a 500 for a user
+    who may pause. pause_queue() refuses the name too: the line has no button."""
+    from django.db import connection
+
+    add.using(queue="emails").enqueue(1, 1)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_job (task, status, queue) "
+            "VALUES ('tests.testapp.tasks.noop', 'queued', 'emails/eu')"
+        )
+    response = staff("operator", "view_job", "pause_queue").get(URL)
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert 'href="?queue=emails/eu&amp;status__exact=queued"' in page
+    assert 'action="/admin/django_pgqueue/job/queues/emails/pause/"' in page
+    assert page.count('value="Pause"') == 1

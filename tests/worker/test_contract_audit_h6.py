@@ -62,6 +62,19 @@ async def h6_async_sees_its_job() -> dict[str, Any]:
     }
 
 
+@django_pgqueue.task
+async def h6_async_in_sync_code(label: str) -> str:
+    """Spends its time in sync code (sync_to_async), where no await can be cancelled."""
+    from asgiref.sync import sync_to_async
+
+    from tests.testapp.tasks import record
+
+    await sync_to_async(record)(label)
+    await sync_to_async(time.sleep)(1.0)
+    await sync_to_async(time.sleep)(20.0)
+    return "finished"
+
+
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 Start = Callable[..., WorkerProcess]
@@ -530,3 +543,34 @@ def test_a_tasks_framework_failure_is_logged_with_exc_info_and_extra_too(
         assert record.exc_info[0] is ValueError
         assert record.__dict__["worker"] == "h6-djlog"
         assert record.__dict__["queue"] == "default"
+
+
+def test_an_async_task_aborted_inside_sync_to_async_ends_cancelled_when_that_call_returns() -> None:
+    with override_settings(**HERE):
+        job = h6_async_in_sync_code.enqueue("h6-in-sync")
+        with worker_thread(listen=True, shutdown_timeout=1):
+            wait_for(lambda: run_counts("h6-in-sync") == {"h6-in-sync": 1}, 10, "the job to start")
+            Job.objects.cancel([job.pk], reason="stop it")
+            took = wait_for(lambda: ended(job), 10, "the job to end")
+    row = Job.objects.get(pk=job.pk)
+    assert row.status == "cancelled", row.errors
+    assert took < 2.0, took  # at the end of the first sleep, not the second
+
+
+def test_a_job_that_killed_its_worker_is_not_taken_up_at_once_by_the_next(
+    start_worker: Start,
+) -> None:
+    job = tracked.using(backoff=30).enqueue("h6-killer", sleep=30)
+    quick = {"PGQUEUE_TEST_PGQUEUE": json.dumps({"REAP_INTERVAL": 0.1})}
+    first = start_worker("--lease", "1", "--worker-id", "h6-first", env=quick)
+    wait_for(lambda: run_counts("h6-killer") == {"h6-killer": 1}, 20, "the job to start")
+    first.kill()  # SIGKILL: the job "killed" its worker
+    second = start_worker("--lease", "1", "--worker-id", "h6-second", "--poll-interval", "0.1")
+    wait_for(lambda: Job.objects.get(pk=job.pk).status == "queued", 20, "the reaper to requeue it")
+    row = Job.objects.get(pk=job.pk)
+    assert row.attempts == 1
+    assert row.run_at > timezone.now() + dt.timedelta(seconds=20)  # under its backoff
+    time.sleep(2)
+    assert run_counts("h6-killer") == {"h6-killer": 1}  # not run again at once
+    second.signal(signal.SIGTERM)
+    assert second.wait(20) == 0

@@ -50,7 +50,7 @@ HERE = {"PGQUEUE": {"TASK_MODULES": [__name__], "BACKOFF_BASE": 0.05, "BACKOFF_M
 
 
 @django_pgqueue.task
-async def h6_async_sees_its_job() -> dict[str, Any]:
+async def contract_async_sees_its_job() -> dict[str, Any]:
     """What current_job() says in an async task, directly and in sync_to_async code."""
     from asgiref.sync import sync_to_async
 
@@ -63,7 +63,7 @@ async def h6_async_sees_its_job() -> dict[str, Any]:
 
 
 @django_pgqueue.task
-async def h6_async_in_sync_code(label: str) -> str:
+async def contract_async_in_sync_code(label: str) -> str:
     """Spends its time in sync code (sync_to_async), where no await can be cancelled."""
     from asgiref.sync import sync_to_async
 
@@ -155,9 +155,9 @@ def test_prunejobs_accepts_status_cancelled() -> None:
 
 
 def test_a_running_sync_task_polling_cancel_requested_ends_cancelled_within_a_heartbeat() -> None:
-    job = waits_to_be_stopped.enqueue("h6-sync", seconds=20)
+    job = waits_to_be_stopped.enqueue("contract-sync", seconds=20)
     with worker_thread(lease=3, concurrency=2, listen=True) as worker:
-        wait_for(lambda: run_counts("h6-sync") == {"h6-sync": 1}, 10, "the job to start")
+        wait_for(lambda: run_counts("contract-sync") == {"contract-sync": 1}, 10, "the job to start")
         asked = time.monotonic()
         Job.objects.cancel([job.pk], reason="operator says stop")
         wait_for(lambda: ended(job), 5, "the job to end")
@@ -170,9 +170,9 @@ def test_a_running_sync_task_polling_cancel_requested_ends_cancelled_within_a_he
 
 
 def test_a_running_async_task_is_cancelled_at_its_await() -> None:
-    job = awaits_to_be_stopped.enqueue("h6-async", seconds=20)
+    job = awaits_to_be_stopped.enqueue("contract-async", seconds=20)
     with worker_thread(lease=3, concurrency=2, listen=True):
-        wait_for(lambda: run_counts("h6-async") == {"h6-async": 1}, 10, "the job to start")
+        wait_for(lambda: run_counts("contract-async") == {"contract-async": 1}, 10, "the job to start")
         Job.objects.cancel([job.pk], reason="stop awaiting")
         wait_for(lambda: ended(job), 5, "the job to end")
     row = Job.objects.get(pk=job.pk)
@@ -181,7 +181,7 @@ def test_a_running_async_task_is_cancelled_at_its_await() -> None:
 
 
 def test_a_job_that_finishes_anyway_ends_as_it_finished() -> None:
-    job = mark.enqueue("h6-finishes", sleep=1.0)
+    job = mark.enqueue("contract-finishes", sleep=1.0)
     with worker_thread(lease=3, listen=True):
         wait_for(lambda: Job.objects.get(pk=job.pk).status == "running", 10, "the job to start")
         Job.objects.cancel([job.pk], reason="too late")
@@ -193,12 +193,12 @@ def test_a_job_that_finishes_anyway_ends_as_it_finished() -> None:
 
 
 def test_snooze_cancel_retry_on_discard_on_end_in_the_right_state() -> None:
-    snoozed = snoozes.enqueue("h6-snooze", 2)  # max_attempts=3; snoozes twice then returns
-    cancelled = gives_up.enqueue("h6-cancel")
-    io_retried = retries_io_only.enqueue("h6-io", "io")  # retried: 3 attempts then dead
-    other = retries_io_only.enqueue("h6-value", "value")  # not in retry_on: dead at once
-    discarded = discards_lookups.enqueue("h6-lookup", "lookup")  # discard_on: dead at once
-    kept = discards_lookups.enqueue("h6-runtime", "runtime")  # retried: 3 attempts
+    snoozed = snoozes.enqueue("contract-snooze", 2)  # max_attempts=3; snoozes twice then returns
+    cancelled = gives_up.enqueue("contract-cancel")
+    io_retried = retries_io_only.enqueue("contract-io", "io")  # retried: 3 attempts then dead
+    other = retries_io_only.enqueue("contract-value", "value")  # not in retry_on: dead at once
+    discarded = discards_lookups.enqueue("contract-lookup", "lookup")  # discard_on: dead at once
+    kept = discards_lookups.enqueue("contract-runtime", "runtime")  # retried: 3 attempts
     jobs = [snoozed, cancelled, io_retried, other, discarded, kept]
     with worker_thread(concurrency=4, poll_interval=0.05):
         wait_for(lambda: all(ended(j) for j in jobs), 20, "every job to end")
@@ -212,7 +212,7 @@ def test_snooze_cancel_retry_on_discard_on_end_in_the_right_state() -> None:
 
 
 def test_snooze_moves_run_at_and_leaves_the_job_queued() -> None:
-    job = snoozes.enqueue("h6-later", 1, seconds=60)
+    job = snoozes.enqueue("contract-later", 1, seconds=60)
     with worker_thread(burst=True) as worker:
         assert worker.join(10) == 0
     row = Job.objects.get(pk=job.pk)
@@ -222,7 +222,7 @@ def test_snooze_moves_run_at_and_leaves_the_job_queued() -> None:
 
 
 def test_more_snoozes_than_max_snoozes_bury_the_job_with_a_clear_reason() -> None:
-    job = snoozes.enqueue("h6-snoozy", 10)
+    job = snoozes.enqueue("contract-snoozy", 10)
     with override_settings(PGQUEUE={"MAX_SNOOZES": 2}), worker_thread(poll_interval=0.05):
         wait_for(lambda: ended(job), 10, "the job to be buried")
     row = Job.objects.get(pk=job.pk)
@@ -232,7 +232,7 @@ def test_more_snoozes_than_max_snoozes_bury_the_job_with_a_clear_reason() -> Non
 
 
 def test_the_reapers_requeue_counts_as_a_failure_under_the_backoff() -> None:
-    job = tracked.enqueue("h6-reaped")
+    job = tracked.enqueue("contract-reaped")
     # A run whose worker vanished: running, its lease over.
     Job.objects.filter(pk=job.pk).update(
         status="running",
@@ -254,37 +254,37 @@ def test_the_reapers_requeue_counts_as_a_failure_under_the_backoff() -> None:
 
 def test_pausequeue_and_resumequeue_commands_and_manager_methods() -> None:
     out = io.StringIO()
-    call_command("pausequeue", "h6-q", stdout=out, stderr=io.StringIO())
-    assert "paused queue 'h6-q'" in out.getvalue()
-    assert Job.objects.paused_queues() == ["h6-q"]
-    assert Job.objects.pause_queue("h6-q") is False  # already paused
-    job = add.using(queue="h6-q").enqueue(1, 1)
+    call_command("pausequeue", "contract-q", stdout=out, stderr=io.StringIO())
+    assert "paused queue 'contract-q'" in out.getvalue()
+    assert Job.objects.paused_queues() == ["contract-q"]
+    assert Job.objects.pause_queue("contract-q") is False  # already paused
+    job = add.using(queue="contract-q").enqueue(1, 1)
     with worker_thread(burst=True) as worker:
         assert worker.join(10) == 0  # --burst does not wait on a paused queue
     assert Job.objects.get(pk=job.pk).status == "queued"
     out = io.StringIO()
     call_command("queuestats", stdout=out)
-    assert "h6-q (paused)" in out.getvalue()
-    assert "paused queues: h6-q" in out.getvalue()
+    assert "contract-q (paused)" in out.getvalue()
+    assert "paused queues: contract-q" in out.getvalue()
     out = io.StringIO()
-    call_command("resumequeue", "h6-q", stdout=out)
-    assert "resumed queue 'h6-q'" in out.getvalue()
+    call_command("resumequeue", "contract-q", stdout=out)
+    assert "resumed queue 'contract-q'" in out.getvalue()
     assert Job.objects.paused_queues() == []
-    assert Job.objects.resume_queue("h6-q") is False
+    assert Job.objects.resume_queue("contract-q") is False
     with worker_thread(burst=True) as worker:
         assert worker.join(10) == 0
     assert Job.objects.get(pk=job.pk).status == "done"
 
 
 def test_the_metrics_view_shows_the_pause_and_the_queue_gauges() -> None:
-    add.using(queue="h6-view").enqueue(1, 1)
-    Job.objects.pause_queue("h6-view")
+    add.using(queue="contract-view").enqueue(1, 1)
+    Job.objects.pause_queue("contract-view")
     response = Client().get("/pgqueue/metrics")
     assert response.status_code == 200
     found = parse(response.content.decode())
-    assert value(found, "pgqueue_queue_paused", queue="h6-view") == 1.0
-    assert value(found, "pgqueue_queue_jobs", queue="h6-view", status="queued") == 1.0
-    assert ("pgqueue_queue_oldest_ready_age_seconds", frozenset({("queue", "h6-view")})) in found
+    assert value(found, "pgqueue_queue_paused", queue="contract-view") == 1.0
+    assert value(found, "pgqueue_queue_jobs", queue="contract-view", status="queued") == 1.0
+    assert ("pgqueue_queue_oldest_ready_age_seconds", frozenset({("queue", "contract-view")})) in found
 
 
 # -- issue 16: logs and signals ------------------------------------------------------------
@@ -293,10 +293,10 @@ def test_the_metrics_view_shows_the_pause_and_the_queue_gauges() -> None:
 def test_failed_attempts_log_warning_and_buried_jobs_error_with_exc_info_and_extra(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    job = always_fails.enqueue("h6-logs")  # max_attempts=2
+    job = always_fails.enqueue("contract-logs")  # max_attempts=2
     with (
         caplog.at_level(logging.INFO, logger="django_pgqueue"),
-        worker_thread(poll_interval=0.05, worker_id="h6-logger"),
+        worker_thread(poll_interval=0.05, worker_id="contract-logger"),
     ):
         wait_for(lambda: ended(job), 10, "the job to be buried")
     ours = [r for r in caplog.records if getattr(r, "job_id", None) == job.pk]
@@ -308,7 +308,7 @@ def test_failed_attempts_log_warning_and_buried_jobs_error_with_exc_info_and_ext
         fields = record.__dict__
         assert fields["task"] == always_fails.path
         assert fields["queue"] == "default"
-        assert fields["worker"] == "h6-logger"
+        assert fields["worker"] == "contract-logger"
     assert [r.__dict__["attempt"] for r in ours] == [1, 2]
 
 
@@ -325,7 +325,7 @@ def test_the_direct_api_sends_job_started_and_job_finished_with_the_outcome() ->
     job_finished.connect(finished)
     try:
         ok = add.enqueue(1, 2)
-        cancelled = gives_up.enqueue("h6-signals")
+        cancelled = gives_up.enqueue("contract-signals")
         with worker_thread(burst=True, concurrency=1) as worker:
             assert worker.join(10) == 0
     finally:
@@ -344,16 +344,16 @@ def test_queuestats_check_exits_0_when_healthy_and_1_per_failed_condition(db_url
     healthy = django_command(db_url, "queuestats", "--check")
     assert (healthy.returncode, healthy.stdout.strip()) == (0, "ok"), healthy
     # Ready jobs and no live worker: 1, one line.
-    add.using(queue="h6-orphan").enqueue(1, 1)
-    Job.objects.filter(queue="h6-orphan").update(run_at=timezone.now() - dt.timedelta(minutes=10))
+    add.using(queue="contract-orphan").enqueue(1, 1)
+    Job.objects.filter(queue="contract-orphan").update(run_at=timezone.now() - dt.timedelta(minutes=10))
     result = django_command(db_url, "queuestats", "--check", "--max-ready-age", "60s")
     assert result.returncode == 1, result
     lines = result.stdout.strip().splitlines()
     assert any("no live worker" in line for line in lines), lines
-    assert any("h6-orphan" in line and "--max-ready-age 60s" in line for line in lines), lines
+    assert any("contract-orphan" in line and "--max-ready-age 60s" in line for line in lines), lines
     assert len(lines) == 2, lines  # the two failed conditions, a line each
     # Dead jobs in the last hour above --max-dead.
-    Job.objects.filter(queue="h6-orphan").delete()
+    Job.objects.filter(queue="contract-orphan").delete()
     for _ in range(3):
         job = add.enqueue(1, 1)
         Job.objects.filter(pk=job.pk).update(
@@ -371,11 +371,11 @@ def test_queuestats_check_exits_0_when_healthy_and_1_per_failed_condition(db_url
 
 def test_a_real_worker_serves_exact_outcomes_healthz_and_registers(start_worker: Start) -> None:
     ok = [add.enqueue(i, 1) for i in range(3)]
-    cancelled = gives_up.enqueue("h6-metrics-cancel")
-    snoozed = snoozes.enqueue("h6-metrics-snooze", 1)
+    cancelled = gives_up.enqueue("contract-metrics-cancel")
+    snoozed = snoozes.enqueue("contract-metrics-snooze", 1)
     # The setting alone serves (no --metrics-port), on 127.0.0.1 by default.
     env = {"PGQUEUE_TEST_PGQUEUE": json.dumps({"METRICS_PORT": 0})}
-    worker = start_worker("--worker-id", "h6-metrics", "--poll-interval", "0.1", env=env)
+    worker = start_worker("--worker-id", "contract-metrics", "--poll-interval", "0.1", env=env)
     worker.wait_for_output("serving metrics on")
     match = SERVING.search(worker.output)
     assert match, worker.output
@@ -406,14 +406,14 @@ def test_a_real_worker_serves_exact_outcomes_healthz_and_registers(start_worker:
     }, completed
     with urllib.request.urlopen(f"{base}/healthz", timeout=5) as response:
         assert response.status == 200
-    assert RegisteredWorker.objects.alive().filter(pk="h6-metrics").exists()
+    assert RegisteredWorker.objects.alive().filter(pk="contract-metrics").exists()
     out = io.StringIO()
     call_command("queuestats", stdout=out)
-    assert "h6-metrics" in out.getvalue()
+    assert "contract-metrics" in out.getvalue()
     assert "alive" in out.getvalue()
     worker.signal(signal.SIGTERM)
     assert worker.wait(20) == 0
-    assert not RegisteredWorker.objects.filter(pk="h6-metrics").exists()  # clean exit
+    assert not RegisteredWorker.objects.filter(pk="contract-metrics").exists()  # clean exit
 
 
 def test_throughput_line_has_claim_latency_and_queue_lag(start_worker: Start) -> None:
@@ -428,22 +428,22 @@ def test_throughput_line_has_claim_latency_and_queue_lag(start_worker: Start) ->
 
 
 def test_resumequeue_wakes_a_listening_worker_at_once() -> None:
-    Job.objects.pause_queue("h6-wake")
-    job = add.using(queue="h6-wake").enqueue(2, 2)
+    Job.objects.pause_queue("contract-wake")
+    job = add.using(queue="contract-wake").enqueue(2, 2)
     with worker_thread(poll_interval=30, listen=True) as worker:
         worker.wait("listening")
         worker.wait("idle")
         assert Job.objects.get(pk=job.pk).status == "queued"
-        call_command("resumequeue", "h6-wake", stdout=io.StringIO())
+        call_command("resumequeue", "contract-wake", stdout=io.StringIO())
         took = wait_for(lambda: ended(job), 5, "the resumed queue's job to run")
     assert took < 2, took
     assert Job.objects.get(pk=job.pk).status == "done"
 
 
 def test_runworker_burst_on_a_paused_queue_exits_at_once(start_worker: Start) -> None:
-    Job.objects.pause_queue("h6-burst")
-    job = add.using(queue="h6-burst").enqueue(1, 1)
-    worker = start_worker("--burst", "--queues", "h6-burst")
+    Job.objects.pause_queue("contract-burst")
+    job = add.using(queue="contract-burst").enqueue(1, 1)
+    worker = start_worker("--burst", "--queues", "contract-burst")
     assert worker.wait(20) == 0, worker.output
     assert Job.objects.get(pk=job.pk).status == "queued"
 
@@ -451,7 +451,7 @@ def test_runworker_burst_on_a_paused_queue_exits_at_once(start_worker: Start) ->
 def test_current_job_in_a_tasks_framework_task_and_snooze_in_an_async_task() -> None:
     from tests.testapp import djtasks
 
-    snoozed = djtasks.snoozes_once.enqueue("h6-djsnooze")
+    snoozed = djtasks.snoozes_once.enqueue("contract-djsnooze")
     with worker_thread(poll_interval=0.05, listen=True):
         wait_for(lambda: ended(Job.objects.get(pk=int(snoozed.id))), 10, "the snoozed job")
     row = Job.objects.get(pk=int(snoozed.id))
@@ -459,16 +459,16 @@ def test_current_job_in_a_tasks_framework_task_and_snooze_in_an_async_task() -> 
 
 
 def test_the_view_counts_every_status_including_cancelled() -> None:
-    queued = add.using(queue="h6-all").enqueue(1, 1)
+    queued = add.using(queue="contract-all").enqueue(1, 1)
     for _ in range(2):
-        gone = add.using(queue="h6-all").enqueue(1, 1)
+        gone = add.using(queue="contract-all").enqueue(1, 1)
         Job.objects.cancel([gone.pk], reason="not needed")
     assert queued.pk
     found = parse(Client().get("/pgqueue/metrics").content.decode())
     jobs = {
         dict(labels)["status"]: v
         for (name, labels), v in found.items()
-        if name == "pgqueue_queue_jobs" and dict(labels)["queue"] == "h6-all"
+        if name == "pgqueue_queue_jobs" and dict(labels)["queue"] == "contract-all"
     }
     assert jobs == {"queued": 1, "running": 0, "done": 0, "dead": 0, "cancelled": 2}, jobs
 
@@ -477,32 +477,32 @@ def test_the_registry_row_describes_the_worker_and_counts_its_jobs() -> None:
     import os
     import socket
 
-    jobs = [add.using(queue="h6-reg").enqueue(i, 1) for i in range(3)]
+    jobs = [add.using(queue="contract-reg").enqueue(i, 1) for i in range(3)]
     with worker_thread(
-        worker_id="h6-reg", queues=("h6-reg", "other"), concurrency=3, heartbeat_interval=0.2
+        worker_id="contract-reg", queues=("contract-reg", "other"), concurrency=3, heartbeat_interval=0.2
     ) as worker:
         wait_for(lambda: all(ended(j) for j in jobs), 10, "the jobs to end")
         worker.wait("heartbeat", 2)
         wait_for(
-            lambda: RegisteredWorker.objects.get(pk="h6-reg").jobs_done == 3,
+            lambda: RegisteredWorker.objects.get(pk="contract-reg").jobs_done == 3,
             5,
             "the heartbeat to write the jobs done",
         )
-        row = RegisteredWorker.objects.get(pk="h6-reg")
+        row = RegisteredWorker.objects.get(pk="contract-reg")
         assert row.hostname == socket.gethostname()
         assert row.pid == os.getpid()
-        assert row.queues == ["h6-reg", "other"]
+        assert row.queues == ["contract-reg", "other"]
         assert row.concurrency == 3
         assert row.version == django_pgqueue.__version__
         assert row.jobs_running == 0
         assert row.started_at <= row.last_seen
-        assert RegisteredWorker.objects.alive().filter(pk="h6-reg").exists()
-    assert not RegisteredWorker.objects.filter(pk="h6-reg").exists()
+        assert RegisteredWorker.objects.alive().filter(pk="contract-reg").exists()
+    assert not RegisteredWorker.objects.filter(pk="contract-reg").exists()
 
 
 def test_current_job_is_seen_inside_an_async_task_and_its_sync_to_async_calls() -> None:
     with override_settings(**HERE):
-        job = h6_async_sees_its_job.enqueue()
+        job = contract_async_sees_its_job.enqueue()
         with worker_thread(burst=True) as worker:
             assert worker.join(10) == 0
     row = Job.objects.get(pk=job.pk)
@@ -514,7 +514,7 @@ def test_current_job_is_seen_inside_an_async_task_and_its_sync_to_async_calls() 
     ("limit", "times", "status"), [(2, 2, "done"), (2, 3, "dead"), (0, 1, "dead")]
 )
 def test_max_snoozes_is_the_number_of_snoozes_allowed(limit: int, times: int, status: str) -> None:
-    job = snoozes.enqueue(f"h6-limit-{limit}-{times}", times)
+    job = snoozes.enqueue(f"contract-limit-{limit}-{times}", times)
     with override_settings(PGQUEUE={"MAX_SNOOZES": limit}), worker_thread(poll_interval=0.05):
         wait_for(lambda: ended(job), 10, "the job to end")
     row = Job.objects.get(pk=job.pk)
@@ -531,7 +531,7 @@ def test_a_tasks_framework_failure_is_logged_with_exc_info_and_extra_too(
     pk = int(enqueued.id)
     with (
         caplog.at_level(logging.INFO, logger="django_pgqueue"),
-        worker_thread(poll_interval=0.05, worker_id="h6-djlog"),
+        worker_thread(poll_interval=0.05, worker_id="contract-djlog"),
     ):
         wait_for(lambda: ended(Job.objects.get(pk=pk)), 10, "the job to be buried")
     ours = [r for r in caplog.records if getattr(r, "job_id", None) == pk]
@@ -541,15 +541,15 @@ def test_a_tasks_framework_failure_is_logged_with_exc_info_and_extra_too(
     for record in ours:
         assert record.exc_info is not None
         assert record.exc_info[0] is ValueError
-        assert record.__dict__["worker"] == "h6-djlog"
+        assert record.__dict__["worker"] == "contract-djlog"
         assert record.__dict__["queue"] == "default"
 
 
 def test_an_async_task_aborted_inside_sync_to_async_ends_cancelled_when_that_call_returns() -> None:
     with override_settings(**HERE):
-        job = h6_async_in_sync_code.enqueue("h6-in-sync")
+        job = contract_async_in_sync_code.enqueue("contract-in-sync")
         with worker_thread(listen=True, shutdown_timeout=1):
-            wait_for(lambda: run_counts("h6-in-sync") == {"h6-in-sync": 1}, 10, "the job to start")
+            wait_for(lambda: run_counts("contract-in-sync") == {"contract-in-sync": 1}, 10, "the job to start")
             Job.objects.cancel([job.pk], reason="stop it")
             took = wait_for(lambda: ended(job), 10, "the job to end")
     row = Job.objects.get(pk=job.pk)
@@ -560,17 +560,17 @@ def test_an_async_task_aborted_inside_sync_to_async_ends_cancelled_when_that_cal
 def test_a_job_that_killed_its_worker_is_not_taken_up_at_once_by_the_next(
     start_worker: Start,
 ) -> None:
-    job = tracked.using(backoff=30).enqueue("h6-killer", sleep=30)
+    job = tracked.using(backoff=30).enqueue("contract-killer", sleep=30)
     quick = {"PGQUEUE_TEST_PGQUEUE": json.dumps({"REAP_INTERVAL": 0.1})}
-    first = start_worker("--lease", "1", "--worker-id", "h6-first", env=quick)
-    wait_for(lambda: run_counts("h6-killer") == {"h6-killer": 1}, 20, "the job to start")
+    first = start_worker("--lease", "1", "--worker-id", "contract-first", env=quick)
+    wait_for(lambda: run_counts("contract-killer") == {"contract-killer": 1}, 20, "the job to start")
     first.kill()  # SIGKILL: the job "killed" its worker
-    second = start_worker("--lease", "1", "--worker-id", "h6-second", "--poll-interval", "0.1")
+    second = start_worker("--lease", "1", "--worker-id", "contract-second", "--poll-interval", "0.1")
     wait_for(lambda: Job.objects.get(pk=job.pk).status == "queued", 20, "the reaper to requeue it")
     row = Job.objects.get(pk=job.pk)
     assert row.attempts == 1
     assert row.run_at > timezone.now() + dt.timedelta(seconds=20)  # under its backoff
     time.sleep(2)
-    assert run_counts("h6-killer") == {"h6-killer": 1}  # not run again at once
+    assert run_counts("contract-killer") == {"contract-killer": 1}  # not run again at once
     second.signal(signal.SIGTERM)
     assert second.wait(20) == 0

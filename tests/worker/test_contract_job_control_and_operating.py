@@ -157,7 +157,9 @@ def test_prunejobs_accepts_status_cancelled() -> None:
 def test_a_running_sync_task_polling_cancel_requested_ends_cancelled_within_a_heartbeat() -> None:
     job = waits_to_be_stopped.enqueue("contract-sync", seconds=20)
     with worker_thread(lease=3, concurrency=2, listen=True) as worker:
-        wait_for(lambda: run_counts("contract-sync") == {"contract-sync": 1}, 10, "the job to start")
+        wait_for(
+            lambda: run_counts("contract-sync") == {"contract-sync": 1}, 10, "the job to start"
+        )
         asked = time.monotonic()
         Job.objects.cancel([job.pk], reason="operator says stop")
         wait_for(lambda: ended(job), 5, "the job to end")
@@ -172,7 +174,9 @@ def test_a_running_sync_task_polling_cancel_requested_ends_cancelled_within_a_he
 def test_a_running_async_task_is_cancelled_at_its_await() -> None:
     job = awaits_to_be_stopped.enqueue("contract-async", seconds=20)
     with worker_thread(lease=3, concurrency=2, listen=True):
-        wait_for(lambda: run_counts("contract-async") == {"contract-async": 1}, 10, "the job to start")
+        wait_for(
+            lambda: run_counts("contract-async") == {"contract-async": 1}, 10, "the job to start"
+        )
         Job.objects.cancel([job.pk], reason="stop awaiting")
         wait_for(lambda: ended(job), 5, "the job to end")
     row = Job.objects.get(pk=job.pk)
@@ -284,7 +288,10 @@ def test_the_metrics_view_shows_the_pause_and_the_queue_gauges() -> None:
     found = parse(response.content.decode())
     assert value(found, "pgqueue_queue_paused", queue="contract-view") == 1.0
     assert value(found, "pgqueue_queue_jobs", queue="contract-view", status="queued") == 1.0
-    assert ("pgqueue_queue_oldest_ready_age_seconds", frozenset({("queue", "contract-view")})) in found
+    assert (
+        "pgqueue_queue_oldest_ready_age_seconds",
+        frozenset({("queue", "contract-view")}),
+    ) in found
 
 
 # -- issue 16: logs and signals ------------------------------------------------------------
@@ -345,7 +352,9 @@ def test_queuestats_check_exits_0_when_healthy_and_1_per_failed_condition(db_url
     assert (healthy.returncode, healthy.stdout.strip()) == (0, "ok"), healthy
     # Ready jobs and no live worker: 1, one line.
     add.using(queue="contract-orphan").enqueue(1, 1)
-    Job.objects.filter(queue="contract-orphan").update(run_at=timezone.now() - dt.timedelta(minutes=10))
+    Job.objects.filter(queue="contract-orphan").update(
+        run_at=timezone.now() - dt.timedelta(minutes=10)
+    )
     result = django_command(db_url, "queuestats", "--check", "--max-ready-age", "60s")
     assert result.returncode == 1, result
     lines = result.stdout.strip().splitlines()
@@ -479,7 +488,10 @@ def test_the_registry_row_describes_the_worker_and_counts_its_jobs() -> None:
 
     jobs = [add.using(queue="contract-reg").enqueue(i, 1) for i in range(3)]
     with worker_thread(
-        worker_id="contract-reg", queues=("contract-reg", "other"), concurrency=3, heartbeat_interval=0.2
+        worker_id="contract-reg",
+        queues=("contract-reg", "other"),
+        concurrency=3,
+        heartbeat_interval=0.2,
     ) as worker:
         wait_for(lambda: all(ended(j) for j in jobs), 10, "the jobs to end")
         worker.wait("heartbeat", 2)
@@ -549,7 +561,11 @@ def test_an_async_task_aborted_inside_sync_to_async_ends_cancelled_when_that_cal
     with override_settings(**HERE):
         job = contract_async_in_sync_code.enqueue("contract-in-sync")
         with worker_thread(listen=True, shutdown_timeout=1):
-            wait_for(lambda: run_counts("contract-in-sync") == {"contract-in-sync": 1}, 10, "the job to start")
+            wait_for(
+                lambda: run_counts("contract-in-sync") == {"contract-in-sync": 1},
+                10,
+                "the job to start",
+            )
             Job.objects.cancel([job.pk], reason="stop it")
             took = wait_for(lambda: ended(job), 10, "the job to end")
     row = Job.objects.get(pk=job.pk)
@@ -563,9 +579,13 @@ def test_a_job_that_killed_its_worker_is_not_taken_up_at_once_by_the_next(
     job = tracked.using(backoff=30).enqueue("contract-killer", sleep=30)
     quick = {"PGQUEUE_TEST_PGQUEUE": json.dumps({"REAP_INTERVAL": 0.1})}
     first = start_worker("--lease", "1", "--worker-id", "contract-first", env=quick)
-    wait_for(lambda: run_counts("contract-killer") == {"contract-killer": 1}, 20, "the job to start")
+    wait_for(
+        lambda: run_counts("contract-killer") == {"contract-killer": 1}, 20, "the job to start"
+    )
     first.kill()  # SIGKILL: the job "killed" its worker
-    second = start_worker("--lease", "1", "--worker-id", "contract-second", "--poll-interval", "0.1")
+    second = start_worker(
+        "--lease", "1", "--worker-id", "contract-second", "--poll-interval", "0.1"
+    )
     wait_for(lambda: Job.objects.get(pk=job.pk).status == "queued", 20, "the reaper to requeue it")
     row = Job.objects.get(pk=job.pk)
     assert row.attempts == 1

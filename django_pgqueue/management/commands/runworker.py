@@ -30,12 +30,8 @@ from django_pgqueue.management.arguments import (
     setting_default,
     worker_id,
 )
-from django_pgqueue.management.process import (
-    ExitGuard,
-    configure_logging,
-    in_reloading_child,
-    run_reloading,
-)
+from django_pgqueue.management.console import configure_logging
+from django_pgqueue.management.process import ExitGuard, in_reloading_child, run_reloading
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.runner import Worker
 

@@ -2,13 +2,18 @@
 
 :func:`configure_logging` gives the worker's lines, and Django's Tasks-framework
 signal lines, one timestamped format on stderr when the project has configured
-no handler (on our logger or the root).
+no handler (on our logger or the root). A failed run of a Tasks-framework task
+is logged twice with its exception: by Django's ``task_finished`` receiver (ERROR,
+with its traceback) and then by the worker (with ``exc_info``, for error
+trackers); the console prints the traceback once (:class:`TracebackOnce`).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
+import threading
 from typing import TextIO
 
 #: Our logger's level by ``-v``: 0 warnings and errors (failed runs among them), 1 the
@@ -54,4 +59,39 @@ def console_handler(stream: TextIO) -> logging.Handler:
     """The handler ``runworker`` logs to when the project configures none."""
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter(FORMAT))
+    handler.addFilter(TracebackOnce())
     return handler
+
+
+class TracebackOnce(logging.Filter):
+    """Our line for an exception whose traceback the console has just printed for
+    another logger (Django's task_finished line for the same failed run, on the
+    same thread, just before) is printed without it.
+
+    Only this handler's copy of the record loses it: other handlers (an error
+    tracker's) get the record with its ``exc_info``. Without Django's line (its
+    receiver disconnected, its logger silenced), ours prints the traceback. Each
+    thread remembers one exception, the last another logger printed, until our
+    next line: the same exception object raised again by a later run (a
+    module-level instance) has its traceback printed again.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._printed = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool | logging.LogRecord:
+        if record.name != OURS and not record.name.startswith(OURS + "."):
+            # Django's line: remember what it prints (no reference kept without one).
+            self._printed.exc = record.exc_info[1] if record.exc_info else None
+            return True
+        printed = getattr(self._printed, "exc", None)
+        if printed is None:
+            return True
+        self._printed.exc = None  # ours follows at once, or not at all
+        if not record.exc_info or record.exc_info[1] is not printed:
+            return True
+        shown = copy.copy(record)
+        shown.exc_info = None
+        shown.exc_text = None
+        return shown

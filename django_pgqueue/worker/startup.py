@@ -5,12 +5,15 @@ the worker inside an open transaction (a ``TestCase``), the job table's
 migrations not applied, the worker id held by another live worker. A database
 that cannot be reached yet is no reason not to start: the claim loop waits for
 it (but a ``--burst`` run, which is over once the queue is empty, stops after
-START_PATIENCE seconds). Tasks are discovered here too, so that the banner can list them.
+START_PATIENCE seconds). A server that turns the worker away for good (the
+database does not exist, the role or its password is wrong) stops it at once.
+Tasks are discovered here too, so that the banner can list them.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from django.core.exceptions import ImproperlyConfigured
@@ -28,6 +31,15 @@ logger = logging.getLogger("django_pgqueue")
 
 #: How long a --burst worker tries to reach the database at start before it stops.
 START_PATIENCE = 5.0
+#: A connection the server refused in words that waiting cannot change: the database
+#: does not exist (SQLSTATE 3D000), the role does not, its password is wrong, or
+#: pg_hba.conf turns it away (28000, 28P01). libpq gives a failed connection no
+#: SQLSTATE, so its words are read (English, the server's default; in another
+#: language the worker waits, as for a server that is down).
+REFUSED_FOR_GOOD = re.compile(
+    r'FATAL:  ((database|role) "[^"]*" does not exist|\w+ authentication failed|'
+    r"no pg_hba\.conf entry|pg_hba\.conf rejects)|fe_sendauth: no password supplied"
+)
 #: Pooled connections a worker's own threads may hold besides its job threads: the
 #: claim loop, completer, heartbeat, maintenance, scheduler and metrics server (the
 #: session connection, for LISTEN and the worker id's lock, is never pooled).
@@ -111,9 +123,10 @@ def expire_orphans(worker: str, database: str) -> None:
 
 
 def schema_problem_at_start(alias: str, *, wait_for_database: bool = True) -> str | None:
-    """One line if django_pgqueue's migrations are not all applied to ``alias`` (or,
-    unless ``wait_for_database``, if it cannot be reached within START_PATIENCE: a
-    server still starting up gets that long)."""
+    """One line if django_pgqueue's migrations are not all applied to ``alias``, if
+    the server refuses the connection for good (REFUSED_FOR_GOOD), or, unless
+    ``wait_for_database``, if it cannot be reached within START_PATIENCE: a server
+    still starting up gets that long."""
     give_up = time.monotonic() + START_PATIENCE
     said = False
     while True:
@@ -127,6 +140,8 @@ def schema_problem_at_start(alias: str, *, wait_for_database: bool = True) -> st
         except Exception as exc:
             if not is_transient(exc):
                 raise
+            if REFUSED_FOR_GOOD.search(str(exc)):  # no restart of the server cures it
+                return f"cannot reach the database: {first_line(exc)}"
             if wait_for_database:  # the claim loop waits for the database
                 logger.warning("cannot check the migrations yet: %s", first_line(exc))
                 return None

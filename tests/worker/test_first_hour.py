@@ -481,15 +481,29 @@ def rewrite(path: Path, text: str) -> None:
     os.replace(partial, path)
 
 
-def test_reload_restarts_the_worker_when_code_changes(start_worker: Start, tmp_path: Path) -> None:
+@pytest.fixture
+def start_reloading(start_worker: Start, tmp_path: Path) -> Callable[..., WorkerProcess]:
+    """Start ``runworker --reload`` (polling every 0.2 s, no LISTEN) on settings whose
+    ``TASK_MODULES`` is ``tasks``, a module the test writes in ``tmp_path``;
+    ``scheduled``: with an hourly schedule of its ``answer``."""
+
+    def start(tasks: str, *, scheduled: bool = False) -> WorkerProcess:
+        pgqueue = f'"TASK_MODULES": ["{tasks}"]'
+        if scheduled:
+            pgqueue += f', "PERIODIC": {{"hourly": {{"task": "{tasks}.answer", "every": 3600}}}}'
+        env = settings_module(tmp_path, "fh_reload", f"PGQUEUE = {{**PGQUEUE, {pgqueue}}}")
+        args = ("--reload", "--no-listen", "--poll-interval", "0.2", "--settings=fh_reload")
+        return start_worker(*args, env=env)
+
+    return start
+
+
+def test_reload_restarts_the_worker_when_code_changes(
+    start_reloading: Start, tmp_path: Path
+) -> None:
     module = tmp_path / "fh_reloaded_tasks.py"
     module.write_text(RELOADED.format(answer=1))
-    env = settings_module(
-        tmp_path, "fh_reload", 'PGQUEUE = {**PGQUEUE, "TASK_MODULES": ["fh_reloaded_tasks"]}'
-    )
-    worker = start_worker(
-        "--reload", "--no-listen", "--poll-interval", "0.2", "--settings=fh_reload", env=env
-    )
+    worker = start_reloading("fh_reloaded_tasks")
     worker.wait_for_output("watching for code changes with")
     worker.wait_for_output("  . fh_reloaded_tasks.answer")
     slow = insert_raw("fh_reloaded_tasks.slow")
@@ -523,19 +537,14 @@ def answer() -> int:
 
 
 def test_reload_keeps_watching_after_an_error_in_a_tasks_module(
-    start_worker: Start, tmp_path: Path
+    start_reloading: Start, tmp_path: Path
 ) -> None:
     """A NameError in a tasks module ended ``runworker --reload`` for good (status 1);
     runserver keeps watching, and so does the worker now: fixed, it starts."""
     module = tmp_path / "fh_broken_tasks.py"
     module.write_text(RELOADED.format(answer="undefined_name"))
     module.write_text(module.read_text() + "\nundefined_name + 1\n")  # fails on import
-    env = settings_module(
-        tmp_path, "fh_broken", 'PGQUEUE = {**PGQUEUE, "TASK_MODULES": ["fh_broken_tasks"]}'
-    )
-    worker = start_worker(
-        "--reload", "--no-listen", "--poll-interval", "0.2", "--settings=fh_broken", env=env
-    )
+    worker = start_reloading("fh_broken_tasks")
     worker.wait_for_output("the worker restarts when a file changes")
     assert "NameError: name 'undefined_name' is not defined" in worker.output
     assert worker.proc.poll() is None  # still watching
@@ -573,7 +582,7 @@ def answer() -> int:
 
 
 def test_reload_keeps_watching_after_an_error_in_a_scheduled_tasks_module(
-    start_worker: Start, tmp_path: Path
+    start_reloading: Start, tmp_path: Path
 ) -> None:
     """A schedule naming a Task of the module made the worker's build refuse it (E010,
     as a CommandError) before anything was watched: a typo saved in that module while
@@ -582,15 +591,7 @@ def test_reload_keeps_watching_after_an_error_in_a_scheduled_tasks_module(
     finds it: the Tasks framework's are module attributes, lost with the module.)"""
     module = tmp_path / "fh_sched_tasks.py"
     module.write_text(SCHEDULED.format(answer=4))
-    env = settings_module(
-        tmp_path,
-        "fh_sched",
-        'PGQUEUE = {**PGQUEUE, "TASK_MODULES": ["fh_sched_tasks"], '
-        '"PERIODIC": {"hourly": {"task": "fh_sched_tasks.answer", "every": 3600}}}',
-    )
-    worker = start_worker(
-        "--reload", "--no-listen", "--poll-interval", "0.2", "--settings=fh_sched", env=env
-    )
+    worker = start_reloading("fh_sched_tasks", scheduled=True)
     worker.wait_for_output("  . fh_sched_tasks.answer")
     deadline = time.monotonic() + 30
     while "the worker restarts when a file changes" not in worker.output:
@@ -615,7 +616,7 @@ def test_reload_keeps_watching_after_an_error_in_a_scheduled_tasks_module(
 
 
 def test_reload_started_on_a_typo_in_a_scheduled_tasks_module_waits_for_the_fix(
-    start_worker: Start, tmp_path: Path
+    start_reloading: Start, tmp_path: Path
 ) -> None:
     """The parent ran the system checks before starting the child, so E010 for the
     schedule's task ended ``runworker --reload`` at once, where runserver (and the
@@ -626,15 +627,7 @@ def test_reload_started_on_a_typo_in_a_scheduled_tasks_module_waits_for_the_fix(
     helper.write_text("ANSWER = undefined_name\n")
     module = tmp_path / "fh_typo_tasks.py"
     module.write_text("from fh_typo_helper import ANSWER  # noqa\n" + SCHEDULED.format(answer=6))
-    env = settings_module(
-        tmp_path,
-        "fh_typo",
-        'PGQUEUE = {**PGQUEUE, "TASK_MODULES": ["fh_typo_tasks"], '
-        '"PERIODIC": {"hourly": {"task": "fh_typo_tasks.answer", "every": 3600}}}',
-    )
-    worker = start_worker(
-        "--reload", "--no-listen", "--poll-interval", "0.2", "--settings=fh_typo", env=env
-    )
+    worker = start_reloading("fh_typo_tasks", scheduled=True)
     worker.wait_for_output("the worker restarts when a file changes")
     assert "django_pgqueue.E010" in worker.output
     assert "NameError: name 'undefined_name' is not defined" in worker.output

@@ -34,6 +34,9 @@ logger = logging.getLogger("django_pgqueue")
 
 #: The exit status that makes the reloading parent start the worker again.
 RESTART = 3
+#: The environment variable naming the pipe on which the reloading child says that
+#: its signal handlers are in.
+READY_FD = "DJANGO_PGQUEUE_RELOAD_READY_FD"
 
 
 class ExitGuard:
@@ -120,7 +123,8 @@ def run_reloading(
     On a change the worker gives its running jobs back at once, as on a second
     signal, and the child exits for the parent to start a fresh one. Signals:
     Ctrl-C reaches both processes (the parent leaves it to the child), SIGTERM to
-    the parent is passed on to the child; the child stops as a worker does.
+    the parent is passed on to the child, held until the child's handlers are in
+    (it says so on a pipe); the child stops as a worker does.
     """
     if in_reloading_child():
         return _reloading_child(build, checks, serve)
@@ -129,19 +133,55 @@ def run_reloading(
 
 def _reloading_parent() -> int:
     env = {**os.environ, autoreload.DJANGO_AUTORELOAD_ENV: "true"}
-    child: subprocess.Popen[bytes] | None = None
+    lock = threading.RLock()  # a second signal may come inside forward()
+    held: list[int] = []  # signals for a child whose handlers are not in yet
+    ready: list[subprocess.Popen[bytes]] = []  # the child, once they are
 
     def forward(signum: int, frame: FrameType | None) -> None:
-        if child is not None and child.poll() is None:
-            child.send_signal(signum)
+        with lock:
+            if ready and ready[0].poll() is None:
+                ready[0].send_signal(signum)
+            else:  # SIGTERM's default action would kill it: passed on once it can stop
+                held.append(signum)
+
+    def when_ready(child: subprocess.Popen[bytes], pipe: int) -> None:
+        said = b""  # the child ended first
+        with contextlib.suppress(OSError):
+            said = os.read(pipe, 1)
+        os.close(pipe)
+        if said:
+            with lock:
+                ready[:] = [child]
+                for signum in held:
+                    child.send_signal(signum)
+                held.clear()
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends it to the child too
     while True:
-        child = subprocess.Popen(autoreload.get_child_arguments(), env=env, close_fds=False)
+        pipe, childs_end = os.pipe()
+        os.set_inheritable(childs_end, True)
+        env[READY_FD] = str(childs_end)
+        with lock:
+            ready.clear()
+        try:
+            child = subprocess.Popen(autoreload.get_child_arguments(), env=env, close_fds=False)
+        finally:
+            os.close(childs_end)
+        threading.Thread(target=when_ready, args=(child, pipe), daemon=True).start()
         status = child.wait()
         if status != RESTART:
             return 128 - status if status < 0 else status  # killed by a signal: 128 + its number
+
+
+def _handlers_installed() -> None:
+    """In the reloading child: tell the parent that SIGTERM now stops this process
+    cleanly, so that it passes signals on (it holds them until then)."""
+    fd = os.environ.pop(READY_FD, None)
+    if fd is not None:
+        with contextlib.suppress(OSError, ValueError):
+            os.write(int(fd), b"!")
+            os.close(int(fd))
 
 
 def _reloading_child(
@@ -166,6 +206,7 @@ def _reloading_child(
         serve(worker)  # closed as the child exits
     guard = ExitGuard(worker)
     guard.install()  # on the main thread, which watches the files below
+    _handlers_installed()
     reloader = autoreload.get_reloader()
     changed: list[str] = []
 
@@ -249,6 +290,7 @@ def _wait_for_a_fix(exc: Exception) -> int:
     autoreload.file_changed.connect(code_changed, weak=False)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    _handlers_installed()
     threading.Thread(target=stop_when_orphaned, args=(os.getppid(),), daemon=True).start()
     reloader.run(threading.current_thread())
     if not changed:

@@ -639,3 +639,28 @@ def test_reload_started_on_a_typo_in_a_scheduled_tasks_module_waits_for_the_fix(
         time.sleep(0.5)
     worker.signal(signal.SIGTERM)
     assert worker.wait(20) == 0
+
+
+def the_child_of(pid: int) -> int:
+    """The pid of the process ``pid`` started (the reloading child), once it has."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    wait_for(lambda: bool(children.read_text().split()), 20, "the reloading child to start")
+    return int(children.read_text().split()[0])
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc for the child")
+def test_reload_stops_cleanly_on_a_sigterm_however_early(
+    start_reloading: Start, tmp_path: Path
+) -> None:
+    """The parent passed SIGTERM on to a child that had not yet installed its handlers
+    (its first second: Python, Django's setup, the checks, the worker's build), which
+    it killed: status 143 and no shutdown, where a started child stops cleanly (0)."""
+    (tmp_path / "fh_early_tasks.py").write_text(SCHEDULED.format(answer=7))
+    for delay in (0.0, 0.0, 0.2, 0.5, 1.0):  # from the child's very start to its banner
+        worker = start_reloading("fh_early_tasks")
+        the_child_of(worker.proc.pid)
+        time.sleep(delay)
+        worker.signal(signal.SIGTERM)
+        status = worker.wait(30)
+        assert status == 0, f"SIGTERM {delay}s after the child started: {status}\n{worker.output}"
+        assert "Traceback" not in worker.output

@@ -102,8 +102,8 @@ def test_a_database_out_of_reach_or_without_the_tables_is_a_one_line_error(db_ur
         assert result.stderr.startswith("CommandError: cannot reach the database: "), result
         assert "Traceback" not in result.stderr
     # A burst worker is over once the queue is empty: with no database to empty it
-    # stops at once, with one line (it retried for ever). A long-running worker
-    # waits for the database instead (test_faults).
+    # stops, with one line (it retried for ever). A long-running worker waits for
+    # a server that is down instead (test_faults).
     missing = db_url.rsplit("/", 1)[0] + f"/pgqueue_missing_{os.getpid()}"
     for url in (unreachable, missing):
         result = django_command(url, "runworker", "--burst")
@@ -114,21 +114,8 @@ def test_a_database_out_of_reach_or_without_the_tables_is_a_one_line_error(db_ur
         assert line.startswith("cannot reach the database: connection failed: "), line
         assert line.endswith("does not exist" if url == missing else "Connection refused"), line
         assert "Traceback" not in result.stderr
-    # A server still starting up gets a few seconds: here the database appears while
-    # the worker tries, and it goes on to its next check (the tables are missing).
-    late = f"pgqueue_late_{os.getpid()}"
-    worker = WorkerProcess(db_url.rsplit("/", 1)[0] + f"/{late}", "--burst")
-    try:
-        worker.wait_for_output("cannot reach the database yet, trying for 5s: ")
-        with psycopg.connect(db_url, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {late}")
-        assert worker.wait(30) == 1
-        assert "django_pgqueue's migrations are not all applied" in worker.output, worker.output
-        assert "cannot reach the database: " not in worker.output
-    finally:
-        worker.kill()
-        with psycopg.connect(db_url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {late} WITH (FORCE)")
+    # A database that does not exist ends it at once; a server down at start is
+    # tried for a few seconds (tests/worker/test_startup_database.py).
     empty = f"pgqueue_empty_{os.getpid()}"
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {empty}")

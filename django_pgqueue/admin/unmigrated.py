@@ -4,7 +4,8 @@ to run ``manage.py migrate``, instead of a server error.
 
 One guard wraps every URL of a :class:`~django_pgqueue.admin.times.ReadsTimes`
 admin (its lists, pages, actions and buttons) and renders the page inside it,
-so a query a template runs is caught too.
+so a query a template runs is caught too. It answers so only while a migration of
+the app is not applied: with all of them applied, ``migrate`` would not help.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.db import DatabaseError, connections, transaction
+from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern
@@ -47,6 +49,20 @@ def page(model_admin: admin.ModelAdmin[Any], request: HttpRequest, problem: str)
     return response.render()
 
 
+def unapplied(alias: str) -> bool:
+    """Whether some migration of django_pgqueue is not applied to ``alias``. When
+    all are, a missing table, column or function is no missing migrate (a query's
+    bug, another app's table): ``migrate`` would not help, so the error is raised
+    (False too when the check itself fails)."""
+    try:
+        executor = MigrationExecutor(connections[alias])
+        graph = executor.loader.graph
+        targets = [node for node in graph.leaf_nodes() if node[0] == "django_pgqueue"]
+        return bool(executor.migration_plan(targets))
+    except DatabaseError:
+        return False
+
+
 def guard(model_admin: admin.ModelAdmin[Any], view: Callable[..., Any]) -> Callable[..., Any]:
     """``view``, rendered, or :func:`page` when the queue's schema is not there."""
 
@@ -63,7 +79,7 @@ def guard(model_admin: admin.ModelAdmin[Any], view: Callable[..., Any]) -> Calla
                     response.render()  # the rows a list shows are read as it renders
         except DatabaseError as exc:
             problem = schema_problem(exc, alias)
-            if problem is None:
+            if problem is None or not unapplied(alias):
                 raise
             return page(model_admin, request, problem)
         return response

@@ -21,13 +21,13 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from django.contrib.admin.views.main import IGNORED_PARAMS, ChangeList
 from django.core.paginator import Paginator
 from django.db.models import QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 
 from django_pgqueue.admin.display import ColumnFilter
+from django_pgqueue.admin.times import NulSafeChangeList
 from django_pgqueue.models import Job
 from django_pgqueue.records import QueueStats
 
@@ -74,17 +74,12 @@ class CappedPaginator(_Paginator):
         return min(self.exact_or_capped, self.cap)
 
 
-class JobChangeList(ChangeList):
-    """The changelist without the heavy JSON columns."""
+class JobChangeList(NulSafeChangeList):
+    """The changelist without the heavy JSON columns (a filter's value with NUL,
+    Django's own status filter's too, matches no job)."""
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
-        queryset = super().get_queryset(request, exclude_parameters).defer(*HEAVY_COLUMNS)
-        # No text column holds NUL, and PostgreSQL refuses one in a value (a 500): a
-        # filter's value with NUL (Django's own status filter's too) matches no job.
-        filtering = (
-            v for k, vs in self.filter_params.items() if k not in IGNORED_PARAMS for v in vs
-        )
-        return queryset.none() if any("\x00" in value for value in filtering) else queryset
+        return super().get_queryset(request, exclude_parameters).defer(*HEAVY_COLUMNS)
 
 
 def request_stats(request: HttpRequest) -> list[QueueStats]:

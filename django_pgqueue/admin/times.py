@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
-from django.db.models import Model
+from django.contrib.admin.views.main import IGNORED_PARAMS, ChangeList
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern
@@ -27,7 +28,20 @@ else:
         """ModelAdmin, which is generic only in django-stubs, generic at run time too."""
 
 
-__all__ = ["ReadsTimes", "readable", "rendered"]
+__all__ = ["NulSafeChangeList", "ReadsTimes", "readable", "rendered"]
+
+
+class NulSafeChangeList(ChangeList):
+    """A list whose filter values holding NUL match no row: no text column holds
+    one, and PostgreSQL refuses one in a value (a 500). Django lets the URL filter
+    on any of the model's own fields (``?name__exact=``), so every list checks."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        queryset = super().get_queryset(request, exclude_parameters)
+        filtering = (
+            v for k, vs in self.filter_params.items() if k not in IGNORED_PARAMS for v in vs
+        )
+        return queryset.none() if any("\x00" in value for value in filtering) else queryset
 
 
 def rendered(view: Callable[[], HttpResponse]) -> HttpResponse:
@@ -57,6 +71,9 @@ class ReadsTimes[M: Model](_ModelAdmin[M]):
     def extra_urls(self) -> list[URLPattern]:
         """The admin's own URLs, before Django's (whose last one takes any path)."""
         return []
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return NulSafeChangeList
 
     def get_object(
         self, request: HttpRequest, object_id: str, from_field: str | None = None

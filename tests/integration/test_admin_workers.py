@@ -194,3 +194,20 @@ def test_a_worker_or_schedule_id_holding_nul_is_one_that_does_not_exist(
             assert "with ID \u201cw\x00\u201d doesn\u2019t exist." in message, url
         # Nothing is deleted here: refused, as for any id.
         assert admin_client.get(f"/admin/django_pgqueue/{model}/w%00/delete/").status_code == 403
+
+
+def test_a_nul_in_a_worker_or_schedule_lists_filter_matches_no_row(admin_client: Client) -> None:
+    # Django lets a list filter on any of the model's own fields by the URL
+    # (?id__exact=...); PostgreSQL refuses NUL in text: each list was a 500.
+    register("w-alive", alive=True)
+    for url in (
+        "/admin/django_pgqueue/registeredworker/?id__exact=w%00",
+        "/admin/django_pgqueue/registeredworker/?hostname=%00",
+        "/admin/django_pgqueue/schedule/?name=%00",
+        "/admin/django_pgqueue/schedule/?name__exact=a%00b",
+    ):
+        response = admin_client.get(url)
+        assert response.status_code == 200, url
+        assert list(response.context["cl"].result_list) == [], url
+    listed = admin_client.get("/admin/django_pgqueue/registeredworker/?id__exact=w-alive")
+    assert [w.pk for w in listed.context["cl"].result_list] == ["w-alive"]

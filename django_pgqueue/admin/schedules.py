@@ -123,8 +123,9 @@ class ScheduleAdmin(times.ReadsTimes[Schedule]):
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
         # The list shows rows, which workers write when they start: say which of the
-        # settings' schedules no worker has written yet, and how to switch one off.
-        if request.method == "GET":
+        # settings' schedules no worker has written yet, and how to switch one off
+        # (to a user who may see the list: a refused one would read it on the next page).
+        if request.method == "GET" and self.has_view_or_change_permission(request):
             written = set(Schedule.objects.using(conf.database()).values_list("name", flat=True))
             unwritten = sorted(s.name for s in conf.get().schedules if s.name not in written)
             if unwritten:

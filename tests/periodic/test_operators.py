@@ -433,3 +433,16 @@ def test_the_listing_of_a_schedule_held_until_year_9999_shows_no_next_tick() -> 
         None,
         dt.datetime(9999, 6, 1, tzinfo=dt.UTC),
     )
+
+
+def test_the_notice_of_unwritten_schedules_is_only_for_users_who_may_see_them(
+    db: None,
+) -> None:
+    # A staff user without view_schedule is refused the list: the notice (naming the
+    # settings' schedules) must not be queued for the next page they open either.
+    user = User.objects.create_user("staff", password="pw", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    with override_settings(PGQUEUE={"PERIODIC": {"fresh": REPORT}}):
+        assert client.get(SCHEDULES).status_code == 403
+        assert "not listed yet" not in client.get("/admin/").content.decode()

@@ -96,10 +96,12 @@ def register(path: str, target: Any, invoke: Invoke, refuse: Refuse | None = Non
 
 def _registered(path: str) -> Runnable | None:
     """``path``'s runnable, unless the module that declared it failed to import: a
-    task declared above the error is forgotten, as if the module had not run."""
+    task declared above the error is left out, as if the module had not run. Only
+    read, never removed here: another thread may have just registered the path
+    anew by importing the module again, and a worker's threads look tasks up side
+    by side (an import that runs the module again registers it over the stale one)."""
     found = _registry.get(path)
     if found is not None and found.module is not None and found.module not in sys.modules:
-        _registry.pop(path, None)
         return None
     return found
 

@@ -167,3 +167,72 @@ def test_a_loop_of_pass_through_wrappers_is_not_followed_for_ever() -> None:
     first.__wrapped__ = second  # type: ignore[attr-defined]
     second.__wrapped__ = first  # type: ignore[attr-defined]
     signatures.check_arguments(first, [1], {"a": 2})  # nothing to check it by: taken
+
+
+def test_a_lookup_does_not_forget_a_task_another_thread_registers_meanwhile(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's threads resolve tasks side by side. One that finds a stale entry
+    (its module was dropped, as Python drops a module whose import failed) must
+    not throw away the entry another thread registered meanwhile by importing the
+    module again: the task would then be refused in this process for good (the
+    module is imported, so nothing registers it again)."""
+    import importlib
+    import inspect
+    import threading
+
+    from django.test import override_settings
+
+    name = "r1_racy_tasks"
+    (tmp_path / f"{name}.py").write_text(
+        "import django_pgqueue\n\n\n@django_pgqueue.task\ndef job() -> str:\n    return 'ran'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = f"{name}.job"
+    lines, first = inspect.getsourcelines(registry._registered)
+    # Where a lookup would change the registry: paused there, the other thread runs.
+    mutating = {
+        first + i
+        for i, line in enumerate(lines)
+        if "_registry" in line and "_registry.get(" not in line
+    }
+    paused, go = threading.Event(), threading.Event()
+    seen: list[Any] = []
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code is not registry._registered.__code__:
+            return None
+
+        def line(frame: Any, event: str, arg: Any) -> Any:
+            if event == "line" and frame.f_lineno in mutating and not paused.is_set():
+                paused.set()
+                go.wait(5)
+            return line
+
+        return line
+
+    def resolve_in_a_thread() -> None:
+        sys.settrace(tracer)
+        try:
+            seen.append(registry.resolve(path))
+        except UnknownTask as exc:
+            seen.append(exc)
+        finally:
+            sys.settrace(None)
+
+    try:
+        with override_settings(PGQUEUE={"TASK_MODULES": [name]}):
+            importlib.import_module(name)
+            del sys.modules[name]  # dropped: the registered entry is stale
+            other = threading.Thread(target=resolve_in_a_thread)
+            other.start()
+            paused.wait(1)  # the other thread is between its check and its change
+            fresh = registry.resolve(path)  # imports the module again: registered anew
+            go.set()
+            other.join(5)
+            assert registry.resolve(path).target is fresh.target
+            assert path in registry.runnables()
+    finally:
+        go.set()
+        sys.modules.pop(name, None)
+        registry._registry.pop(path, None)

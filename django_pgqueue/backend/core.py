@@ -184,10 +184,11 @@ class PgQueueBackend(BaseTaskBackend):
 def _whole_priority(priority: object) -> bool:
     """Django's own priority check, without its TypeError (a str) or ValueError (NaN):
     a number from -100 to 100 that int() leaves unchanged. So True (an int), 5.0,
-    Decimal("5") and Fraction(5) pass, as in Django; the job stores int(priority)."""
+    Decimal("5") and Fraction(5) pass, as in Django; the job stores int(priority).
+    ArithmeticError: Decimal("NaN") raises InvalidOperation when compared."""
     try:
         return -100 <= priority <= 100 and int(priority) == priority  # type: ignore[operator, call-overload]
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, ArithmeticError):
         return False
 
 

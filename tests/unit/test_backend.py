@@ -140,6 +140,11 @@ def test_options_turns_a_task_of_any_backend_into_ours() -> None:
             {"priority": float("nan")},
             "priority must be a whole number between -100 and 100, not nan",
         ),
+        (  # a Decimal NaN raises InvalidOperation (an ArithmeticError) when compared
+            {"priority": Decimal("NaN")},
+            r"priority must be a whole number between -100 and 100, not Decimal\('NaN'\)",
+        ),
+        ({"priority": Decimal("sNaN")}, "priority must be a whole number"),
         (
             {"run_after": 60},
             r"run_after 60 must be an aware datetime or a timedelta: for 60 seconds from now, "

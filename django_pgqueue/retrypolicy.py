@@ -19,6 +19,7 @@ import logging
 import math
 import sys
 from functools import lru_cache
+from types import ModuleType
 from typing import Any
 
 from django_pgqueue import conf, validation, wording
@@ -177,17 +178,19 @@ def classes_named(paths: Paths) -> Classes:
 
 
 def _class_named(path: str) -> type[BaseException]:
+    # Read from the module's and classes' own dicts, not with getattr: a module's
+    # __getattr__ (a lazy import) or a lazy object on the way would run code a row
+    # names, on every run, and its error would fail the run before the task starts.
     parts = path.split(".")
     for cut in range(len(parts) - 1, 0, -1):  # a nested class: module "a", "B.C"
         found: Any = sys.modules.get(".".join(parts[:cut]))
         for name in parts[cut:] if found is not None else ():
-            found = getattr(found, name, None)
-        if (
-            isinstance(found, type)
-            and issubclass(found, BaseException)
-            and class_path(found) == path
-        ):
-            return found
+            # type(), not isinstance(): that asks a lazy object its __class__.
+            found = vars(found).get(name) if issubclass(type(found), type | ModuleType) else None
+        if issubclass(type(found), type) and issubclass(found, BaseException):
+            exception: type[BaseException] = found
+            if class_path(exception) == path:
+                return exception
     module, _, name = path.rpartition(".")
     return type(name, (Exception,), {"__module__": module, "__qualname__": name})
 

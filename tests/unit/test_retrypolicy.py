@@ -127,3 +127,35 @@ def test_a_rows_paths_name_the_classes_imported_here_or_stand_ins_for_them() -> 
     assert stored_policy({"retry_on": None, "discard_on": ["builtins.KeyError"]}) == (
         RetryPolicy.build(discard_on=KeyError)
     )
+
+
+def test_a_rows_class_paths_are_looked_up_without_running_any_code(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A row's paths are read on every run (the running job's TaskResult): walking
+    them with getattr ran a module's ``__getattr__`` (PEP 562: a lazy import, or an
+    error, which then failed the run before the task started) and set up any lazy
+    object on the way. Only what modules and classes already hold is read."""
+    import sys
+    import types
+
+    from django.utils.functional import SimpleLazyObject
+
+    asked: list[str] = []
+
+    def lazy_getattr(name: str) -> object:
+        asked.append(name)
+        raise RuntimeError(f"importing the submodule for {name!r} failed")
+
+    lazy = types.ModuleType("r1_lazy_errors")
+    lazy.__getattr__ = lazy_getattr  # type: ignore[method-assign]
+
+    def set_up() -> type[Outer]:
+        asked.append("client set up")
+        return Outer
+
+    lazy.client = SimpleLazyObject(set_up)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "r1_lazy_errors", lazy)
+    paths = ("r1_lazy_errors.Boom", "r1_lazy_errors.client.Nested", "r1_lazy_errors.client")
+    assert [f"{c.__module__}.{c.__qualname__}" for c in classes_named(paths)] == list(paths)
+    assert asked == []

@@ -13,6 +13,7 @@ anything a row names. The default retries every exception. The delays are
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 import json
 import logging
@@ -20,7 +21,7 @@ import math
 import sys
 from functools import lru_cache
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from django_pgqueue import conf, validation, wording
 from django_pgqueue.backoff import retry_delay
@@ -192,7 +193,23 @@ def _class_named(path: str) -> type[BaseException]:
             if class_path(exception) == path:
                 return exception
     module, _, name = path.rpartition(".")
-    return type(name, (Exception,), {"__module__": module, "__qualname__": name})
+    return cast(
+        "type[BaseException]",
+        _StandIn(name, (Exception,), {"__module__": module, "__qualname__": name}),
+    )
+
+
+class _StandIn(type):
+    """The class of a stand-in for a class no module here holds."""
+
+
+def _pickled_stand_in(cls: _StandIn) -> tuple[Any, tuple[str]]:
+    # By its path (pickle would import its module, which is not here): unpickled as
+    # the class where that is imported, or as a stand-in again.
+    return _class_named, (class_path(cls),)
+
+
+copyreg.pickle(_StandIn, _pickled_stand_in)
 
 
 def _paths(classes: Classes) -> Paths:

@@ -4,6 +4,7 @@ cancelled state as a FAILED result, and the retry policy set with options()."""
 
 from __future__ import annotations
 
+import pickle
 import sys
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from django_pgqueue.backend import options
 from django_pgqueue.backend.compat import (
     TASKS_LOGGER,
     InvalidTask,
+    Task,
     TaskResult,
     TaskResultStatus,
     task_backends,
@@ -243,6 +245,8 @@ def test_a_result_reads_back_the_retry_policy_its_job_keeps() -> None:
     assert gone.retry_policy.retry_on == ("nowhere.errors.Gone",)
     assert gone.discard_on == ()
     assert "nowhere" not in sys.modules
+    if "__reduce__" in Task.__dict__:  # Django 6.1's Tasks pickle: the stand-in by its path
+        assert pgq(pickle.loads(pickle.dumps(gone))).retry_policy == gone.retry_policy
 
 
 def test_the_direct_api_takes_the_policy_at_the_decorator_or_per_enqueue() -> None:

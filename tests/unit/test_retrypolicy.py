@@ -159,3 +159,21 @@ def test_a_rows_class_paths_are_looked_up_without_running_any_code(
     paths = ("r1_lazy_errors.Boom", "r1_lazy_errors.client.Nested", "r1_lazy_errors.client")
     assert [f"{c.__module__}.{c.__qualname__}" for c in classes_named(paths)] == list(paths)
     assert asked == []
+
+
+def test_a_stand_in_pickles_by_its_path() -> None:
+    """A result's task carries the row's classes, a stand-in for one no module here
+    holds: pickling that task (Django 6.1's Tasks pickle) raised PicklingError, as
+    the stand-in's module cannot be imported. It pickles by its path, and unpickles
+    as the class where that is imported, or as a stand-in again."""
+    import pickle
+
+    (gone,) = classes_named(("nowhere.errors.Gone",))
+    again = pickle.loads(pickle.dumps(gone))
+    assert RetryPolicy.build(retry_on=again).retry_on == ("nowhere.errors.Gone",)
+    both = pickle.loads(pickle.dumps((gone, Outer.Nested)))
+    assert both[1] is Outer.Nested
+    assert RetryPolicy.build(retry_on=both).retry_on == (
+        "nowhere.errors.Gone",
+        f"{__name__}.Outer.Nested",
+    )

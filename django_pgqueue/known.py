@@ -67,7 +67,11 @@ def _not_a_task(path: str) -> str | None:
     A task it held would have been registered, or found by :func:`registry.loaded`."""
     module_name, _, name = path.rpartition(".")
     module = sys.modules.get(module_name)
-    if module is None or module_name == "__main__" or module_name.startswith("django.core."):
+    if (
+        module is None
+        or module_name == "__main__"
+        or module_name.startswith("django.core.management.")
+    ):
         return None  # (a script or the shell: check_importable says where to put it)
     held = getattr(module, name, None)
     if hasattr(held, "enqueue"):  # a task, bound to another name: the module is the fix

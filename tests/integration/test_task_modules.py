@@ -72,6 +72,15 @@ def test_listed_in_task_modules_both_are_accepted_and_run() -> None:
             "@django_pgqueue.task (or django.tasks' @task with PgQueueBackend), in a module "
             "of an installed app or of PGQUEUE['TASK_MODULES']",
         ),
+        # Django's own mail function (a Celery habit): adding 'django.core.mail' to
+        # TASK_MODULES would not help either. Only the shell's module is told apart.
+        (
+            "django.core.mail.send_mail",
+            "'django.core.mail.send_mail' is not a registered task: 'django.core.mail' holds "
+            "a function by that name, which is not a task. A worker runs only a function "
+            "declared with @django_pgqueue.task (or django.tasks' @task with PgQueueBackend), "
+            "in a module of an installed app or of PGQUEUE['TASK_MODULES']",
+        ),
         (
             "json.dumpz",
             "'json.dumpz' is not a registered task: 'json' holds nothing by that name. A "

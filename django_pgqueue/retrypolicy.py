@@ -192,6 +192,13 @@ def _class_named(path: str) -> type[BaseException]:
             exception: type[BaseException] = found
             if class_path(exception) == path:
                 return exception
+    return _stand_in(path)
+
+
+@lru_cache(maxsize=256)
+def _stand_in(path: str) -> type[BaseException]:
+    """One stand-in per path: made anew for every result not cached (a job with its
+    own unique_key or run_after), a class cost some 50 us a run."""
     module, _, name = path.rpartition(".")
     return cast(
         "type[BaseException]",

@@ -177,3 +177,23 @@ def test_a_stand_in_pickles_by_its_path() -> None:
         "nowhere.errors.Gone",
         f"{__name__}.Outer.Nested",
     )
+
+
+def test_a_stand_in_is_made_once_per_path() -> None:
+    """A running job's result carries its row's classes, looked up whenever the
+    result's task is not cached (a job with its own unique_key or run_after: each
+    one). A new stand-in class per job made that some 50 us a run; the same path
+    now gets the same stand-in, and a class imported since is found first."""
+    import sys
+    import types
+
+    (first,) = classes_named(("r1_later.errors.Gone",))
+    assert classes_named(("r1_later.errors.Gone",)) == (first,)
+    module = types.ModuleType("r1_later.errors")
+    real = type("Gone", (Exception,), {"__module__": "r1_later.errors", "__qualname__": "Gone"})
+    module.Gone = real  # type: ignore[attr-defined]
+    sys.modules["r1_later.errors"] = module
+    try:
+        assert classes_named(("r1_later.errors.Gone",)) == (real,)
+    finally:
+        del sys.modules["r1_later.errors"]

@@ -174,8 +174,19 @@ def classes_named(paths: Paths) -> Classes:
     """The exception classes ``paths`` name, as modules this process imported hold
     them: nothing is imported because a row names it. A path no such module holds
     gets a stand-in class under that very path, so that its policy reads back as
-    the row keeps it (:meth:`RetryPolicy.build` gives the same paths again)."""
-    return tuple(_class_named(path) for path in paths)
+    the row keeps it (:meth:`RetryPolicy.build` gives the same paths again).
+    Classes all found are kept (a running job's result asks on every run whose task
+    is not cached); a stand-in is looked for again, as its module may be imported
+    since."""
+    found = _found.get(paths)
+    if found is None:
+        found = tuple(_class_named(path) for path in paths)
+        if len(_found) < 256 and not any(type(cls) is _StandIn for cls in found):
+            _found[paths] = found
+    return found
+
+
+_found: dict[Paths, Classes] = {}
 
 
 def _class_named(path: str) -> type[BaseException]:

@@ -116,15 +116,14 @@ def run_reloading(
 
     In the child: ``checks``, then ``build``; an error there (a NameError in a tasks
     module) is shown, and the child waits for a change. ``serve`` (the metrics
-    exporter) then runs outside that: a port in use ends the process, as without
-    ``--reload``.
+    exporter) runs outside that: a port in use ends the process, as without --reload.
 
     Django's autoreloader (the one ``runserver`` uses) watches the child's modules.
     On a change the worker gives its running jobs back at once, as on a second
     signal, and the child exits for the parent to start a fresh one. Signals:
     Ctrl-C reaches both processes (the parent leaves it to the child), SIGTERM to
     the parent is passed on to the child, held until the child's handlers are in
-    (it says so on a pipe); the child stops as a worker does.
+    (it says so on a pipe) but a second at once; the child stops as a worker does.
     """
     if in_reloading_child():
         return _reloading_child(build, checks, serve)
@@ -135,12 +134,15 @@ def _reloading_parent() -> int:
     env = {**os.environ, autoreload.DJANGO_AUTORELOAD_ENV: "true"}
     lock = threading.RLock()  # a second signal may come inside forward()
     held: list[int] = []  # signals for a child whose handlers are not in yet
-    ready: list[subprocess.Popen[bytes]] = []  # the child, once they are
+    current: list[subprocess.Popen[bytes]] = []  # the child, from its start
+    ready: list[subprocess.Popen[bytes]] = []  # the child, once its handlers are in
 
     def forward(signum: int, frame: FrameType | None) -> None:
         with lock:
             if ready and ready[0].poll() is None:
                 ready[0].send_signal(signum)
+            elif held and current and current[0].poll() is None:
+                current[0].send_signal(signum)  # a second: now (its handlers not in, it ends)
             else:  # SIGTERM's default action would kill it: passed on once it can stop
                 held.append(signum)
 
@@ -149,8 +151,8 @@ def _reloading_parent() -> int:
         with contextlib.suppress(OSError):
             said = os.read(pipe, 1)
         os.close(pipe)
-        if said:
-            with lock:
+        with lock:
+            if said and current[0] is child:
                 ready[:] = [child]
                 for signum in held:
                     child.send_signal(signum)
@@ -159,15 +161,17 @@ def _reloading_parent() -> int:
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends it to the child too
     while True:
-        pipe, childs_end = os.pipe()
-        os.set_inheritable(childs_end, True)
-        env[READY_FD] = str(childs_end)
         with lock:
-            ready.clear()
-        try:
-            child = subprocess.Popen(autoreload.get_child_arguments(), env=env, close_fds=False)
-        finally:
-            os.close(childs_end)
+            if held:  # signalled between two children: no other is started
+                return 128 + held[-1] if len(held) > 1 else 0
+            pipe, childs_end = os.pipe()
+            os.set_inheritable(childs_end, True)
+            env[READY_FD] = str(childs_end)
+            try:  # the last child's ready[0] has ended: signals are held for this one
+                child = subprocess.Popen(autoreload.get_child_arguments(), env=env, close_fds=False)
+            finally:
+                os.close(childs_end)
+            current[:] = [child]
         threading.Thread(target=when_ready, args=(child, pipe), daemon=True).start()
         status = child.wait()
         if status != RESTART:
@@ -175,13 +179,11 @@ def _reloading_parent() -> int:
 
 
 def _handlers_installed() -> None:
-    """In the reloading child: tell the parent that SIGTERM now stops this process
-    cleanly, so that it passes signals on (it holds them until then)."""
-    fd = os.environ.pop(READY_FD, None)
-    if fd is not None:
-        with contextlib.suppress(OSError, ValueError):
-            os.write(int(fd), b"!")
-            os.close(int(fd))
+    """In the reloading child: tell the parent that SIGTERM now stops us cleanly."""
+    with contextlib.suppress(OSError, ValueError):  # ValueError: none, not --reload's child
+        fd = int(os.environ.pop(READY_FD, ""))
+        os.write(fd, b"!")
+        os.close(fd)
 
 
 def _reloading_child(

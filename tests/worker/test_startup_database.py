@@ -4,8 +4,10 @@ for (a --burst worker for a few seconds)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import struct
 import threading
 import time
 
@@ -105,3 +107,106 @@ def test_a_server_down_at_start_is_still_waited_for(db_url: str) -> None:
             server.close()
     assert "burst: nothing ready and nothing running, exiting" in worker.output, worker.output
     assert "cannot reach the database: " not in worker.output
+
+
+def refusing(severity: str, code: str, words: str) -> socket.socket:
+    """A server on a free port that answers every connection's startup packet as
+    PostgreSQL refuses one: an ErrorResponse (``severity``, SQLSTATE ``code``,
+    ``words``), then the connection closed."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def read(client: socket.socket, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = client.recv(size - len(data))
+            if not chunk:
+                raise OSError("closed")
+            data += chunk
+        return data
+
+    def answer(client: socket.socket) -> None:
+        with client, contextlib.suppress(OSError):
+            while True:
+                length, request = struct.unpack("!ii", read(client, 8))
+                read(client, length - 8)
+                if request not in (80877103, 80877104):  # SSLRequest, GSSENCRequest
+                    break
+                client.sendall(b"N")  # not here: the startup packet follows
+            fields = [(b"S", severity), (b"V", severity), (b"C", code), (b"M", words)]
+            body = b"".join(key + value.encode() + b"\0" for key, value in fields) + b"\0"
+            client.sendall(b"E" + struct.pack("!i", len(body) + 4) + body)
+
+    def accept() -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(client,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server
+
+
+def through(server: socket.socket, db_url: str) -> str:
+    host_port = server_of(db_url).rpartition("@")[2]
+    return db_url.replace(host_port, f"127.0.0.1:{server.getsockname()[1]}", 1)
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        ("28000", 'role "pgqueue_worker" is not permitted to log in'),
+        ("42501", 'permission denied for database "pgqueue"'),
+    ],
+    ids=["nologin", "no-connect-privilege"],
+)
+def test_a_role_refused_for_good_ends_the_worker_at_once(
+    db_url: str, code: str, words: str
+) -> None:
+    """A role without LOGIN, or without CONNECT on the database, was waited for as
+    a server still starting up: for ever without --burst."""
+    server = refusing("FATAL", code, words)
+    worker = WorkerProcess(through(server, db_url), "--no-listen")
+    try:
+        assert worker.wait(8) == 1, worker.output
+    finally:
+        worker.kill()
+        server.close()
+    assert "cannot reach the database: connection failed: " in worker.output, worker.output
+    assert f"FATAL:  {words}\n" in worker.output, worker.output
+    assert "Traceback" not in worker.output
+
+
+@pytest.mark.parametrize(
+    ("severity", "code", "words"),
+    [
+        ("FATAL", "57P03", "the database system is starting up"),
+        ("FATAL", "57P03", "the database system is shutting down"),
+        ("FATAL", "57P03", "the database system is in recovery mode"),
+        ("FATAL", "53300", "sorry, too many clients already"),
+        (
+            "FATAL",
+            "53300",
+            "remaining connection slots are reserved for roles with the SUPERUSER attribute",
+        ),
+        ("FATAL", "55000", 'database "pgqueue" is not currently accepting connections'),
+        ("ERROR", "08P01", "pgbouncer cannot connect to server"),
+        # In another language than English the words are not known: waited for.
+        ("FATAL", "3D000", "Datenbank »pgqueue« existiert nicht"),
+    ],
+)
+def test_a_server_that_may_let_the_worker_in_later_is_waited_for(
+    db_url: str, severity: str, code: str, words: str
+) -> None:
+    """A server starting up, shutting down, in recovery, full, or a PgBouncer that
+    cannot reach it: a --burst worker tries for 5 s (one without, for ever)."""
+    server = refusing(severity, code, words)
+    worker = WorkerProcess(through(server, db_url), "--burst", "--no-listen")
+    try:
+        worker.wait_for_output("cannot reach the database yet, trying for 5s: ", 8)
+        assert worker.wait(15) == 1, worker.output
+    finally:
+        worker.kill()
+        server.close()
+    assert words in worker.output, worker.output

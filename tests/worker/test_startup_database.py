@@ -10,6 +10,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -72,15 +73,25 @@ def forward(port: int, to: tuple[str, int]) -> socket.socket:
             for end in (src, dst):
                 end.close()
 
+    def connect(client: socket.socket) -> None:
+        upstream = socket.create_connection(to)
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    return serve(server, connect)
+
+
+def serve(server: socket.socket, handle: Callable[[socket.socket], None]) -> socket.socket:
+    """Hand each connection ``server`` accepts to ``handle``, in a thread of its own,
+    until the server is closed; returns the server."""
+
     def accept() -> None:
         while True:
             try:
                 client, _ = server.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(to)
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+            threading.Thread(target=handle, args=(client,), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
     return server
@@ -136,16 +147,7 @@ def refusing(severity: str, code: str, words: str) -> socket.socket:
             body = b"".join(key + value.encode() + b"\0" for key, value in fields) + b"\0"
             client.sendall(b"E" + struct.pack("!i", len(body) + 4) + body)
 
-    def accept() -> None:
-        while True:
-            try:
-                client, _ = server.accept()
-            except OSError:
-                return
-            threading.Thread(target=answer, args=(client,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    return server
+    return serve(server, answer)
 
 
 def through(server: socket.socket, db_url: str) -> str:

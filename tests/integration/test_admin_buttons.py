@@ -33,6 +33,21 @@ def press(client: Client, job: Job, button: str, **data: str) -> list[str]:
     return [str(message) for message in response.context["messages"]]
 
 
+NOOP, DJ_NOOP = "tests.testapp.tasks.noop", "tests.testapp.djtasks.noop_task"
+
+
+def plant(columns: str, values: str, *params: str, task: str = NOOP) -> int:
+    """A row written by hand, past what the app would write: its id."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO pgqueue_job (task, {columns}) VALUES (%s, {values}) RETURNING id",
+            [task, *params],
+        )
+        return int(cursor.fetchone()[0])
+
+
 def test_each_page_offers_the_buttons_that_apply(
     admin_client: Client,
     jobs: dict[str, Job],  # noqa: F811
@@ -164,19 +179,13 @@ def test_the_page_of_a_job_whose_json_python_cannot_read_opens(admin_client: Cli
     """A row the worker buried because Python cannot read its arguments (a number
     past int's 4,300 digits, nesting past the recursion limit): Django took the
     decoding error for "doesn't exist. Perhaps it was deleted?", or failed."""
-    from django.db import connection
-
     deep = "[" * 11_000 + "]" * 11_000
-    ids = []
-    with connection.cursor() as cursor:
-        for args in ("[1e5000]", deep):
-            cursor.execute(
-                "INSERT INTO pgqueue_job (task, args, kwargs, status, errors, worker_ids) "
-                "VALUES ('tests.testapp.tasks.noop', %s::jsonb, '{}', 'dead', '[]', '[]') "
-                "RETURNING id",
-                [args],
-            )
-            ids.append(cursor.fetchone()[0])
+    ids = [
+        plant(
+            "args, kwargs, status, errors, worker_ids", "%s::jsonb, '{}', 'dead', '[]', '[]'", args
+        )
+        for args in ("[1e5000]", deep)
+    ]
     for job_id in ids:
         html = page(admin_client, Job(pk=job_id))
         assert "Python cannot read this JSON (shown as stored):" in html
@@ -193,15 +202,7 @@ def test_a_history_or_policy_python_cannot_read_leaves_the_pages_open(
     """The worker runs such a row (written by hand) and keeps it: a retry_policy
     Python cannot read made the whole job list fail, and any of the three made the
     job's page fail or redirect as if the job did not exist."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO pgqueue_job (task, args, status, {column}) "
-            "VALUES ('tests.testapp.tasks.noop', '[7]', 'dead', %s::jsonb) RETURNING id",
-            [stored],
-        )
-        job_id = cursor.fetchone()[0]
+    job_id = plant(f"args, status, {column}", "'[7]', 'dead', %s::jsonb", stored)
     listing = admin_client.get(URL)
     assert listing.status_code == 200
     assert f"{URL}{job_id}/change/" in listing.content.decode()
@@ -214,23 +215,16 @@ def test_a_history_or_policy_python_cannot_read_leaves_the_pages_open(
 def test_times_python_cannot_hold_leave_the_pages_open(admin_client: Client) -> None:
     """``timestamptz`` takes infinity and years BC (a row written by hand): one such
     row on the page made the whole job list fail, and its own page too."""
-    from django.db import connection
-
     from django_pgqueue.backend.compat import task_backends
 
-    planted = {}
-    with connection.cursor() as cursor:
+    planted = {
+        name: plant(f"status, {columns}", f"%s, {values}", name, task=DJ_NOOP)
         for name, columns, values in (
             ("queued", "run_at", "'-infinity'"),
             ("dead", "created_at, done_at", "'0001-12-31 10:00:00+00 BC', 'infinity'"),
             ("running", "locked_until, started_at", "'infinity', '-infinity'"),
-        ):
-            cursor.execute(
-                f"INSERT INTO pgqueue_job (task, status, {columns}) "
-                f"VALUES ('tests.testapp.djtasks.noop_task', %s, {values}) RETURNING id",
-                [name],
-            )
-            planted[name] = cursor.fetchone()[0]
+        )
+    }
     listing = admin_client.get(URL)
     assert listing.status_code == 200
     for job_id in planted.values():
@@ -261,17 +255,9 @@ def test_the_page_of_a_job_whose_json_python_reads_but_cannot_indent_opens(
 ) -> None:
     """Nesting Python reads, a little short of its recursion limit, but past what
     indenting it follows (a row written by hand): the page was a 500."""
-    from django.db import connection
-
     nested = "[" * depth + "]" * depth
     stored = '{"a": ' + nested + "}" if column == "kwargs" else nested
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO pgqueue_job (task, status, {column}) "
-            "VALUES ('tests.testapp.tasks.noop', 'dead', %s::jsonb) RETURNING id",
-            [stored],
-        )
-        job_id = cursor.fetchone()[0]
+    job_id = plant(f"status, {column}", "'dead', %s::jsonb", stored)
     html = unescape(page(admin_client, Job(pk=job_id)))
     assert 'name="pgqueue_retry"' in html
     assert "Nested too deeply to indent (shown on one line):" in html

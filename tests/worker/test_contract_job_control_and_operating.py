@@ -10,7 +10,6 @@ import inspect
 import io
 import json
 import logging
-import re
 import signal
 import time
 import urllib.error
@@ -22,7 +21,6 @@ import pytest
 from django.core.management import call_command
 from django.test import Client, override_settings
 from django.utils import timezone
-from prometheus_client.parser import text_string_to_metric_families
 
 import django_pgqueue
 from django_pgqueue.backend import options as backend_options
@@ -44,6 +42,7 @@ from tests.testapp.tasks import (
 )
 from tests.worker.conftest import WorkerProcess, django_command, wait_for
 from tests.worker.inprocess import worker_thread
+from tests.worker.scrape import base_url, completed, parse, scrape, value
 
 #: Tasks of this module are enqueued under this setting (outside an installed app).
 HERE = {"PGQUEUE": {"TASK_MODULES": [__name__], "BACKOFF_BASE": 0.05, "BACKOFF_MAX": 0.2}}
@@ -78,8 +77,6 @@ async def contract_async_in_sync_code(label: str) -> str:
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 Start = Callable[..., WorkerProcess]
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-SERVING = re.compile(r"serving metrics on (http://[\d.]+:\d+)/metrics")
 
 
 def status_of(job: Job) -> tuple[str, int]:
@@ -89,23 +86,6 @@ def status_of(job: Job) -> tuple[str, int]:
 
 def ended(job: Job) -> bool:
     return Job.objects.get(pk=job.pk).status in {"done", "dead", "cancelled"}
-
-
-def parse(text: str) -> Samples:
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def scrape(base: str) -> Samples:
-    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
-        return parse(response.read().decode())
-
-
-def value(found: Samples, name: str, **labels: str) -> float:
-    return found.get((name, frozenset(labels.items())), 0.0)
 
 
 # -- issue 14: the public names ------------------------------------------------------------
@@ -385,34 +365,21 @@ def test_a_real_worker_serves_exact_outcomes_healthz_and_registers(start_worker:
     # The setting alone serves (no --metrics-port), on 127.0.0.1 by default.
     env = {"PGQUEUE_TEST_PGQUEUE": json.dumps({"METRICS_PORT": 0})}
     worker = start_worker("--worker-id", "contract-metrics", "--poll-interval", "0.1", env=env)
-    worker.wait_for_output("serving metrics on")
-    match = SERVING.search(worker.output)
-    assert match, worker.output
-    base = match[1]
+    base = base_url(worker)
     assert base.startswith("http://127.0.0.1:")
     wait_for(lambda: all(ended(j) for j in [*ok, cancelled, snoozed]), 20, "the jobs to end")
 
     def counted() -> bool:
-        return (
-            sum(
-                v for (name, _), v in scrape(base).items() if name == "pgqueue_jobs_completed_total"
-            )
-            == 3 + 1 + 2
-        )
+        return sum(completed(scrape(base)).values()) == 3 + 1 + 2
 
     wait_for(counted, 10, "every outcome to be counted")
     found = scrape(base)
-    completed = {
-        (dict(labels)["task"], dict(labels)["outcome"]): v
-        for (name, labels), v in found.items()
-        if name == "pgqueue_jobs_completed_total"
-    }
-    assert completed == {
+    assert completed(found) == {
         (add.path, "succeeded"): 3,
         (gives_up.path, "cancelled"): 1,
         (snoozes.path, "retried"): 1,  # the snooze
         (snoozes.path, "succeeded"): 1,
-    }, completed
+    }, completed(found)
     with urllib.request.urlopen(f"{base}/healthz", timeout=5) as response:
         assert response.status == 200
     assert RegisteredWorker.objects.alive().filter(pk="contract-metrics").exists()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import urllib.error
@@ -13,35 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from django_pgqueue.models import Job
 from django_pgqueue.records import JobSpec
 from tests.conftest import status_counts
 from tests.testapp.tasks import add, always_fails
 from tests.worker.conftest import WorkerProcess, wait_for
+from tests.worker.scrape import base_url, completed, scrape, value
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 Start = Callable[..., WorkerProcess]
-SERVING = re.compile(r"serving metrics on (http://[\d.]+:\d+)/metrics")
-
-
-def samples(base: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """Every sample of ``base/metrics``: (name, labels) -> value."""
-    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def value(
-    found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
-) -> float:
-    return found.get((name, frozenset(labels.items())), 0.0)
 
 
 def get(url: str) -> tuple[int, dict[str, object]]:
@@ -50,13 +31,6 @@ def get(url: str) -> tuple[int, dict[str, object]]:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
-
-
-def base_url(worker: WorkerProcess) -> str:
-    worker.wait_for_output("serving metrics on")
-    match = SERVING.search(worker.output)
-    assert match, worker.output
-    return match[1]
 
 
 def test_counters_are_exact_for_n_jobs_of_which_m_fail_for_good(start_worker: Start) -> None:
@@ -74,7 +48,7 @@ def test_counters_are_exact_for_n_jobs_of_which_m_fail_for_good(start_worker: St
     add_path, fails_path = add.path, always_fails.path
 
     def settled() -> bool:
-        found = samples(base)
+        found = scrape(base)
         return (
             value(
                 found, "pgqueue_jobs_completed_total", queue="mail", task=fails_path, outcome="dead"
@@ -83,13 +57,8 @@ def test_counters_are_exact_for_n_jobs_of_which_m_fail_for_good(start_worker: St
         )
 
     wait_for(settled, 10, "the last outcome to be counted")
-    found = samples(base)
-    completed = {
-        (dict(labels)["task"], dict(labels)["outcome"]): v
-        for (name, labels), v in found.items()
-        if name == "pgqueue_jobs_completed_total"
-    }
-    assert completed == {
+    found = scrape(base)
+    assert completed(found) == {
         (add_path, "succeeded"): n - m,
         (fails_path, "retried"): m,
         (fails_path, "dead"): m,
@@ -190,8 +159,8 @@ def test_a_run_at_of_minus_infinity_leaves_the_wait_histogram_finite(start_worke
     base = base_url(worker)
     wait_for(lambda: status_counts() == {"done": 1}, 30, "the job to run")
     wait_for(
-        lambda: value(samples(base), "pgqueue_job_wait_seconds_count", queue="odd") == 1,
+        lambda: value(scrape(base), "pgqueue_job_wait_seconds_count", queue="odd") == 1,
         10,
         "its wait to be observed",
     )
-    assert value(samples(base), "pgqueue_job_wait_seconds_sum", queue="odd") == 1e11
+    assert value(scrape(base), "pgqueue_job_wait_seconds_sum", queue="odd") == 1e11

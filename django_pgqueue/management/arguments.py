@@ -1,28 +1,22 @@
-"""argparse types and a base command whose mistakes are one clean line.
+"""The argparse types of our commands' options.
 
 Each type turns a bad value into ``argparse.ArgumentTypeError`` with a message
-that names what was expected; :class:`PgQueueCommand` turns every parser error
-into a ``CommandError``, which Django prints as a single line.
+that names what was expected; :class:`~django_pgqueue.management.base.PgQueueCommand`
+turns every parser error into a ``CommandError``, which Django prints as a single
+line.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import math
 import re
-import sys
-import types
 from collections.abc import Callable
-from typing import Any, NoReturn, cast
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
 
 from django_pgqueue import conf, validation
-from django_pgqueue.dberrors import first_line, is_transient, prepare_lost, schema_problem
 from django_pgqueue.records import FINISHED
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
@@ -180,122 +174,6 @@ def worker_id(value: str) -> str:
     return value.strip()
 
 
-def _one_line_error(parser: CommandParser, message: str) -> NoReturn:
-    raise CommandError(f"{parser.prog.split()[-1]}: {message}")
-
-
-class PgQueueCommand(BaseCommand):
-    """A management command whose bad arguments end in one ``CommandError`` line.
-
-    Django prints argparse's usage block and the error when a command is run
-    from the shell; we raise ``CommandError`` instead, which it prints as one line.
-    """
-
-    #: Set by the command line, whose values argparse has converted already.
-    _parsed = False
-
-    def get_version(self) -> str:
-        """``--version``: django-pgqueue's, not Django's."""
-        from django_pgqueue import __version__
-
-        return __version__
-
-    def run_from_argv(self, argv: list[str]) -> None:
-        # Django parses the arguments before the block that prints CommandError
-        # as one line, so a parse error would escape as a traceback.
-        self._parsed = True
-        try:
-            super().run_from_argv(argv)
-        except CommandError as exc:
-            if "--traceback" in argv:
-                raise
-            self.stderr.write(f"CommandError: {exc}")
-            sys.exit(exc.returncode)
-
-    def execute(self, *args: Any, **options: Any) -> Any:
-        if not self._parsed:  # call_command(): its values skipped the converters
-            self._check_given(options)
-        # A database that cannot be reached, or lacks the tables, is one line too.
-        try:
-            return super().execute(*args, **options)
-        except DatabaseError as exc:
-            problem = schema_problem(exc, _job_database())
-            if problem is None and (not is_transient(exc) or prepare_lost(exc)):
-                raise  # a lost prepared statement is no unreachable database
-            raise CommandError(problem or f"cannot reach the database: {first_line(exc)}") from exc
-
-    def _check_given(self, options: dict[str, Any]) -> None:
-        """``call_command(..., concurrency=0, older_than="7d")`` passes its values past
-        argparse's converters: each is converted, and checked, by its argument's
-        converter, as on the command line (a CommandError if bad). A list or tuple
-        (``queues=["emails", "sms"]``) is read as its comma-separated items, a
-        timedelta as its seconds, and a value outside an option's choices is refused, as
-        are two options of a mutually exclusive group."""
-        parser = self.create_parser("manage.py", type(self).__module__.rpartition(".")[2])
-        for action in parser._actions:
-            value, convert = options.get(action.dest), action.type
-            shown = "/".join(action.option_strings) or action.dest
-            if value is None:
-                continue
-            # An argument of several values (nargs): each converted on its own, and one
-            # string given for it (disable="tick") is a list of one, not its letters.
-            each = action.nargs in ("+", "*") or isinstance(action.nargs, int)
-            if each and isinstance(value, str):
-                value = options[action.dest] = [value]
-            if callable(convert):
-                items = list(value) if each and isinstance(value, list | tuple) else None
-                texts = [_as_text(v) for v in items] if items is not None else [_as_text(value)]
-                if None in texts or texts == []:
-                    _one_line_error(parser, f"argument {shown}: {value!r} is not a value it takes")
-                try:
-                    converted = [
-                        cast(Callable[[str], Any], convert)(text)
-                        for text in texts
-                        if text is not None
-                    ]
-                except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
-                    _one_line_error(parser, f"argument {shown}: {exc}")
-                value = converted if items is not None else converted[0]
-                options[action.dest] = value
-            if action.choices is not None and not all(
-                v in action.choices for v in (value if isinstance(value, list) else [value])
-            ):
-                choices = ", ".join(map(repr, action.choices))
-                _one_line_error(parser, f"argument {shown}: {value!r} is not one of {choices}")
-        # call_command() leaves argparse's mutually exclusive groups unchecked.
-        for group in parser._mutually_exclusive_groups:
-            given = [
-                "/".join(a.option_strings)
-                for a in group._group_actions
-                if options.get(a.dest) not in (None, a.default)
-            ]
-            if len(given) > 1:
-                _one_line_error(
-                    parser, f"argument {given[1]}: not allowed with argument {given[0]}"
-                )
-
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-        parser.error = types.MethodType(_one_line_error, parser)  # type: ignore[method-assign]
-        return parser
-
-
-def _as_text(value: object) -> str | None:
-    """A ``call_command()`` value as the command line would spell it; None for one
-    that has no such spelling (refused)."""
-    if isinstance(value, dt.timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool):
-        return str(value)  # a flag's value given to an option that takes one: refused
-    if isinstance(value, float):  # 1e-05 as 0.00001, which the converters read
-        return format(value, "f").rstrip("0").rstrip(".") if math.isfinite(value) else str(value)
-    if isinstance(value, str | int):
-        return str(value)
-    if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
-        return ",".join(value)
-    return None
-
-
 def metrics_address(value: str) -> str:
     """An address for the metrics server to listen on: not empty."""
     if not value.strip():
@@ -320,11 +198,3 @@ def setting_default(key: str) -> str:
     else:
         shown = str(value)
     return f"PGQUEUE['{key}'], now {shown}"
-
-
-def _job_database() -> str | None:
-    """The alias the commands act on (None if the settings cannot tell): `migrate` there."""
-    try:
-        return conf.database()
-    except Exception:
-        return None

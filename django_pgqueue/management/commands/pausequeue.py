@@ -8,7 +8,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from django_pgqueue import conf, registry
-from django_pgqueue.management.arguments import PgQueueCommand, queue_name
+from django_pgqueue.management.arguments import queue_name
+from django_pgqueue.management.base import PgQueueCommand
 from django_pgqueue.models import Job
 from django_pgqueue.worker.banner import UNKNOWN_QUEUE, unknown_queues
 

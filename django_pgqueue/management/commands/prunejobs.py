@@ -9,11 +9,11 @@ from django.core.management.base import CommandParser
 from django_pgqueue import conf, wording
 from django_pgqueue.management.arguments import (
     FINISHED_STATUSES,
-    PgQueueCommand,
     duration,
     finished_statuses,
     positive_int,
 )
+from django_pgqueue.management.base import PgQueueCommand
 from django_pgqueue.models import Job
 
 

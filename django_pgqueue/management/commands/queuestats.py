@@ -1,6 +1,6 @@
 """``manage.py queuestats``: counts by queue and status, the workers, and what to
 alert on; ``--check`` exits 1 with one line per failed condition (``call_command()``
-raises ``CommandError`` instead)."""
+raises ``CommandError`` instead), and 2 for a command line it cannot take."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from django_pgqueue import conf, tolerant
-from django_pgqueue.management.arguments import PgQueueCommand, age_limit, non_negative_int
+from django_pgqueue.management.arguments import age_limit, non_negative_int
+from django_pgqueue.management.base import PgQueueCommand
 from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.monitoring import health
 from django_pgqueue.queue import presence
@@ -55,9 +56,9 @@ class Command(PgQueueCommand):
         if not options["check"] and (
             options["max_ready_age"] is not None or options["max_dead"] is not None
         ):
-            raise CommandError("--max-ready-age and --max-dead go with --check")
+            raise self.refuse("--max-ready-age and --max-dead go with --check")
         if options["check"] and options["json"]:
-            raise CommandError(
+            raise self.refuse(
                 "--json and --check exclude each other: "
                 "--check prints ok, or a line per failed condition"
             )

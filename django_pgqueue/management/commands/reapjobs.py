@@ -7,12 +7,13 @@ import signal
 import threading
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 from django.db import connections
 
 from django_pgqueue import conf, wording
 from django_pgqueue.dberrors import first_line, is_transient
-from django_pgqueue.management.arguments import PgQueueCommand, positive_seconds, setting_default
+from django_pgqueue.management.arguments import positive_seconds, setting_default
+from django_pgqueue.management.base import PgQueueCommand
 from django_pgqueue.models import Job
 from django_pgqueue.worker import joblog
 
@@ -32,7 +33,7 @@ class Command(PgQueueCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["interval"] is not None and not options["loop"]:
-            raise CommandError("--interval goes with --loop (one pass has no interval)")
+            raise self.refuse("--interval goes with --loop (one pass has no interval)")
         settings = conf.get()
         interval = options["interval"] or settings.REAP_INTERVAL
         alias = conf.database()

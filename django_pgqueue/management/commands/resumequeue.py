@@ -7,7 +7,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from django_pgqueue import conf
-from django_pgqueue.management.arguments import PgQueueCommand, queue_name
+from django_pgqueue.management.arguments import queue_name
+from django_pgqueue.management.base import PgQueueCommand
 from django_pgqueue.models import Job
 
 

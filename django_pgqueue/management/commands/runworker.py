@@ -18,7 +18,6 @@ from django_pgqueue import conf
 from django_pgqueue.exceptions import InvalidSchedule
 from django_pgqueue.jobdb import worker_in_transaction
 from django_pgqueue.management.arguments import (
-    PgQueueCommand,
     concurrency,
     metrics_address,
     non_negative_seconds,
@@ -30,6 +29,7 @@ from django_pgqueue.management.arguments import (
     setting_default,
     worker_id,
 )
+from django_pgqueue.management.base import PgQueueCommand
 from django_pgqueue.management.console import configure_logging
 from django_pgqueue.management.process import ExitGuard, in_reloading_child, run_reloading
 from django_pgqueue.worker.config import WorkerConfig

@@ -10,7 +10,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from django_pgqueue import conf
 from django_pgqueue.exceptions import InvalidSchedule
-from django_pgqueue.management.arguments import PgQueueCommand
+from django_pgqueue.management.base import PgQueueCommand
 from django_pgqueue.models import Schedule
 from django_pgqueue.periodic.overview import ScheduleView, local_moment, overview
 

@@ -31,7 +31,8 @@ from django_pgqueue.management.arguments import (
 )
 from django_pgqueue.management.base import PgQueueCommand
 from django_pgqueue.management.console import configure_logging
-from django_pgqueue.management.process import ExitGuard, in_reloading_child, run_reloading
+from django_pgqueue.management.process import ExitGuard
+from django_pgqueue.management.reload import in_reloading_child, run_reloading
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.runner import Worker
 

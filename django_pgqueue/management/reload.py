@@ -56,9 +56,11 @@ def run_reloading(
     Django's autoreloader (the one ``runserver`` uses) watches the child's modules.
     On a change the worker gives its running jobs back at once, as on a second
     signal, and the child exits for the parent to start a fresh one. Signals:
-    Ctrl-C reaches both processes (the parent leaves it to the child), SIGTERM to
-    the parent is passed on to the child, held until the child's handlers are in
-    (it says so on a pipe) but a second at once; the child stops as a worker does.
+    Ctrl-C reaches both processes (the parent leaves it to the child, which starts
+    with SIGINT blocked so that one pressed while it starts waits for its handlers),
+    SIGTERM to the parent is passed on to the child, held until the child's handlers
+    are in (it says so on a pipe); a second of either before then ends the child at
+    once; the child stops as a worker does.
     """
     if in_reloading_child():
         return _reloading_child(build, checks, serve)
@@ -71,13 +73,18 @@ def _reloading_parent() -> int:
     held: list[int] = []  # signals for a child whose handlers are not in yet
     current: list[subprocess.Popen[bytes]] = []  # the child, from its start
     ready: list[subprocess.Popen[bytes]] = []  # the child, once its handlers are in
+    ended_by: list[int] = []  # the second signal that ended a child still starting
 
     def forward(signum: int, frame: FrameType | None) -> None:
         with lock:
             if ready and ready[0].poll() is None:
-                ready[0].send_signal(signum)
+                if signum != signal.SIGINT:  # Ctrl-C: the terminal sent the child its own
+                    ready[0].send_signal(signum)
             elif held and current and current[0].poll() is None:
-                current[0].send_signal(signum)  # a second: now (its handlers not in, it ends)
+                # A second: now. Its handlers are not in: SIGTERM's default action ends
+                # it (SIGINT it keeps blocked until then).
+                ended_by[:] = [signum]
+                current[0].send_signal(signal.SIGTERM)
             else:  # SIGTERM's default action would kill it: passed on once it can stop
                 held.append(signum)
 
@@ -90,11 +97,14 @@ def _reloading_parent() -> int:
             if said and current[0] is child:
                 ready[:] = [child]
                 for signum in held:
-                    child.send_signal(signum)
+                    if signum != signal.SIGINT:  # the child holds the terminal's own
+                        child.send_signal(signum)
                 held.clear()
 
+    # Ctrl-C: the terminal sends SIGINT to the child too, which starts with it blocked
+    # (kept pending, not lost) until its handlers are in: held here only to count.
     signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends it to the child too
+    signal.signal(signal.SIGINT, forward)
     while True:
         with lock:
             if held:  # signalled between two children: no other is started
@@ -102,19 +112,25 @@ def _reloading_parent() -> int:
             pipe, childs_end = os.pipe()
             os.set_inheritable(childs_end, True)
             env[READY_FD] = str(childs_end)
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             try:  # the last child's ready[0] has ended: signals are held for this one
                 child = subprocess.Popen(autoreload.get_child_arguments(), env=env, close_fds=False)
             finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
                 os.close(childs_end)
             current[:] = [child]
         threading.Thread(target=when_ready, args=(child, pipe), daemon=True).start()
         status = child.wait()
         if status != RESTART:
+            if ended_by and status == -signal.SIGTERM:
+                return 128 + ended_by[0]
             return 128 - status if status < 0 else status  # killed by a signal: 128 + its number
 
 
 def _handlers_installed() -> None:
-    """In the reloading child: tell the parent that SIGTERM now stops us cleanly."""
+    """In the reloading child: take the SIGINT it started with blocked (a Ctrl-C in its
+    first second waits there), and tell the parent that SIGTERM now stops us cleanly."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     with contextlib.suppress(OSError, ValueError):  # ValueError: none, not --reload's child
         fd = int(os.environ.pop(READY_FD, ""))
         os.write(fd, b"!")

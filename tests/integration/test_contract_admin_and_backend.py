@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import time
 from typing import Any
 
 import pytest
@@ -227,3 +228,24 @@ def test_a_view_only_user_sees_the_summary_and_pages_but_no_button() -> None:
     assert 'name="pgqueue_retry"' not in job_page
     assert viewer.post(f"{URL}{dead.pk}/retry/").status_code == 403
     assert Job.objects.get(pk=dead.pk).status == "dead"
+
+
+def test_a_retried_dead_job_gets_every_attempt_again_and_keeps_its_history(
+    admin_client: Client,
+) -> None:
+    job = always_fails.enqueue("again")  # max_attempts=2
+
+    def until_dead() -> None:
+        deadline = time.monotonic() + 30
+        while Job.objects.get(pk=job.pk).status != "dead":  # bursts exit between retries
+            assert time.monotonic() < deadline, status_counts()
+            burst()
+
+    until_dead()
+    assert post_action(admin_client, "retry_jobs", [job.pk]) == [
+        "Retried 1 job: queued now, attempts reset."
+    ]
+    until_dead()
+    row = Job.objects.get(pk=job.pk)
+    assert (row.attempts, len(row.errors)) == (2, 4)
+    assert run_counts("again") == {"again": 4}

@@ -212,3 +212,11 @@ def test_manage_py_check_reports_unknown_options_and_the_app_missing() -> None:
     with override_settings(INSTALLED_APPS=apps):
         assert "E101" in check_errors()
     call_command("check", verbosity=0)  # and the suite's own settings pass
+
+
+def test_aenqueue_called_from_sync_code_joins_its_transaction() -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        result = async_to_sync(send_newsletter.aenqueue)(3)
+        assert Job.objects.filter(pk=int(result.id)).exists()
+        raise RuntimeError("rolled back")
+    assert Job.objects.count() == 0

@@ -1,0 +1,245 @@
+"""Issues 3 and 10 as a user drives them: `runworker` subprocesses and its flags,
+signals, verbosity, the other commands' outputs, poison rows. Each pins an outcome
+the rest of the suite left unpinned or pinned loosely."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+from django.utils import timezone
+
+from django_pgqueue.models import Job
+from django_pgqueue.records import JobSpec
+from tests.conftest import run_counts, status_counts
+from tests.testapp.tasks import add, mark, tracked
+from tests.worker.conftest import WorkerProcess, django_command, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+Start = Callable[..., WorkerProcess]
+
+
+def test_sigint_lets_running_jobs_finish_and_exits_zero(start_worker: Start) -> None:
+    Job.objects.enqueue_many(JobSpec.build(tracked, [f"int-{i}"], {"sleep": 1.0}) for i in range(2))
+    worker = start_worker("--concurrency", "2", "--shutdown-timeout", "10")
+    wait_for(lambda: len(run_counts("int-")) == 2, 20, "two running jobs")
+    signalled = time.monotonic()
+    worker.signal(signal.SIGINT)
+    assert worker.wait(15) == 0
+    assert time.monotonic() - signalled < 5
+    assert status_counts() == {"done": 2}
+    assert run_counts("int-") == {"int-0": 1, "int-1": 1}
+    assert "SIGINT: finishing running jobs" in worker.output
+    assert "Traceback" not in worker.output
+
+
+def test_a_second_sigint_gives_the_job_back_and_exits_130(start_worker: Start) -> None:
+    tracked.enqueue("int-twice", sleep=30)
+    worker = start_worker("--shutdown-timeout", "60")
+    wait_for(lambda: run_counts("int-twice") != {}, 20, "a running job")
+    worker.signal(signal.SIGINT)
+    worker.wait_for_output("send SIGINT again to exit now")
+    worker.signal(signal.SIGINT)
+    assert worker.wait(5) == 128 + signal.SIGINT
+    assert status_counts() == {"queued": 1}
+    assert Job.objects.get().attempts == 0
+
+
+def test_worker_id_is_stored_in_locked_by_and_worker_ids(start_worker: Start) -> None:
+    job = tracked.enqueue("named", sleep=1.0)
+    worker = start_worker("--worker-id", "contract-w1", "--burst")
+    wait_for(lambda: run_counts("named") != {}, 20, "the job to start")
+    assert Job.objects.values_list("status", "locked_by").get() == ("running", "contract-w1")
+    assert worker.wait(20) == 0
+    done = Job.objects.get(pk=job.pk)
+    # locked_by is "the worker that holds (or last held) the lease" (docs/table.md)
+    assert (done.status, done.worker_ids, done.locked_by) == (
+        "done",
+        ["contract-w1"],
+        "contract-w1",
+    )
+
+
+def test_queues_serves_only_the_queues_named(start_worker: Start) -> None:
+    for queue in ("qa", "qb", "qc"):
+        mark.using(queue=queue).enqueue(f"queue-{queue}")
+    worker = start_worker("--queues", "qa,qb", "--burst", "-v", "0")
+    assert worker.wait(30) == 0
+    assert dict(Job.objects.values_list("queue", "status")) == {
+        "qa": "done",
+        "qb": "done",
+        "qc": "queued",
+    }
+
+
+def test_max_jobs_claims_exactly_that_many_and_exits_zero(start_worker: Start) -> None:
+    Job.objects.enqueue_many(JobSpec.build(mark, [f"max-{i}"]) for i in range(10))
+    worker = start_worker("--max-jobs", "3", "--concurrency", "10")
+    assert worker.wait(30) == 0
+    assert status_counts() == {"done": 3, "queued": 7}
+    assert sum(run_counts("max-").values()) == 3
+
+
+def test_verbosity_two_adds_a_line_per_job_one_the_banner_zero_nothing(
+    start_worker: Start,
+) -> None:
+    """-v 2: a line per job (DEBUG); -v 1: the banner, not those; -v 0: silence."""
+    job = add.enqueue(2, 3)
+    loud = start_worker("--burst", "-v", "2")
+    assert loud.wait(30) == 0
+    assert "starting worker" in loud.output
+    assert f"job {job.pk} {add.path} attempt 1 claimed" in loud.output
+    assert f"job {job.pk} {add.path} succeeded" in loud.output
+    second = add.enqueue(1, 1)
+    usual = start_worker("--burst")
+    assert usual.wait(30) == 0
+    assert "starting worker" in usual.output
+    assert f"job {second.pk} " not in usual.output
+    add.enqueue(1, 2)
+    quiet = start_worker("--burst", "-v", "0")
+    assert quiet.wait(30) == 0
+    assert quiet.output == ""
+    assert status_counts() == {"done": 3}
+
+
+def test_a_throughput_line_comes_every_stats_interval_at_info(start_worker: Start) -> None:
+    worker = start_worker("--stats-interval", "0.5")
+    worker.wait_for_output("starting worker")
+    add.enqueue(1, 2)
+    worker.wait_for_output("1 succeeded")
+    (line,) = [text for text in worker.output.splitlines() if "1 succeeded" in text]
+    assert line.startswith("throughput: 1 job in "), line
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    quiet = start_worker("--stats-interval", "0.2", "-v", "0")
+    time.sleep(1.0)  # five intervals: at -v 0 (WARNING) none of them is printed
+    quiet.signal(signal.SIGTERM)
+    assert quiet.wait(15) == 0
+    assert "throughput" not in quiet.output
+
+
+def test_a_job_past_the_job_timeout_fails_retries_and_is_buried(start_worker: Start) -> None:
+    job = mark.using(max_attempts=2).enqueue("slow", sleep=3.0)
+    worker = start_worker("--job-timeout", "0.5", "--concurrency", "2")
+    wait_for(lambda: Job.objects.get(pk=job.pk).status == "dead", 30, "the job to be buried")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    dead = Job.objects.get(pk=job.pk)
+    assert dead.attempts == 2
+    assert [error["attempt"] for error in dead.errors] == [1, 2]
+    assert "timeout" in dead.last_error.lower(), dead.last_error
+
+
+def test_reapjobs_interval_without_loop_is_a_one_line_error(db_url: str) -> None:
+    result = django_command(db_url, "reapjobs", "--interval", "5")
+    assert result.returncode == 1, result
+    (line,) = result.stderr.strip().splitlines()
+    assert line == "CommandError: --interval goes with --loop (one pass has no interval)"
+    with pytest.raises(CommandError):
+        call_command("reapjobs", interval=5)
+
+
+def test_reapjobs_loop_returns_leases_that_lapse_while_it_runs(start_worker: Start) -> None:
+    reaper = start_worker(command="reapjobs", args=("--loop", "--interval", "0.2"))
+    reaper.wait_for_output("returned 0 jobs to the queue, buried 0")
+    add.enqueue(1, 1)
+    Job.objects.claim("gone", limit=1, lease=0.3)
+    reaper.wait_for_output("returned 1 job to the queue, buried 0")
+    assert status_counts() == {"queued": 1}
+    reaper.signal(signal.SIGTERM)
+    assert reaper.wait(10) == 0
+
+
+def test_prunejobs_deletes_every_batch_and_takes_comma_separated_statuses() -> None:
+    ids = Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(9))
+    old = timezone.now() - dt.timedelta(days=8)
+    Job.objects.filter(pk__in=ids[:4]).update(status="done", done_at=old)
+    Job.objects.filter(pk__in=ids[4:7]).update(status="dead", done_at=old)
+    Job.objects.filter(pk=ids[7]).update(status="done", done_at=timezone.now())
+    out = io.StringIO()
+    call_command(
+        "prunejobs", "--older-than", "7d", "--status", "done,dead", "--batch-size", "2", stdout=out
+    )
+    assert out.getvalue() == "deleted 7 jobs (done,dead)\n"
+    assert status_counts() == {"done": 1, "queued": 1}
+
+
+def test_queuestats_counts_dead_jobs_of_the_last_24h_only() -> None:
+    ids = Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(4))
+    now = timezone.now()
+    Job.objects.filter(pk__in=ids[:2]).update(status="dead", done_at=now - dt.timedelta(hours=1))
+    Job.objects.filter(pk=ids[2]).update(status="dead", done_at=now - dt.timedelta(hours=25))
+    Job.objects.filter(pk=ids[3]).update(run_at=now - dt.timedelta(seconds=100))
+    out = io.StringIO()
+    call_command("queuestats", "--json", stdout=out)
+    import json
+
+    data = json.loads(out.getvalue())
+    assert data["dead_last_24h"] == 2
+    assert 100 <= data["oldest_ready_age_seconds"] < 130
+    text = io.StringIO()
+    call_command("queuestats", stdout=text)
+    assert "dead in the last 24h: 2" in text.getvalue()
+
+
+def test_poison_paths_and_kwargs_are_buried_and_the_worker_keeps_going(start_worker: Start) -> None:
+    with connection.cursor() as cursor:
+        for task, args, kwargs in [
+            ("tests.testapp.tasks.missing", "[]", "{}"),
+            ("tests.testapp.nomodule.thing", "[]", "{}"),
+            ("nodots", "[]", "{}"),
+            ("django_pgqueue.task", "[]", "{}"),
+            ("tests.testapp.tasks.add", "[1, 2]", "[1]"),
+            ("tests.testapp.tasks.add", "[]", '{"a": 1, "c": 2}'),
+        ]:
+            cursor.execute(
+                "INSERT INTO pgqueue_job (task, args, kwargs, errors, worker_ids) "
+                "VALUES (%s, %s::jsonb, %s::jsonb, '[]', '[]')",
+                [task, args, kwargs],
+            )
+    good = add.enqueue(20, 22)
+    worker = start_worker("--burst", "-v", "0")
+    assert worker.wait(30) == 0
+    assert status_counts() == {"dead": 6, "done": 1}
+    assert Job.objects.get(pk=good.pk).result == 42
+    for attempts, error in Job.objects.dead().values_list("attempts", "last_error"):
+        assert attempts == 1
+        assert error, "a clear last_error"
+
+
+def test_the_pgqueue_settings_are_the_workers_defaults(start_worker: Start) -> None:
+    """CONCURRENCY, QUEUES, LEASE, PRUNE_AFTER and REAP_INTERVAL from settings, no flags:
+    the banner says them, a lapsed lease is reaped at start, old finished jobs pruned."""
+    old, recent = Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(2))
+    Job.objects.filter(pk=old).update(status="done", done_at=timezone.now() - dt.timedelta(hours=1))
+    Job.objects.filter(pk=recent).update(status="done", done_at=timezone.now())
+    lapsed = mark.using(queue="sq").enqueue("lapsed")
+    Job.objects.claim("gone", queues=["sq"], lease=0.01)
+    other = mark.using(queue="other").enqueue("other")
+    settings = (
+        '{"CONCURRENCY": 3, "QUEUES": ["sq"], "LEASE": 7, "PRUNE_AFTER": 60, "REAP_INTERVAL": 0.2}'
+    )
+    worker = start_worker(env={"PGQUEUE_TEST_PGQUEUE": settings})
+    worker.wait_for_output("pruner: deleted 1")
+    wait_for(lambda: run_counts("lapsed") != {}, 20, "the reaped job to run again")
+    wait_for(lambda: Job.objects.get(pk=lapsed.pk).status == "done", 20, "the reaped job done")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    banner = next(line for line in worker.output.splitlines() if "starting worker" in line)
+    for said in ("queues=sq", "concurrency=3", "lease=7s"):
+        assert said in banner, banner
+    assert dict(Job.objects.values_list("pk", "status")) == {
+        recent: "done",
+        lapsed.pk: "done",
+        other.pk: "queued",
+    }
+    assert run_counts() == {"lapsed": 1}
+

@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import io
 import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -243,3 +245,47 @@ def test_the_pgqueue_settings_are_the_workers_defaults(start_worker: Start) -> N
     }
     assert run_counts() == {"lapsed": 1}
 
+
+def locks_taken(call: Callable[[], object]) -> list[str]:
+    """The locks ``call`` acquires (C calls to a lock's acquire or __enter__)."""
+    lock_types = (type(threading.Lock()), type(threading.RLock()))
+    taken: list[str] = []
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        owner = getattr(arg, "__self__", None)
+        if event == "c_call" and isinstance(owner, lock_types):
+            taken.append(f"{type(owner).__name__}.{getattr(arg, '__name__', '?')}")
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return taken
+
+
+def test_reapjobs_loops_signal_handler_takes_no_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal handler runs between two bytecodes of the main thread, which may hold
+    the very lock it takes (Event.set() inside Event.wait()): it would wait for ever.
+    Issue 10 asked for a flag or a pipe; reapjobs --loop's handler called Event.set()."""
+    real_reap = Job.objects.reap
+    taken: list[list[str]] = []
+
+    def reap_then_signalled(*args: object, **kwargs: object) -> object:
+        result = real_reap(*args, **kwargs)  # type: ignore[arg-type]
+        if not taken:  # the first pass: SIGTERM arrives while it runs
+            handler = signal.getsignal(signal.SIGTERM)
+            assert callable(handler)
+            taken.append(locks_taken(lambda: handler(signal.SIGTERM, None)))
+        return result
+
+    monkeypatch.setattr(Job.objects, "reap", reap_then_signalled)
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    out = io.StringIO()
+    try:
+        call_command("reapjobs", "--loop", "--interval", "30", stdout=out)
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    assert taken == [[]]
+    assert out.getvalue() == "returned 0 jobs to the queue, buried 0\nstopped\n"

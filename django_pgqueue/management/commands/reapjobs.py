@@ -16,6 +16,7 @@ from django_pgqueue.management.arguments import positive_seconds, setting_defaul
 from django_pgqueue.management.base import PgQueueCommand
 from django_pgqueue.models import Job
 from django_pgqueue.worker import joblog
+from django_pgqueue.worker.waker import Waker
 
 
 class Command(PgQueueCommand):
@@ -37,16 +38,27 @@ class Command(PgQueueCommand):
         settings = conf.get()
         interval = options["interval"] or settings.REAP_INTERVAL
         alias = conf.database()
-        stop = threading.Event()
+        # SIGTERM (a supervisor) or SIGINT (Ctrl-C): finish the pass, then exit 0. The
+        # handler only writes to a pipe: Event.set() takes the lock the interrupted
+        # main thread may hold inside Event.wait(), and would wait for it for ever.
+        stop = Waker()
+        handlers: dict[int, Any] = {}
         if options["loop"] and threading.current_thread() is threading.main_thread():
-            # SIGTERM (a supervisor) or SIGINT (Ctrl-C): finish the pass, then exit 0.
             for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, lambda *_: stop.set())
-        while not stop.is_set():
+                handlers[signum] = signal.signal(signum, lambda *_: stop.set())
+        try:
+            self._loop(options["loop"], interval, alias, stop)
+        finally:
+            for number, handler in handlers.items():  # before the pipe closes
+                signal.signal(number, handler)
+            stop.close()
+
+    def _loop(self, loop: bool, interval: float, alias: str, stop: Waker) -> None:
+        while not stop.wait(0):
             try:
                 result = Job.objects.reap(using=alias)
             except Exception as exc:
-                if not options["loop"] or not is_transient(exc):
+                if not loop or not is_transient(exc):
                     raise
                 # The database went away: a reaper that runs for ever waits for it.
                 self.stderr.write(f"reap failed, retrying in {interval:g}s: {first_line(exc)}")
@@ -62,7 +74,7 @@ class Command(PgQueueCommand):
                     f"returned {wording.count(result.returned, 'job')} to the queue, "
                     f"buried {result.buried}{cancelled}"
                 )
-                if not options["loop"]:
+                if not loop:
                     return
                 # A pipe (a container's log, a supervisor) gets each pass as it
                 # happens, not when Python's buffer fills.

@@ -246,6 +246,36 @@ def test_the_pgqueue_settings_are_the_workers_defaults(start_worker: Start) -> N
     assert run_counts() == {"lapsed": 1}
 
 
+def test_a_long_job_outlives_a_short_lease_while_another_process_reaps(start_worker: Start) -> None:
+    """--lease 1 (heartbeat a third of it) and a 3 s job, with `reapjobs --loop` every
+    0.1 s in another process: the renewals keep the lease, the job runs once."""
+    job = tracked.enqueue("hb-long", sleep=3.0)
+    reaper = start_worker(command="reapjobs", args=("--loop", "--interval", "0.1"))
+    reaper.wait_for_output("returned 0 jobs to the queue")
+    worker = start_worker("--lease", "1", "--burst")
+    assert worker.wait(30) == 0
+    reaper.signal(signal.SIGTERM)
+    assert reaper.wait(10) == 0
+    assert "returned 1 job" not in reaper.output
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.errors) == ("done", 1, [])
+    assert run_counts("hb-") == {"hb-long": 1}
+
+
+def test_concurrency_is_how_many_jobs_run_at_once(start_worker: Start) -> None:
+    Job.objects.enqueue_many(JobSpec.build(mark, [f"cc-{i}"], {"sleep": 0.5}) for i in range(6))
+    worker = start_worker("--concurrency", "2", "--burst")
+    assert worker.wait(30) == 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM started), extract(epoch FROM finished) FROM testapp_run"
+        )
+        spans = [(float(a), float(b)) for a, b in cursor.fetchall()]
+    assert len(spans) == 6
+    assert max(sum(1 for a, b in spans if a <= start < b) for start, _ in spans) == 2
+    assert status_counts() == {"done": 6}
+
+
 def locks_taken(call: Callable[[], object]) -> list[str]:
     """The locks ``call`` acquires (C calls to a lock's acquire or __enter__)."""
     lock_types = (type(threading.Lock()), type(threading.RLock()))

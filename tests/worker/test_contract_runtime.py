@@ -142,9 +142,9 @@ def test_a_job_past_the_job_timeout_fails_retries_and_is_buried(start_worker: St
 
 def test_reapjobs_interval_without_loop_is_a_one_line_error(db_url: str) -> None:
     result = django_command(db_url, "reapjobs", "--interval", "5")
-    assert result.returncode == 1, result
+    assert result.returncode == 2, result  # a command line it cannot take, as argparse's
     (line,) = result.stderr.strip().splitlines()
-    assert line == "CommandError: --interval goes with --loop (one pass has no interval)"
+    assert line == "CommandError: reapjobs: --interval goes with --loop (one pass has no interval)"
     with pytest.raises(CommandError):
         call_command("reapjobs", interval=5)
 

@@ -134,9 +134,10 @@ class Shutdown:
                 sorted(locked),
             )
         if set(unwritten) - locked:
-            logger.error(
-                "could not record the outcomes of jobs %s (the database is "
-                "unreachable): the reaper returns them once their leases expire",
+            logger.error(  # (the completer's error, or the database's, was logged)
+                "could not record the outcomes of jobs %s: they are given back to run "
+                "again (with the database out of reach, the reaper returns them once "
+                "their leases expire)",
                 sorted(set(unwritten) - locked),
             )
         # Idle job threads exit now; one still inside an overrunning job is a

@@ -4,6 +4,7 @@ leaked transactions, concurrency keys. Each test waits on the worker's events.""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from functools import partial
@@ -428,3 +429,29 @@ def test_a_job_is_not_charged_for_a_connection_closed_while_its_thread_sat_idle(
     assert (row.status, row.attempts, row.last_error) == ("done", 1, "")
     assert Job.objects.get(pk=first.pk).status == "done"
     assert run_counts("idle-") == {"idle-first": 1, "idle-second": 1}
+
+
+def test_outcomes_a_failing_completer_could_not_write_are_said_to_go_back(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The completer thread failing on a bug (not the database) ends the worker, which
+    gives the runs back: its line said "the database is unreachable: the reaper
+    returns them", wrong on both counts."""
+    from django_pgqueue.worker.completer import Completer
+
+    def write(self: Completer, batch: list[Outcome]) -> None:
+        raise RuntimeError("a bug in the completer")
+
+    monkeypatch.setattr(Completer, "_write", write)
+    jobs = [add.enqueue(i, 1) for i in range(3)]
+    caplog.set_level("INFO", logger="django_pgqueue")
+    worker = WorkerThread(concurrency=3).start()
+    assert worker.join(30) == 1
+    (line,) = [r.getMessage() for r in caplog.records if "could not record" in r.getMessage()]
+    # Those that had returned (a run still going at the crash is given back as one).
+    listed = re.match(r"could not record the outcomes of jobs \[([\d, ]+)\]: ", line)
+    assert listed, line
+    assert {int(i) for i in listed[1].split(", ")} <= {job.pk for job in jobs}, line
+    assert "unreachable" not in line, line
+    assert "given back" in line, line
+    assert status_counts() == {"queued": 3}  # given back, as the line says

@@ -9,8 +9,6 @@ import hashlib
 import json
 from collections.abc import Sequence
 
-from django.db import connections
-
 from django_pgqueue import validation
 from django_pgqueue.sql import runner
 
@@ -98,8 +96,5 @@ def forget(after: float, alias: str) -> list[str]:
 def database_now(using: str) -> dt.datetime:
     """The database's clock, which writes ``alive_until`` and ``locked_until``: a
     host whose clock is off would call live workers gone, or leases expired."""
-    with connections[using].cursor() as cursor:
-        cursor.execute("SELECT now()")
-        row = cursor.fetchone()
-    assert row is not None
-    return row[0]  # type: ignore[no-any-return]
+    now: dt.datetime = runner.fetch_one("database_now", {}, using)["now"]
+    return now

@@ -804,6 +804,11 @@ SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
     jobs_running = EXCLUDED.jobs_running, jobs_done = EXCLUDED.jobs_done
 RETURNING id;
 
+-- name: database_now
+-- The database's clock, which writes alive_until and locked_until: readers that
+-- tell live workers from gone ones, or leases from expired ones, use it, not theirs.
+SELECT now() AS now;
+
 -- name: worker_leave
 -- A worker that exits removes its row.
 DELETE FROM pgqueue_worker WHERE id = %(worker)s::text RETURNING id;

@@ -40,6 +40,7 @@ EXPECTED = {
     "backend_pid",
     "lock_worker_id",
     "worker_register",
+    "database_now",
     "worker_leave",
     "workers_forget",
     "refresh_queue_gauges",

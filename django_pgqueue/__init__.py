@@ -46,6 +46,7 @@ __all__ = [
 
 def enqueue(task: Any, args: Any = (), kwargs: dict[str, Any] | None = None, **options: Any) -> Job:
     """Enqueue a job in the current transaction; see ``Job.objects.enqueue``."""
+    # Imported here: the models need the app registry, not ready when this package is.
     from django_pgqueue.installed import job_model
 
     return job_model().objects.enqueue(task, args, kwargs, **options)

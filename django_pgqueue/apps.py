@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from importlib.util import find_spec
+
 from django.apps import AppConfig
 
 
@@ -9,8 +11,6 @@ class PgQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from importlib.util import find_spec
-
         from django_pgqueue import checks  # noqa: F401  (registers the system checks)
         from django_pgqueue.periodic import checks as periodic_checks  # noqa: F401
 

@@ -20,7 +20,7 @@ from typing import Any, NoReturn, cast
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_pgqueue import conf
+from django_pgqueue import __version__, conf
 from django_pgqueue.dberrors import first_line, is_transient, prepare_lost, schema_problem
 
 #: The exit status of a command line a command cannot take: argparse's and Django's own
@@ -53,8 +53,6 @@ class PgQueueCommand(BaseCommand):
 
     def get_version(self) -> str:
         """``--version``: django-pgqueue's, not Django's."""
-        from django_pgqueue import __version__
-
         return __version__
 
     def run_from_argv(self, argv: list[str]) -> None:

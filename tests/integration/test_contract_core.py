@@ -6,6 +6,7 @@ Issue 11's rules are in test_contract_core_rules.py."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 from django.forms.models import model_to_dict
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_pgqueue.models import Job
@@ -220,6 +222,30 @@ def test_each_attempt_is_recorded_and_the_first_start_kept() -> None:
     assert row.attempted_at is not None
     assert row.attempted_at > started.attempted_at
     assert row.done_at is not None
+
+
+def test_enqueue_registers_no_on_commit_callback(
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    """The row and its NOTIFY travel with the caller's transaction: nothing waits for
+    the commit on the Python side."""
+    with django_capture_on_commit_callbacks() as callbacks, transaction.atomic():
+        add.enqueue(1, 1)
+        Job.objects.enqueue("tests.testapp.tasks.add", [1, 2], unique_key="u")
+        Job.objects.enqueue_many([JobSpec.build(add, [i, i]) for i in range(COPY_THRESHOLD)])
+    assert callbacks == []
+    assert status_counts() == {"queued": COPY_THRESHOLD + 2}
+
+
+def test_prune_deletes_in_batches_of_batch_size() -> None:
+    ids = Job.objects.enqueue_many(JobSpec.build(add, [i, i]) for i in range(10))
+    old = timezone.now() - dt.timedelta(days=2)
+    Job.objects.filter(pk__in=ids[:8]).update(status="done", done_at=old)
+    with CaptureQueriesContext(connection) as queries:
+        assert Job.objects.prune(dt.timedelta(days=1), batch_size=3) == 8
+    statements = [q["sql"].split("*/")[0] for q in queries.captured_queries]
+    assert statements == ["/* pgqueue: prune "] * 3  # 3 + 3 + 2
+    assert status_counts() == {"queued": 2}
 
 
 @pytest.mark.parametrize("ending", ["done", "dead", "cancelled"])

@@ -12,6 +12,7 @@ import io
 import json
 import re
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -122,7 +123,7 @@ def test_an_entrys_options_are_the_jobs_of_each_tick_a_worker_enqueues() -> None
         assert rows[name].ticks == Job.objects.filter(schedule=name).count()
 
 
-def test_the_listing_shows_the_last_ticks_job_as_it_runs() -> None:
+def test_the_listing_shows_the_last_ticks_job_as_it_runs(admin_client: Client) -> None:
     """The last tick enqueued "and its job's status": queued while it waits, done
     once a worker ran it, in the table and in --json."""
     ping = {"task": "tests.testapp.tasks.mark", "every": 1, "kwargs": {"label": "ping"}}
@@ -153,21 +154,33 @@ def test_the_listing_shows_the_last_ticks_job_as_it_runs() -> None:
         (data,) = json.loads(listing("--json"))
         assert data["last_job_status"] == "done"
         assert f"#{last.id} done" in listing()
+        # Pruned, the last job is still named, as pruned.
+        Job.objects.filter(status="done").update(
+            done_at=dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+        )
+        call_command("prunejobs", "--older-than", "1m", stdout=io.StringIO())
+        assert not Job.objects.filter(pk=last.id).exists()
+        (data,) = json.loads(listing("--json"))
+        assert (data["last_job_id"], data["last_job_status"]) == (last.id, None)
+        assert f"#{last.id} pruned" in listing()
+        assert f"#{last.id} (pruned)" in admin_client.get(SCHEDULES).content.decode()
 
 
 def test_a_cron_entry_without_a_time_zone_runs_in_time_zone(
-    scheduler: Callable[..., Scheduler],
+    settings: Any, scheduler: Callable[..., Scheduler]
 ) -> None:
+    # pytest-django's settings, set up before the scheduler's override and undone
+    # after it: a with-block ended first would leave TIME_ZONE on at the fixture's end.
+    settings.TIME_ZONE = "Asia/Tokyo"
     nightly = {key: value for key, value in REPORT.items() if key != "timezone"}
-    with override_settings(TIME_ZONE="Asia/Tokyo"):
-        scheduler({"nightly": nightly}).step()
-        assert Schedule.objects.get(pk="nightly").timezone == "Asia/Tokyo"
-        (line,) = [row for row in listing().splitlines() if row.startswith("nightly")]
-        assert "Asia/Tokyo" in line
-        assert "03:00:00 JST" in line, line
-        (data,) = json.loads(listing("--json"))
-        next_tick = dt.datetime.fromisoformat(data["next_tick"])
-        assert next_tick.astimezone(dt.timezone(dt.timedelta(hours=9))).time() == dt.time(3)
+    scheduler({"nightly": nightly}).step()
+    assert Schedule.objects.get(pk="nightly").timezone == "Asia/Tokyo"
+    (line,) = [row for row in listing().splitlines() if row.startswith("nightly")]
+    assert "Asia/Tokyo" in line
+    assert "03:00:00 JST" in line, line
+    (data,) = json.loads(listing("--json"))
+    next_tick = dt.datetime.fromisoformat(data["next_tick"])
+    assert next_tick.astimezone(dt.timezone(dt.timedelta(hours=9))).time() == dt.time(3)
 
 
 def test_a_bad_entry_fails_manage_py_check_and_runworker_naming_it(db_url: str) -> None:

@@ -37,6 +37,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ELSEWHERE = "queue_1"
 
 
+def tick_of(name: str) -> Callable[[dict[str, Any]], bool]:
+    """A ``scheduled`` event's filter: a tick of schedule ``name`` that enqueued a job."""
+    return lambda d: d["schedule"] == name and d["job_id"] is not None
+
+
 def listing(*args: str) -> str:
     out = io.StringIO()
     call_command("schedules", *args, stdout=out)
@@ -75,7 +80,7 @@ def test_an_entrys_options_are_the_jobs_of_each_tick_a_worker_enqueues() -> None
                 "scheduled",
                 2,
                 timeout=15,
-                where=lambda d, name=name: d["schedule"] == name and d["job_id"] is not None,
+                where=tick_of(name),
             )
         assert worker.stop() == 0
     events = [d for seen, d in worker.recorder.seen if seen == "scheduled"]

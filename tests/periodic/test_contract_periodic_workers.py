@@ -15,7 +15,7 @@ import pytest
 from django.test import override_settings
 
 from django_pgqueue.models import Job, Schedule
-from tests.periodic.test_contract_periodic import ELSEWHERE, listing
+from tests.periodic.test_contract_periodic import ELSEWHERE, listing, tick_of
 from tests.worker.conftest import WorkerProcess, wait_for
 from tests.worker.conftest import start_worker as start_worker  # the fixture
 from tests.worker.inprocess import worker_thread
@@ -97,7 +97,7 @@ def test_settings_changes_apply_when_a_worker_restarts() -> None:
                 "scheduled",
                 2,
                 timeout=15,
-                where=lambda d, name=name: d["schedule"] == name and d["job_id"] is not None,
+                where=tick_of(name),
             )
         assert worker.stop() == 0
     later = [t for t in ticks("ping") if t > kept[-1]]

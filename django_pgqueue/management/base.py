@@ -17,6 +17,7 @@ import types
 from collections.abc import Callable
 from typing import Any, NoReturn, cast
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
@@ -78,6 +79,8 @@ class PgQueueCommand(BaseCommand):
             if problem is None and (not is_transient(exc) or prepare_lost(exc)):
                 raise  # a lost prepared statement is no unreachable database
             raise CommandError(problem or f"cannot reach the database: {first_line(exc)}") from exc
+        except ImproperlyConfigured as exc:  # PGQUEUE, read with the checks skipped
+            raise CommandError(str(exc)) from exc
 
     def _check_given(self, options: dict[str, Any]) -> None:
         """``call_command(..., concurrency=0, older_than="7d")`` passes its values past

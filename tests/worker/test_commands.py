@@ -195,6 +195,32 @@ def test_bad_settings_are_a_one_line_error_too() -> None:
         call_command("runworker", "--burst", "--lease", "3")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["schedules"],
+        ["queuestats"],
+        ["queuestats", "--check"],
+        ["reapjobs"],
+        ["prunejobs", "--older-than", "1d"],
+        ["pausequeue", "emails"],
+    ],
+)
+def test_bad_settings_with_the_checks_skipped_are_one_line(db_url: str, args: list[str]) -> None:
+    """``--skip-checks`` left a bad PGQUEUE to the command's first read of it: a
+    traceback from every command but runworker."""
+    for pgqueue in (
+        {"LEASE": -1},
+        {"PERIODIC": {"nightly": {"task": "tests.testapp.tasks.mark", "cron": "61 * * * *"}}},
+    ):
+        env = {"PGQUEUE_TEST_PGQUEUE": json.dumps(pgqueue)}
+        result = django_command(db_url, *args, "--skip-checks", env=env)
+        assert result.returncode == 1, result
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("CommandError: PGQUEUE["), line
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_task_module_that_does_not_exist_stops_the_worker_with_one_line(
     caplog: pytest.LogCaptureFixture,

@@ -9,6 +9,8 @@ bad data, handled where it happens.
 
 from __future__ import annotations
 
+import re
+
 import psycopg
 from django.db import InterfaceError, OperationalError, ProgrammingError
 
@@ -18,6 +20,19 @@ _SCHEMA_STATES = {
     "42703": "column",  # undefined_column
     "42883": "function",  # undefined_function
 }
+
+
+#: A connection the server refused in words that waiting cannot change: the database
+#: does not exist (SQLSTATE 3D000), the role does not or may not log in, its password
+#: is wrong, or pg_hba.conf turns it away (28000, 28P01), or it lacks CONNECT on the
+#: database (42501). libpq gives a failed connection no SQLSTATE, so its words are
+#: read (English, the server's default; in another language the worker waits, as for
+#: a server that is down).
+REFUSED_FOR_GOOD = re.compile(
+    r'FATAL:  ((database|role) "[^"]*" does not exist|\w+ authentication failed|'
+    r'role "[^"]*" is not permitted to log in|permission denied for database|'
+    r"no pg_hba\.conf entry|pg_hba\.conf rejects)|fe_sendauth: no password supplied"
+)
 
 
 def _psycopg_error(exc: BaseException) -> BaseException:

@@ -25,7 +25,7 @@ import psycopg
 from django.conf import settings
 from psycopg import sql
 
-from django_pgqueue.dberrors import first_line, is_transient
+from django_pgqueue.dberrors import REFUSED_FOR_GOOD, first_line, is_transient
 from django_pgqueue.exceptions import WorkerIdInUse
 from django_pgqueue.pooler import (
     alias_through_pooler,
@@ -152,7 +152,8 @@ def open_at_start(session: WorkerSession, database: str) -> tuple[str | None, bo
     Returns (why the worker must not start, or None; whether it has a session). A
     database that cannot be reached yet is no reason not to start: the listener
     thread opens the session once it can, and stops the worker then if the id is
-    taken. Also warns when statements are prepared behind a pooler (W001's warning)."""
+    taken. A LISTEN_DATABASE that turns the worker away for good (REFUSED_FOR_GOOD)
+    is, as DATABASE is. Also warns when statements are prepared behind a pooler (W001's warning)."""
     pooled: bool | None = None
     has_session = True
     try:
@@ -166,6 +167,11 @@ def open_at_start(session: WorkerSession, database: str) -> tuple[str | None, bo
     except Exception as exc:
         if not is_transient(exc):
             raise
+        if session.explicit and REFUSED_FOR_GOOD.search(str(exc)):
+            # As for DATABASE (startup): no wait cures it, and without its session the
+            # worker would run unlocked (a twin with its id beside it) and deaf.
+            where = f"PGQUEUE['LISTEN_DATABASE'] ({shown(session.alias)!r})"
+            return f"cannot reach {where}: {first_line(exc)}", False
         logger.warning("cannot open the worker's session connection yet: %s", first_line(exc))
     # System check W001's warning about psycopg's own preparing, silenced with it.
     # PGQUEUE['PREPARE'] needs none: the first statement looks for a pooler and

@@ -13,7 +13,6 @@ Tasks are discovered here too, so that the banner can list them.
 from __future__ import annotations
 
 import logging
-import re
 import time
 
 from django.core.exceptions import ImproperlyConfigured
@@ -21,7 +20,7 @@ from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
 from django_pgqueue import declared, registry, wording
-from django_pgqueue.dberrors import first_line, is_transient, migrate_command
+from django_pgqueue.dberrors import REFUSED_FOR_GOOD, first_line, is_transient, migrate_command
 from django_pgqueue.jobdb import worker_in_transaction
 from django_pgqueue.queue import claims
 from django_pgqueue.worker.services import reset_connection
@@ -31,17 +30,6 @@ logger = logging.getLogger("django_pgqueue")
 
 #: How long a --burst worker tries to reach the database at start before it stops.
 START_PATIENCE = 5.0
-#: A connection the server refused in words that waiting cannot change: the database
-#: does not exist (SQLSTATE 3D000), the role does not or may not log in, its password
-#: is wrong, or pg_hba.conf turns it away (28000, 28P01), or it lacks CONNECT on the
-#: database (42501). libpq gives a failed connection no SQLSTATE, so its words are
-#: read (English, the server's default; in another language the worker waits, as for
-#: a server that is down).
-REFUSED_FOR_GOOD = re.compile(
-    r'FATAL:  ((database|role) "[^"]*" does not exist|\w+ authentication failed|'
-    r'role "[^"]*" is not permitted to log in|permission denied for database|'
-    r"no pg_hba\.conf entry|pg_hba\.conf rejects)|fe_sendauth: no password supplied"
-)
 #: Pooled connections a worker's own threads may hold besides its job threads: the
 #: claim loop, completer, heartbeat, maintenance, scheduler and metrics server (the
 #: session connection, for LISTEN and the worker id's lock, is never pooled).

@@ -54,13 +54,14 @@ def shown(database: str) -> str:
 
 def session_connection(alias: str) -> psycopg.Connection[Any]:
     """A new autocommit psycopg connection of Django database ``alias`` (or of a
-    DSN), outside Django's per-thread connections (its caller closes it)."""
+    DSN), outside Django's per-thread connections and its pool (its caller closes it)."""
     if is_dsn(alias):
         return psycopg.connect(alias, autocommit=True)
-    wrapper = connections[alias]
-    conn: psycopg.Connection[Any] = wrapper.get_new_connection(wrapper.get_connection_params())
-    conn.autocommit = True
-    return conn
+    # Not wrapper.get_new_connection(): with Django's pool (OPTIONS["pool"]) that lends
+    # one of the pool's connections, which close() does not give back, so each session
+    # (a reconnect after a restart or a failover) took a slot of the pool for good.
+    params = connections[alias].get_connection_params()
+    return psycopg.connect(**params, autocommit=True)
 
 
 def alias_through_pooler(alias: str) -> bool:

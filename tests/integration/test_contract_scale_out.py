@@ -61,6 +61,16 @@ def test_manage_py_check_database_names_w001_and_w002_behind_the_pooler(
     assert status == 0, said
     assert "django_pgqueue.W00" not in said, said
     assert "System check identified no issues" in said
+    # psycopg's own preparing is named too.
+    env = pooled_env(bouncer, db_url)
+    databases = json.loads(env["PGQUEUE_TEST_DATABASES"])
+    databases["default"]["OPTIONS"] = {"prepare_threshold": 5}
+    env["PGQUEUE_TEST_DATABASES"] = json.dumps(databases)
+    done = django_command(env["DATABASE_URL"], "check", "--database", "default", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "django_pgqueue.W001" in done.stderr, done.stderr
+    assert "OPTIONS['prepare_threshold'] = 5" in done.stderr
+    assert "django_pgqueue.W002" not in done.stderr
     # A LISTEN_DATABASE given as a DSN is a session too: no W002.
     status, said = check_output(bouncer, db_url, LISTEN_DATABASE=direct_dsn(db_url))
     assert status == 0, said
@@ -85,6 +95,10 @@ def test_a_second_worker_with_the_same_id_through_the_pooler_refuses_to_start(
     direct = start_worker("--worker-id", "pooled-twin", "--burst")
     assert direct.wait(30) == 1, direct.output
     assert "worker id 'pooled-twin' is in use" in direct.output
+    # Without LISTEN the session still holds the id's lock.
+    deaf = start_worker("--worker-id", "pooled-twin", "--no-listen", env=env)
+    assert deaf.wait(30) == 1, deaf.output
+    assert "worker id 'pooled-twin' is in use" in deaf.output
 
     tracked.enqueue("twin-pooled")
     wait_for(lambda: status_counts() == {"done": 1}, 20, "the first worker to run it")
@@ -218,3 +232,84 @@ def test_a_listen_database_the_server_turns_away_for_good_ends_the_worker_at_onc
         assert line.endswith(f'FATAL:  database "{missing}" does not exist'), line
         assert "starting worker" not in worker.output
     assert status_counts() == {"queued": 1}
+
+
+MIXED_ENQUEUES = """
+from django_pgqueue.backend import enqueue_many
+from django_pgqueue.models import Job
+from django_pgqueue.records import JobSpec
+from tests.testapp.djtasks import echo
+from tests.testapp.tasks import tracked
+for i in range(100):
+    tracked.enqueue(f"mixed-{i}")
+Job.objects.enqueue_many(JobSpec.build(tracked, [f"mixed-{i}"]) for i in range(100, 700))
+enqueue_many(echo, [((i,), {}) for i in range(600)])
+print("enqueued")
+"""
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_three_workers_drain_both_apis_through_the_pooler_each_job_once(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start, prepare: bool
+) -> None:
+    """With PREPARE as the docs give it (False), and left on (each process finds the
+    pooler and prepares nothing there): 1,300 jobs, each run once, on 4 server
+    connections shared by 3 workers and the enqueuing process."""
+    bouncer = pgbouncer(pool_size=4)
+    env = pooled_env(bouncer, db_url, PREPARE=prepare)
+    name = connection.settings_dict["NAME"]
+    workers = [
+        start_worker("--concurrency", "4", "--worker-id", f"mixed-{n}", env=env) for n in range(3)
+    ]
+    for worker in workers:
+        worker.wait_for_output("listening for new jobs")
+    assert run_django(MIXED_ENQUEUES, env) == "enqueued"
+    wait_for(lambda: status_counts() == {"done": 1300}, 90, "the 1,300 jobs to be done")
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    assert [worker.wait(30) for worker in workers] == [0, 0, 0]
+    assert run_counts("mixed-") == {f"mixed-{i}": 1 for i in range(700)}
+    assert set(Job.objects.values_list("attempts", flat=True)) == {1}
+    assert set(Job.objects.values_list("locked_by", flat=True)) <= {f"mixed-{n}" for n in range(3)}
+    assert bouncer.server_connections(name) <= 4
+    for worker in workers:
+        assert "ERROR" not in worker.output, worker.output
+        assert "Traceback" not in worker.output, worker.output
+
+
+def listening_sessions() -> list[int]:
+    """Server processes of this database that LISTEN (workers' session connections)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity "
+            "WHERE datname = current_database() AND query LIKE 'LISTEN %%'"
+        )
+        return [pid for (pid,) in cursor.fetchall()]
+
+
+def test_a_worker_on_djangos_pool_reconnects_its_session_without_draining_the_pool(
+    db_url: str, start_worker: Start
+) -> None:
+    """The session connection came out of Django's pool (OPTIONS["pool"]) and was
+    closed, never put back: each reconnect (a restart, a failover) took one of the
+    pool's slots for good, until the job threads waited 30 s at a time for one."""
+    # --concurrency 2 and the 6 connections of the worker's own: the least it takes.
+    pool = {"default": {"OPTIONS": {"pool": {"min_size": 1, "max_size": 8}}}}
+    env = {"PGQUEUE_TEST_DATABASES": json.dumps(pool)}
+    worker = start_worker("--concurrency", "2", "--worker-id", "django-pool", env=env)
+    for reconnects in range(6):
+        wait_for(
+            lambda n=reconnects: worker.output.count("listening for new jobs") == n + 1,
+            20,
+            f"the session to listen again ({reconnects} reconnects):\n{worker.output[-600:]}",
+        )
+        (pid,) = listening_sessions()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    wait_for(lambda: worker.output.count("listening for new jobs") == 7, 20, "the last session")
+    for i in range(4):
+        tracked.enqueue(f"after-reconnects-{i}", sleep=0.2)
+    wait_for(lambda: status_counts() == {"done": 4}, 15, "the jobs, on the pool's connections")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output
+    assert "Traceback" not in worker.output

@@ -255,7 +255,9 @@ def check_pooler(
     except ImproperlyConfigured:
         return []  # E001
     alias = conf.database()
-    if not databases or alias not in databases or check_settings():
+    # Not when the database is missing or not PostgreSQL (E002): a problem of the
+    # tasks modules (E004, E005, W004, which may be silenced) is no reason to stay quiet.
+    if not databases or alias not in databases or database_problem() is not None:
         return []
     try:
         pooled = alias_through_pooler(alias)

@@ -1,4 +1,4 @@
-"""The tests' settings with system check W004 silenced (test_contract_scale_out_checks)."""
+"""The tests' settings with system check W004 silenced (test_contract_scale_out_more)."""
 
 from tests.settings import *  # noqa: F403
 

@@ -297,16 +297,17 @@ def test_a_worker_on_djangos_pool_reconnects_its_session_without_draining_the_po
     pool = {"default": {"OPTIONS": {"pool": {"min_size": 1, "max_size": 8}}}}
     env = {"PGQUEUE_TEST_DATABASES": json.dumps(pool)}
     worker = start_worker("--concurrency", "2", "--worker-id", "django-pool", env=env)
+
+    def listening(times: int) -> None:
+        said = "listening for new jobs"
+        wait_for(lambda: worker.output.count(said) == times, 20, f"session number {times}")
+
     for reconnects in range(6):
-        wait_for(
-            lambda n=reconnects: worker.output.count("listening for new jobs") == n + 1,
-            20,
-            f"the session to listen again ({reconnects} reconnects):\n{worker.output[-600:]}",
-        )
+        listening(reconnects + 1)
         (pid,) = listening_sessions()
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
-    wait_for(lambda: worker.output.count("listening for new jobs") == 7, 20, "the last session")
+    listening(7)
     for i in range(4):
         tracked.enqueue(f"after-reconnects-{i}", sleep=0.2)
     wait_for(lambda: status_counts() == {"done": 4}, 15, "the jobs, on the pool's connections")

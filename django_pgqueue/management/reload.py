@@ -34,6 +34,8 @@ RESTART = 3
 #: The environment variable naming the pipe on which the reloading child says that
 #: its signal handlers are in.
 READY_FD = "DJANGO_PGQUEUE_RELOAD_READY_FD"
+#: What the child says on that pipe when a SIGINT was waiting for its handlers.
+HAD_SIGINT = b"i"
 
 
 def in_reloading_child() -> bool:
@@ -97,12 +99,15 @@ def _reloading_parent() -> int:
             if said and current[0] is child:
                 ready[:] = [child]
                 for signum in held:
-                    if signum != signal.SIGINT:  # the child holds the terminal's own
+                    # Ctrl-C: the child had the terminal's own, unless it was pressed
+                    # before the child was started (a pending signal is not inherited).
+                    if signum != signal.SIGINT or said != HAD_SIGINT:
                         child.send_signal(signum)
                 held.clear()
 
     # Ctrl-C: the terminal sends SIGINT to the child too, which starts with it blocked
-    # (kept pending, not lost) until its handlers are in: held here only to count.
+    # (kept pending, not lost) until its handlers are in: held here to count it, and
+    # passed on only to a child started after it (which says so when ready).
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     while True:
@@ -129,11 +134,14 @@ def _reloading_parent() -> int:
 
 def _handlers_installed() -> None:
     """In the reloading child: take the SIGINT it started with blocked (a Ctrl-C in its
-    first second waits there), and tell the parent that SIGTERM now stops us cleanly."""
+    first second waits there), and tell the parent that SIGTERM now stops us cleanly,
+    and whether a Ctrl-C reached us (one pressed as we were started did not: the parent
+    passes that one on)."""
+    had = signal.SIGINT in signal.sigpending()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     with contextlib.suppress(OSError, ValueError):  # ValueError: none, not --reload's child
         fd = int(os.environ.pop(READY_FD, ""))
-        os.write(fd, b"!")
+        os.write(fd, HAD_SIGINT if had else b"!")
         os.close(fd)
 
 

@@ -60,8 +60,9 @@ def session_connection(alias: str) -> psycopg.Connection[Any]:
     # Not wrapper.get_new_connection(): with Django's pool (OPTIONS["pool"]) that lends
     # one of the pool's connections, which close() does not give back, so each session
     # (a reconnect after a restart or a failover) took a slot of the pool for good.
-    params = connections[alias].get_connection_params()
-    return psycopg.connect(**params, autocommit=True)
+    # As Django's pool does: OPTIONS may hold "autocommit" too (Django passes them all).
+    params = {**connections[alias].get_connection_params(), "autocommit": True}
+    return psycopg.connect(**params)
 
 
 def alias_through_pooler(alias: str) -> bool:

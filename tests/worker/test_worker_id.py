@@ -8,8 +8,10 @@ from collections.abc import Callable
 
 import psycopg
 import pytest
+from django.db import connection
 
 from django_pgqueue.models import Job
+from django_pgqueue.pooler import alias_through_pooler
 from django_pgqueue.queue.presence import lock_key
 from django_pgqueue.records import JobSpec
 from django_pgqueue.worker import session as session_module
@@ -101,3 +103,25 @@ def test_a_session_through_a_pooler_takes_no_id_lock_and_is_not_refused(
             assert held == (0,)  # nothing left behind on the server connection
         finally:
             session.close()
+
+
+def test_the_session_connection_takes_the_alias_options_as_django_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Django passes every OPTIONS key to psycopg.connect(), "autocommit" among them
+    (an older project's); the session connection, opened outside Django's pool, passed
+    autocommit=True beside it and failed with a TypeError: runworker, and migrate or
+    check --database through the pooler look, crashed on settings Django runs with."""
+    options = connection.settings_dict["OPTIONS"]
+    monkeypatch.setitem(options, "autocommit", True)
+    monkeypatch.setitem(options, "application_name", "session-options")
+    session = WorkerSession("with-options", "default", None, "pgqueue_jobs", 1.0)
+    session.open()
+    try:
+        assert session.conn is not None
+        assert session.conn.autocommit
+        assert session.conn.info.parameter_status("application_name") == "session-options"
+        assert session.lock_holds
+    finally:
+        session.close()
+    assert alias_through_pooler("default") is False

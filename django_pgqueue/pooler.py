@@ -57,12 +57,18 @@ def session_connection(alias: str) -> psycopg.Connection[Any]:
     DSN), outside Django's per-thread connections and its pool (its caller closes it)."""
     if is_dsn(alias):
         return psycopg.connect(alias, autocommit=True)
-    # Not wrapper.get_new_connection(): with Django's pool (OPTIONS["pool"]) that lends
-    # one of the pool's connections, which close() does not give back, so each session
-    # (a reconnect after a restart or a failover) took a slot of the pool for good.
-    # As Django's pool does: OPTIONS may hold "autocommit" too (Django passes them all).
-    params = {**connections[alias].get_connection_params(), "autocommit": True}
-    return psycopg.connect(**params)
+    wrapper = connections[alias]
+    params = wrapper.get_connection_params()
+    if wrapper.settings_dict["OPTIONS"].get("pool"):
+        # Not get_new_connection(): with Django's pool that lends one of the pool's
+        # connections, which close() does not give back, so each session (a reconnect
+        # after a restart or a failover) took a slot of the pool for good. As Django's
+        # pool does: OPTIONS may hold "autocommit" too (Django passes them all).
+        return psycopg.connect(**{**params, "autocommit": True})
+    # Without a pool, the engine's own (a subclass may hook it: a password token).
+    conn: psycopg.Connection[Any] = wrapper.get_new_connection(params)
+    conn.autocommit = True
+    return conn
 
 
 def alias_through_pooler(alias: str) -> bool:

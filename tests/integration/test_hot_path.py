@@ -7,7 +7,8 @@ import copy
 import dataclasses
 import json
 import re
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -26,25 +27,28 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def statements() -> Iterator[list[str]]:
-    """Every statement any new connection runs, whatever its thread."""
+def statements() -> Iterator[Callable[[], list[str]]]:
+    """Every statement any new connection has run so far, whatever its thread (call
+    it once the work is done: the list was filled only at teardown, after the
+    test's assertions, so they checked an empty list)."""
     seen: list[Any] = []
 
     def log_everything(sender: Any, connection: Any, **kwargs: Any) -> None:
         connection.force_debug_cursor = True
         seen.append(connection)
 
+    def logged() -> list[str]:
+        return [q["sql"] for conn in seen for q in conn.queries_log]
+
     connection_created.connect(log_everything)
-    texts: list[str] = []
     try:
-        yield texts
+        yield logged
     finally:
         connection_created.disconnect(log_everything)
-        texts += [q["sql"] for conn in seen for q in conn.queries_log]
 
 
 def test_the_tasks_path_reads_nothing_per_job_beyond_the_claim_and_the_batched_outcome(
-    statements: list[str],
+    statements: Callable[[], list[str]],
 ) -> None:
     count = 200
     for n in range(count):
@@ -52,20 +56,24 @@ def test_the_tasks_path_reads_nothing_per_job_beyond_the_claim_and_the_batched_o
     connection.close()  # so the worker's connections are the only new ones
     with worker_thread(burst=True, concurrency=8) as worker:
         assert worker.join(60) == 0
+    ran = statements()  # before this thread's own reads below
     assert status_counts() == {"done": count}
-    ours = [s for s in statements if s.startswith("/* pgqueue: ")]
-    other = [s for s in statements if not s.startswith("/* pgqueue: ")]
+    ours = [s for s in ran if s.startswith("/* pgqueue: ")]
+    other = [s for s in ran if not s.startswith("/* pgqueue: ")]
     # What is not ours: Django's own set-up of a new connection and the
     # start-up migration check, never a read of a job.
     assert not [s for s in other if "pgqueue_job" in s], other
     names = [s.split()[2] for s in ours]
+    assert "claim" in names, ran  # the statements were seen: the test is not vacuous
+    assert "complete" in names, names
     assert names.count("claim") + names.count("complete") < count / 2  # batched
-    assert set(names) <= {"claim", "complete", "fail", "heartbeat", "reap"}
+    # The rest is the worker's own start, stop and timers (register, leave, the
+    # reaper's look): a few statements whatever the number of jobs.
+    others = Counter(name for name in names if name not in ("claim", "complete"))
+    assert all(times <= 5 for times in others.values()), others
 
 
-def test_a_running_result_is_built_from_the_claim_with_the_same_content(
-    statements: list[str],
-) -> None:
+def test_a_running_result_is_built_from_the_claim_with_the_same_content() -> None:
     seen: list[Any] = []
     from django_pgqueue.backend.compat import task_started
 

@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import json
 import re
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from django.db import connection, transaction
 from django.db.backends.signals import connection_created
 
+from django_pgqueue.backend import call, enqueue_many, options
 from django_pgqueue.models import Job
 from django_pgqueue.records import JobSpec
 from django_pgqueue.sql import query
@@ -28,14 +30,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def statements() -> Iterator[Callable[[], list[str]]]:
-    """Every statement any new connection has run so far, whatever its thread (call
-    it once the work is done: the list was filled only at teardown, after the
-    test's assertions, so they checked an empty list)."""
+    """Every statement run so far by the connections other threads (a worker's) made.
+    Call it once the work is done: the list was once filled only at teardown, after
+    the test's assertions, so they checked an empty list."""
     seen: list[Any] = []
+    test_thread = threading.get_ident()
 
     def log_everything(sender: Any, connection: Any, **kwargs: Any) -> None:
-        connection.force_debug_cursor = True
-        seen.append(connection)
+        if threading.get_ident() != test_thread:  # not the test's own enqueues and reads
+            connection.force_debug_cursor = True
+            seen.append(connection)
 
     def logged() -> list[str]:
         return [q["sql"] for conn in seen for q in conn.queries_log]
@@ -53,10 +57,9 @@ def test_the_tasks_path_reads_nothing_per_job_beyond_the_claim_and_the_batched_o
     count = 200
     for n in range(count):
         djtasks.echo.enqueue(n)
-    connection.close()  # so the worker's connections are the only new ones
     with worker_thread(burst=True, concurrency=8) as worker:
         assert worker.join(60) == 0
-    ran = statements()  # before this thread's own reads below
+    ran = statements()
     assert status_counts() == {"done": count}
     ours = [s for s in ran if s.startswith("/* pgqueue: ")]
     other = [s for s in ran if not s.startswith("/* pgqueue: ")]
@@ -71,6 +74,24 @@ def test_the_tasks_path_reads_nothing_per_job_beyond_the_claim_and_the_batched_o
     # reaper's look): a few statements whatever the number of jobs.
     others = Counter(name for name in names if name not in ("claim", "complete"))
     assert all(times <= 5 for times in others.values()), others
+
+
+def test_failed_and_buried_runs_read_nothing_per_job_either(
+    statements: Callable[[], list[str]],
+) -> None:
+    count = 60
+    # Two attempts each, the retry ready at once: a failure, then a burial.
+    enqueue_many(
+        options(djtasks.failing_task_value_error, backoff=0, max_attempts=2), [call()] * count
+    )
+    with worker_thread(burst=True, concurrency=8) as worker:
+        assert worker.join(60) == 0
+    ran = statements()
+    assert status_counts() == {"dead": count}
+    assert not [s for s in ran if "pgqueue_job" in s and not s.startswith("/* pgqueue: ")]
+    names = Counter(s.split()[2] for s in ran if s.startswith("/* pgqueue: "))
+    assert names["fail"] >= 1, names
+    assert names["fail"] < count, names  # batched: two outcomes a job, far fewer statements
 
 
 def test_a_running_result_is_built_from_the_claim_with_the_same_content() -> None:

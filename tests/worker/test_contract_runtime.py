@@ -18,7 +18,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.utils import timezone
 
-from django_pgqueue.models import Job
+from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.records import JobSpec
 from tests.conftest import run_counts, status_counts
 from tests.testapp.tasks import add, mark, tracked
@@ -121,7 +121,10 @@ def test_a_throughput_line_comes_every_stats_interval_at_info(start_worker: Star
     assert line.startswith("throughput: 1 job in "), line
     worker.signal(signal.SIGTERM)
     assert worker.wait(15) == 0
-    quiet = start_worker("--stats-interval", "0.2", "-v", "0")
+    quiet = start_worker("--stats-interval", "0.2", "-v", "0", "--worker-id", "quiet")
+    # Nothing is printed at -v 0 to say it started: its registry row is written once
+    # its signal handlers are in (a SIGTERM before them kills it: -15, not 0).
+    wait_for(lambda: RegisteredWorker.objects.filter(pk="quiet").exists(), 30, "the worker up")
     time.sleep(1.0)  # five intervals: at -v 0 (WARNING) none of them is printed
     quiet.signal(signal.SIGTERM)
     assert quiet.wait(15) == 0

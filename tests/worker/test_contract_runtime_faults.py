@@ -71,7 +71,9 @@ def test_a_worker_stopped_within_its_lease_resumes_and_nothing_runs_twice(
     Job.objects.enqueue_many(
         JobSpec.build(tracked, [f"stop-{n}"], {"sleep": 1.0}) for n in range(2)
     )
-    paused = start_worker("--concurrency", "2", "--lease", "6", "--worker-id", "paused")
+    # The pause lasts the second worker's start (seconds on a loaded machine) and 2 s
+    # more, from a renewal up to a third of the lease old: 20 s keeps it within.
+    paused = start_worker("--concurrency", "2", "--lease", "20", "--worker-id", "paused")
     wait_for(lambda: len(run_counts("stop-")) == 2, 20, "two running jobs")
     paused.signal(signal.SIGSTOP)
     try:

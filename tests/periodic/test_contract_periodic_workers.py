@@ -144,8 +144,10 @@ def test_a_running_worker_obeys_the_commands_switch_at_once() -> None:
         # Three ticks fall while it is off: none is enqueued (nor caught up later).
         wait_for(lambda: dt.datetime.now(dt.UTC) > off + dt.timedelta(seconds=3), 10, "3 ticks")
         assert [t for t in ticks("ping") if t > off] == []
-        assert listing("--enable", "ping") == "schedule 'ping' was enabled\n"
+        # Read before the switch: it goes on from its next tick after the switch's
+        # now(), and a whole second may fall before the command returns.
         on = dt.datetime.now(dt.UTC)
+        assert listing("--enable", "ping") == "schedule 'ping' was enabled\n"
         worker.wait("scheduled", 1, timeout=15, where=lambda d: d["tick"] > on)
         assert worker.stop() == 0
     assert [t for t in ticks("ping") if off < t <= on] == []

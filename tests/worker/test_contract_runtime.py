@@ -56,7 +56,9 @@ def test_a_second_sigint_gives_the_job_back_and_exits_130(start_worker: Start) -
 
 
 def test_worker_id_is_stored_in_locked_by_and_worker_ids(start_worker: Start) -> None:
-    job = tracked.enqueue("named", sleep=1.0)
+    # Running for 3 s: the row is read while it runs, even by a test process that a
+    # loaded machine leaves unscheduled for a second after the job's start.
+    job = tracked.enqueue("named", sleep=3.0)
     worker = start_worker("--worker-id", "contract-w1", "--burst")
     wait_for(lambda: run_counts("named") != {}, 20, "the job to start")
     assert Job.objects.values_list("status", "locked_by").get() == ("running", "contract-w1")

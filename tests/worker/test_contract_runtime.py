@@ -252,12 +252,14 @@ def test_the_pgqueue_settings_are_the_workers_defaults(start_worker: Start) -> N
 
 
 def test_a_long_job_outlives_a_short_lease_while_another_process_reaps(start_worker: Start) -> None:
-    """--lease 1 (heartbeat a third of it) and a 3 s job, with `reapjobs --loop` every
-    0.1 s in another process: the renewals keep the lease, the job runs once."""
-    job = tracked.enqueue("hb-long", sleep=3.0)
+    """--lease 2 (heartbeat a third of it) and a 5 s job, with `reapjobs --loop` every
+    0.1 s in another process: the renewals keep the lease, the job runs once. (With
+    --lease 1, 0.67 s of slack, a worker stopped for 1.2 s mid-job, as a loaded
+    machine may leave it unscheduled, had its job taken back.)"""
+    job = tracked.enqueue("hb-long", sleep=5.0)
     reaper = start_worker(command="reapjobs", args=("--loop", "--interval", "0.1"))
     reaper.wait_for_output("returned 0 jobs to the queue")
-    worker = start_worker("--lease", "1", "--burst")
+    worker = start_worker("--lease", "2", "--burst")
     assert worker.wait(30) == 0
     reaper.signal(signal.SIGTERM)
     assert reaper.wait(10) == 0

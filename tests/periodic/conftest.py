@@ -13,15 +13,16 @@ from django_pgqueue.worker.events import Events
 from django_pgqueue.worker.services import ConnectionEpoch, Supervision
 
 
-def clear_of_a_minute_boundary() -> None:
+def clear_of_a_minute_boundary(before: float = 1.0) -> None:
     """The tests' schedules tick on whole minutes. A scheduler's first look enqueues
     the ticks since its schedule's row was created, so a minute falling between the
     two (a few milliseconds) would add a job the test does not expect: start clear
     of it. So too of the two seconds after one: a schedule declared again, or
     switched on, restarts from two seconds ago (schedules_sync), and takes a whole
-    minute that fell in them."""
+    minute that fell in them. ``before``: the seconds needed before the next minute
+    (more for a test whose looks must all fall before it, on a slow machine)."""
     into = time.time() % 60
-    if into > 59.0:
+    if into > 60.0 - before:
         time.sleep(60 - into + 2.6)
     elif into < 2.5:
         time.sleep(2.6 - into)

@@ -24,6 +24,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_pgqueue.models import Job, Schedule
 from django_pgqueue.periodic.scheduler import Scheduler
+from tests.periodic.conftest import clear_of_a_minute_boundary
 from tests.periodic.test_operators import JOBS, REPORT, SCHEDULES
 from tests.testapp import djtasks
 from tests.worker.conftest import django_command
@@ -229,6 +230,9 @@ def test_the_admins_switches_are_logged_and_its_schedule_pages_are_read_only(
 def test_a_look_with_nothing_due_sends_no_statement_and_a_due_tick_one(
     scheduler: Callable[..., Scheduler],
 ) -> None:
+    # A look that a slow machine delays past the next minute, after the loop below
+    # found nothing due, would enqueue "minutely": start 5 s clear of it.
+    clear_of_a_minute_boundary(before=5.0)
     s = scheduler({"report": REPORT, "minutely": {**REPORT, "cron": "* * * * *"}})
     s.step()  # the sync and the registry read
     with CaptureQueriesContext(connections["default"]) as idle:

@@ -23,9 +23,8 @@ pytest.importorskip(
     "django_pgqueue.backend", reason="needs django.tasks or the backport", exc_type=ImportError
 )
 
-from django_pgqueue.backend import PgQueueBackend, options
+from django_pgqueue.backend import options
 from django_pgqueue.backend.compat import (
-    BaseTaskBackend,
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
@@ -60,18 +59,6 @@ def heard() -> Iterator[list[tuple[str, str, str]]]:
     yield seen
     for signal in (task_enqueued, task_started, task_finished):
         signal.disconnect(receiver)
-
-
-def test_the_backend_is_djangos_with_every_feature() -> None:
-    backend = task_backends["default"]
-    assert isinstance(backend, PgQueueBackend)
-    assert isinstance(backend, BaseTaskBackend)
-    assert (
-        backend.supports_defer,
-        backend.supports_priority,
-        backend.supports_get_result,
-        backend.supports_async_task,
-    ) == (True, True, True, True)
 
 
 def test_the_shops_tasks_retry_die_and_succeed_under_runworker(

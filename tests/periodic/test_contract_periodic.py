@@ -77,12 +77,7 @@ def test_an_entrys_options_are_the_jobs_of_each_tick_a_worker_enqueues() -> None
         worker_thread(queues=[ELSEWHERE]) as worker,
     ):
         for name in periodic:
-            worker.wait(
-                "scheduled",
-                2,
-                timeout=15,
-                where=tick_of(name),
-            )
+            worker.wait("scheduled", 2, timeout=15, where=tick_of(name))
         assert worker.stop() == 0
     events = [d for seen, d in worker.recorder.seen if seen == "scheduled"]
     for name in periodic:

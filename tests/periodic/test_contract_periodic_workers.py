@@ -93,12 +93,7 @@ def test_settings_changes_apply_when_a_worker_restarts() -> None:
         worker_thread(queues=[ELSEWHERE], worker_id="second") as worker,
     ):
         for name in changed:
-            worker.wait(
-                "scheduled",
-                2,
-                timeout=15,
-                where=tick_of(name),
-            )
+            worker.wait("scheduled", 2, timeout=15, where=tick_of(name))
         assert worker.stop() == 0
     later = [t for t in ticks("ping") if t > kept[-1]]
     assert later

@@ -21,6 +21,7 @@ pytest.importorskip(
 from django_pgqueue import known, validation
 from django_pgqueue.backend import PgQueueBackend, PgQueueTask, PgQueueTaskContext, options
 from django_pgqueue.backend.compat import (
+    BaseTaskBackend,
     InvalidTask,
     Task,
     TaskResult,
@@ -50,6 +51,7 @@ def error_ids(backend: PgQueueBackend) -> list[str]:
 def test_the_backend_claims_every_feature() -> None:
     backend = task_backends["default"]
     assert isinstance(backend, PgQueueBackend)
+    assert isinstance(backend, BaseTaskBackend)  # Django's
     assert (
         backend.supports_defer,
         backend.supports_priority,

@@ -29,20 +29,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 Start = Callable[..., WorkerProcess]
 
 
-def test_sigint_lets_running_jobs_finish_and_exits_zero(start_worker: Start) -> None:
-    Job.objects.enqueue_many(JobSpec.build(tracked, [f"int-{i}"], {"sleep": 1.0}) for i in range(2))
-    worker = start_worker("--concurrency", "2", "--shutdown-timeout", "10")
-    wait_for(lambda: len(run_counts("int-")) == 2, 20, "two running jobs")
-    signalled = time.monotonic()
-    worker.signal(signal.SIGINT)
-    assert worker.wait(15) == 0
-    assert time.monotonic() - signalled < 5
-    assert status_counts() == {"done": 2}
-    assert run_counts("int-") == {"int-0": 1, "int-1": 1}
-    assert "SIGINT: finishing running jobs" in worker.output
-    assert "Traceback" not in worker.output
-
-
 def test_a_second_sigint_gives_the_job_back_and_exits_130(start_worker: Start) -> None:
     tracked.enqueue("int-twice", sleep=30)
     worker = start_worker("--shutdown-timeout", "60")

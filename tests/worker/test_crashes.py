@@ -99,7 +99,11 @@ def test_behind_a_pooled_listen_database_a_starting_worker_ends_no_lease(
     assert row.locked_until > timezone.now() + dt.timedelta(seconds=200)
 
 
-def test_sigterm_lets_running_jobs_finish_and_exits_zero(start_worker: Start) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_lets_running_jobs_finish_and_exits_zero(
+    start_worker: Start, signum: signal.Signals
+) -> None:
+    """SIGTERM (a process manager) and SIGINT (Ctrl-C) alike."""
     Job.objects.enqueue_many(
         JobSpec.build(tracked, [f"term-{i}"], {"sleep": 1.0}) for i in range(3)
     )
@@ -107,12 +111,13 @@ def test_sigterm_lets_running_jobs_finish_and_exits_zero(start_worker: Start) ->
     # Started, not just claimed: a claimed job no thread has taken yet is given back.
     wait_for(lambda: len(run_counts("term-")) == 3, 20, "three running jobs")
     signalled = time.monotonic()
-    worker.signal(signal.SIGTERM)
+    worker.signal(signum)
     assert worker.wait(15) == 0
     assert time.monotonic() - signalled < 5
     assert status_counts() == {"done": 3}
     assert run_counts("term-") == {f"term-{i}": 1 for i in range(3)}
-    assert "SIGTERM: finishing running jobs" in worker.output
+    assert f"{signum.name}: finishing running jobs" in worker.output
+    assert "Traceback" not in worker.output
 
 
 def test_sigterm_puts_jobs_past_the_shutdown_timeout_back_in_the_queue(start_worker: Start) -> None:

@@ -29,10 +29,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.postgresql.psycopg_any import register_tzloader
+from django.utils.connection import ConnectionDoesNotExist
 from psycopg import pq
 from psycopg.rows import dict_row
 
-from django_pgqueue import conf
+from django_pgqueue import conf, wording
 from django_pgqueue.dberrors import schema_problem
 from django_pgqueue.pooler import through_pooler
 from django_pgqueue.sql import query
@@ -73,7 +74,15 @@ _ONLY_WHEN_ASKED = 2**31 - 1
 
 
 def _ready(alias: str) -> BaseDatabaseWrapper:
-    wrapper = connections[alias]
+    try:
+        wrapper = connections[alias]
+    except ConnectionDoesNotExist as exc:  # where checks do not run (shell, a script)
+        where = "PGQUEUE['DATABASE'] = " if alias == conf.get().DATABASE else "database "
+        raise ConnectionDoesNotExist(
+            f"{str(exc).rstrip('.')}: {where}{alias!r} is not in DATABASES"
+            f"{wording.did_you_mean([alias], connections.settings)}: see manage.py check "
+            "(django_pgqueue.E002)"
+        ) from None
     if wrapper.vendor != "postgresql":  # where checks do not run (shell, a script)
         raise ImproperlyConfigured(
             f"django-pgqueue needs PostgreSQL, but database {alias!r} is {wrapper.vendor}: "

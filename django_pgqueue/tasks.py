@@ -195,6 +195,12 @@ def task[**P, R](
         if not callable(f):  # a classmethod, say: nothing a worker could call
             raise TypeError(f"@task takes the function to register, not {f!r}: not callable")
         path = name or f"{f.__module__}.{f.__qualname__}"
+        if name is None and "<lambda>" in f.__qualname__:  # all of a module's share it
+            raise TypeError(
+                f"@task cannot register {path!r}: a worker finds a task by its module and "
+                "name, and every lambda of a module has the same one. Define it with def, or "
+                "give it a name of its own: @task(name='app.tasks.double')"
+            )
         wrapped = TaskFunction(f, path, dict(options), policy)
         registry.register(path, wrapped, _invoke)
         return wrapped

@@ -109,7 +109,13 @@ class PgQueueBackend(BaseTaskBackend):
                 f"{task.module_path} uses it, and TASKS[{self.alias!r}]['QUEUES'] is "
                 f"{sorted(self.queues)}: {fix}"
             )
-        super().validate_task(task)
+        super().validate_task(task)  # refuses a function defined inside another
+        if "<lambda>" in task.func.__qualname__:  # all of a module's share its path
+            raise InvalidTask(
+                f"Task {task.module_path!r} is a lambda: a worker finds a task by its module "
+                "and name, and every lambda of a module has the same one. Define it with def "
+                "at the top level of its module."
+            )
         if not validation.QUEUE.is_valid(task.queue_name):
             raise InvalidTask(
                 f"Queue name {task.queue_name!r} is not valid for django-pgqueue: "

@@ -1,7 +1,7 @@
 """Issue 13's first hour, as a new user's mistakes: each one answered where it is made.
 
 What tests/worker/test_first_hour.py and tests/integration/test_first_hour.py left
-unpinned: a misspelt PGQUEUE["DATABASE"] met
+unpinned: a lambda as a task (on both APIs), a misspelt PGQUEUE["DATABASE"] met
 at enqueue (a shell, a script: where no check runs), and ``runworker`` started on
 a database ``migrate`` has not touched.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -17,12 +18,52 @@ from django.test import override_settings
 from django.utils.connection import ConnectionDoesNotExist
 
 import django_pgqueue.migrations
+from django_pgqueue import task as pgqueue_task
+from django_pgqueue.backend.compat import InvalidTask
+from django_pgqueue.backend.compat import task as django_task
 from django_pgqueue.models import Job
 from tests.testapp import djtasks
 from tests.testapp.tasks import add
 from tests.worker.conftest import django_command
 
 pytestmark = pytest.mark.django_db
+
+
+def module_level_lambda() -> Any:
+    """``double = task(lambda n: n * 2)`` at the top of an app's tasks.py: a lambda
+    whose qualified name is ``<lambda>`` in a module a worker imports."""
+    namespace: dict[str, Any] = {"__name__": "tests.testapp.tasks"}
+    exec("double = lambda n: n * 2", namespace)
+    return namespace["double"]
+
+
+# -- a lambda as a task ---------------------------------------------------------------------
+
+
+def test_a_lambda_is_refused_as_a_direct_task_where_it_is_declared() -> None:
+    """Two lambdas of one module were both 'module.<lambda>': the worker ran the last
+    one registered for the jobs of both (double(2) returned 6)."""
+    double = module_level_lambda()
+    with pytest.raises(TypeError) as raised:
+        pgqueue_task(double)
+    assert str(raised.value) == (
+        "@task cannot register 'tests.testapp.tasks.<lambda>': a worker finds a task by its "
+        "module and name, and every lambda of a module has the same one. Define it with def, "
+        "or give it a name of its own: @task(name='app.tasks.double')"
+    )
+    named = pgqueue_task(name="tests.testapp.tasks.fh_double")(double)  # a name of its own
+    assert named.path == "tests.testapp.tasks.fh_double"
+    assert Job.objects.count() == 0
+
+
+def test_a_lambda_is_refused_as_a_tasks_framework_task_where_it_is_declared() -> None:
+    with pytest.raises(InvalidTask) as raised:
+        django_task(module_level_lambda())
+    assert str(raised.value) == (
+        "Task 'tests.testapp.tasks.<lambda>' is a lambda: a worker finds a task by its module "
+        "and name, and every lambda of a module has the same one. Define it with def at the "
+        "top level of its module."
+    )
 
 
 # -- a misspelt PGQUEUE["DATABASE"] ------------------------------------------------------------

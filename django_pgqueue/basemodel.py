@@ -5,9 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 
-from django_pgqueue import conf
+from django_pgqueue import conf, wording
+
+# Imported with the app missing (``from django_pgqueue.models import Job`` in a shell):
+# Django's "doesn't declare an explicit app_label" named whichever model came first.
+if apps.ready and "django_pgqueue" not in apps.app_configs:
+    raise ImproperlyConfigured(wording.NOT_INSTALLED)
 
 
 class OnJobDatabaseModel(models.Model):

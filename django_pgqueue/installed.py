@@ -7,14 +7,13 @@ from typing import TYPE_CHECKING
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 
+from django_pgqueue import wording
+
 if TYPE_CHECKING:
     from django_pgqueue.models import Job
 
 #: What every way in says when the app is missing from INSTALLED_APPS.
-NOT_INSTALLED = (
-    "django_pgqueue is not in INSTALLED_APPS, so there is no job table to write to: add "
-    '"django_pgqueue" to INSTALLED_APPS and run `python manage.py migrate`'
-)
+NOT_INSTALLED = wording.NOT_INSTALLED
 
 
 def require_installed() -> None:

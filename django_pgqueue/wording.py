@@ -9,6 +9,13 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+#: What every way in says when the app is missing from INSTALLED_APPS (also
+#: installed.NOT_INSTALLED; here so that the models' base can say it without a cycle).
+NOT_INSTALLED = (
+    "django_pgqueue is not in INSTALLED_APPS, so there is no job table to write to: add "
+    '"django_pgqueue" to INSTALLED_APPS and run `python manage.py migrate`'
+)
+
 _UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
 
 

@@ -1,7 +1,8 @@
 """Issue 13's first hour, as a new user's mistakes: each one answered where it is made.
 
 What tests/worker/test_first_hour.py and tests/integration/test_first_hour.py left
-unpinned: a lambda as a task (on both APIs), a misspelt PGQUEUE["DATABASE"] met
+unpinned: a lambda as a task (on both APIs), the job model imported without the
+app (step 6 of the quick start), a misspelt PGQUEUE["DATABASE"] met
 at enqueue (a shell, a script: where no check runs), and ``runworker`` started on
 a database ``migrate`` has not touched.
 """
@@ -21,10 +22,12 @@ import django_pgqueue.migrations
 from django_pgqueue import task as pgqueue_task
 from django_pgqueue.backend.compat import InvalidTask
 from django_pgqueue.backend.compat import task as django_task
+from django_pgqueue.installed import NOT_INSTALLED
 from django_pgqueue.models import Job
 from tests.testapp import djtasks
 from tests.testapp.tasks import add
 from tests.worker.conftest import django_command
+from tests.worker.test_first_hour import manage, settings_module
 
 pytestmark = pytest.mark.django_db
 
@@ -115,3 +118,28 @@ def test_runworker_on_a_database_never_migrated_stops_at_once_naming_the_fix(
     finally:
         with psycopg.connect(db_url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {empty} WITH (FORCE)")
+
+
+# -- the app missing, and the quick start's "see what happened" -----------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_importing_the_job_model_without_the_app_says_what_to_add(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Django's "Model class django_pgqueue.monitoring.models.RegisteredWorker doesn't
+    declare an explicit app_label" named another model than the one imported, and
+    not the fix."""
+    env = settings_module(
+        tmp_path,
+        "fh_contract_no_app",
+        "INSTALLED_APPS = [a for a in INSTALLED_APPS if a not in "
+        "('django_pgqueue', 'tests.testapp', 'example_project.shop')]",
+    )
+    script = (
+        "try:\n    from django_pgqueue.models import Job\nexcept Exception as exc:\n"
+        "    print(type(exc).__name__ + ': ' + str(exc))\n"
+    )
+    output = manage(db_url, "shell", "-v", "0", "-c", script, env=env)
+    assert output.strip() == f"ImproperlyConfigured: {NOT_INSTALLED}"

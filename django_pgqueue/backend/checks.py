@@ -115,7 +115,8 @@ def _check_options(name: str, options: Mapping[str, Any]) -> list[checks.CheckMe
     if unknown:
         errors.append(
             checks.Error(
-                f"{name}['OPTIONS'] has unknown key(s) {', '.join(map(repr, unknown))}.",
+                f"{name}['OPTIONS'] has unknown key(s) {', '.join(map(repr, unknown))}"
+                f"{wording.did_you_mean(unknown, OPTION_RULES)}.",
                 hint=f"PgQueueBackend reads: {', '.join(sorted(OPTION_RULES))}.",
                 id="django_pgqueue.E103",
             )

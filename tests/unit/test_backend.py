@@ -318,13 +318,23 @@ def test_check_reports_unknown_and_invalid_options() -> None:
     messages = {str(m.id): m.msg for m in backend.check()}
     assert set(messages) == {"django_pgqueue.E103", "django_pgqueue.E104", "django_pgqueue.E107"}
     assert messages["django_pgqueue.E103"] == (
-        "TASKS['pgq']['OPTIONS'] has unknown key(s) 'BACKOFF_MAX', 'RETRIES'."
+        "TASKS['pgq']['OPTIONS'] has unknown key(s) 'BACKOFF_MAX', 'RETRIES' "
+        "(did you mean 'BACKOFF'?)."
     )
     assert "MAX_ATTEMPTS'] = 0" in messages["django_pgqueue.E104"]
     assert messages["django_pgqueue.E107"] == (
         "TASKS['pgq']['OPTIONS']['BACKOFF'] = -1: expected a number of seconds from 0 to "
         "31,536,000 (a year)."
     )
+
+
+def test_an_unknown_option_that_looks_like_a_known_one_is_named() -> None:
+    """E103 says which key a typo meant, in any case, as PGQUEUE's own check does."""
+    backend = backend_with(OPTIONS={"max_attempts": 5, "BACKOF": 2, "RETRIES": 2})
+    assert [m.msg for m in backend.check() if m.id == "django_pgqueue.E103"] == [
+        "TASKS['pgq']['OPTIONS'] has unknown key(s) 'BACKOF', 'RETRIES', 'max_attempts' "
+        "(did you mean 'BACKOFF' for 'BACKOF', 'MAX_ATTEMPTS' for 'max_attempts'?)."
+    ]
 
 
 def test_check_and_enqueue_agree_on_an_option_the_queue_refuses() -> None:

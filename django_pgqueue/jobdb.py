@@ -14,6 +14,10 @@ this module makes sure the next job finds them in a clean state:
 - after the worker lost its database (the server restarted), every kept
   connection is dropped before the next job, so no job is charged with a
   connection that broke before it started;
+- a job that changes its session (``SET search_path``, ``SET ROLE``,
+  ``set_config(...)``, ``DISCARD``: any session-level ``SET`` or ``RESET``) leaves
+  its connection closed behind it, so the next job starts with the settings the
+  connection was opened with, not what the last job left;
 - a kept connection that sat idle for IDLE_CHECK seconds or more is asked
   ``SELECT 1`` before the next job, and closed if it does not answer: the server
   or something between (``idle_session_timeout``, an operator's
@@ -25,10 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgqueue.exceptions import PgQueueError
 
@@ -129,8 +136,12 @@ def raise_if_transaction_left_open() -> None:
 
 def tidy() -> None:
     """After a job: close this thread's connections that are unfit for the next one."""
+    changed = getattr(_changed, "aliases", ())
+    _changed.aliases = ()
     for conn in connections.all(initialized_only=True):
-        if conn.in_atomic_block or (conn.connection is not None and not conn.autocommit):
+        if conn.connection is not None and conn.alias in changed and not conn.in_atomic_block:
+            conn.close()  # the job changed its session: the next one gets a fresh one
+        elif conn.in_atomic_block or (conn.connection is not None and not conn.autocommit):
             _discard(conn.alias)  # a backstop: the runner's check has failed the job already
         elif conn.connection is None:
             continue
@@ -147,17 +158,40 @@ IDLE_CHECK = 1.0
 
 def check_idle(idle: float) -> None:
     """Before a job, after this thread sat ``idle`` seconds: close its kept
-    connections that no longer answer, so that the job reconnects."""
-    if idle < IDLE_CHECK:
-        return
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is None or conn.in_atomic_block or conn.is_usable():
+    connections that (after IDLE_CHECK seconds) no longer answer, so that the job
+    reconnects; and watch what the job runs on them."""
+    for conn in connections.all():
+        if _watch not in conn.execute_wrappers:
+            conn.execute_wrappers.append(_watch)
+        if conn.connection is None or conn.in_atomic_block:
             continue
-        logger.info("a connection to %r was closed while idle; reconnecting", conn.alias)
-        try:
-            conn.close()
-        except Exception:
-            _discard(conn.alias)
+        if idle >= IDLE_CHECK and not conn.is_usable():
+            logger.info("a connection to %r was closed while idle; reconnecting", conn.alias)
+            try:
+                conn.close()
+            except Exception:
+                _discard(conn.alias)
+
+
+#: A statement that changes the session beyond its transaction: a SET or RESET that
+#: is not SET LOCAL / SET TRANSACTION / SET CONSTRAINTS, a DISCARD, or set_config().
+_CHANGES_SESSION = re.compile(
+    r"(?:^|;)\s*(?:(?:SET|RESET)\s+(?!(?:LOCAL|TRANSACTION|CONSTRAINTS)\b)|DISCARD\b)"
+    r"|\bset_config\s*\(",
+    re.IGNORECASE,
+)
+_changed = threading.local()
+
+
+def _watch(
+    execute: Callable[..., Any], sql: Any, params: Any, many: bool, context: dict[str, Any]
+) -> Any:
+    """Django's execute wrapper on a job thread's connections: note the aliases
+    whose session a job changed, for :func:`tidy` to close after it."""
+    if isinstance(sql, str) and _CHANGES_SESSION.search(sql):
+        wrapper: BaseDatabaseWrapper = context["connection"]
+        _changed.aliases = {*getattr(_changed, "aliases", ()), wrapper.alias}
+    return execute(sql, params, many, context)
 
 
 def drop_all() -> None:

@@ -228,3 +228,13 @@ def fails_after_gate(label: str) -> None:
     """Raises once the test opens its gate (or after 30 s)."""
     GATES.setdefault(label, threading.Event()).wait(30)
     raise RuntimeError(f"{label} failed")
+
+
+@task(max_attempts=1)
+def runs_sql(label: str, statement: str) -> str:
+    """Records its run, then runs ``statement`` on its thread's connection (a task
+    that changes its session: SET search_path, SET ROLE, ...) and returns."""
+    record(label)
+    with connection.cursor() as cursor:
+        cursor.execute(statement)
+    return label

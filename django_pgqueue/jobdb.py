@@ -14,6 +14,10 @@ this module makes sure the next job finds them in a clean state:
 - after the worker lost its database (the server restarted), every kept
   connection is dropped before the next job, so no job is charged with a
   connection that broke before it started;
+- a kept connection the server hung up on while it sat between jobs (an
+  operator's ``pg_terminate_backend``, ``idle_session_timeout``) is closed before
+  the next job: the server's goodbye is already in its socket, so seeing it costs
+  a poll, not a round trip;
 - a job that changes its session (``SET search_path``, ``SET ROLE``,
   ``set_config(...)``, ``DISCARD``: any session-level ``SET`` or ``RESET``) leaves
   its connection closed behind it, so the next job starts with the settings the
@@ -30,12 +34,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import select
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from psycopg import pq
 
 from django_pgqueue.exceptions import PgQueueError
 
@@ -158,19 +164,37 @@ IDLE_CHECK = 1.0
 
 def check_idle(idle: float) -> None:
     """Before a job, after this thread sat ``idle`` seconds: close its kept
-    connections that (after IDLE_CHECK seconds) no longer answer, so that the job
-    reconnects; and watch what the job runs on them."""
+    connections that the server hung up on, or (after IDLE_CHECK seconds) that no
+    longer answer, so that the job reconnects; and watch what the job runs on them."""
     for conn in connections.all():
         if _watch not in conn.execute_wrappers:
             conn.execute_wrappers.append(_watch)
         if conn.connection is None or conn.in_atomic_block:
             continue
-        if idle >= IDLE_CHECK and not conn.is_usable():
+        if _hung_up(conn.connection) or (idle >= IDLE_CHECK and not conn.is_usable()):
             logger.info("a connection to %r was closed while idle; reconnecting", conn.alias)
             try:
                 conn.close()
             except Exception:
                 _discard(conn.alias)
+
+
+def _hung_up(raw: Any) -> bool:
+    """Whether the server spoke first on ``raw`` (a psycopg connection with no
+    statement in flight): unasked, it sends a connection only its goodbye (a FATAL
+    error, then the end of the stream), or a notification that a job's LISTEN left
+    behind; either way the next job is better off on a new connection."""
+    pgconn = getattr(raw, "pgconn", None)
+    if pgconn is None or not hasattr(select, "poll"):  # poll: not on Windows
+        return False
+    try:
+        if pgconn.status != pq.ConnStatus.OK:
+            return True
+        poller = select.poll()
+        poller.register(pgconn.socket, select.POLLIN)
+        return bool(poller.poll(0))
+    except Exception:
+        return True
 
 
 #: A statement that changes the session beyond its transaction: a SET or RESET that

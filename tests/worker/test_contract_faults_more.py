@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from django.db import connection
 
 from django_pgqueue.models import Job
 from django_pgqueue.records import JobSpec
 from tests.conftest import run_counts, status_counts
 from tests.testapp.tasks import runs_sql, tracked
-from tests.worker.conftest import WorkerProcess
+from tests.worker.conftest import WorkerProcess, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -39,3 +40,25 @@ def test_a_job_that_changes_its_session_leaves_the_next_jobs_a_clean_one(
     assert worker.wait(60) == 0, worker.output
     assert status_counts() == {"done": 5}, worker.output
     assert run_counts() == {"changer": 1, **{f"after-{n}": 1 for n in range(4)}}
+
+
+def test_a_connection_closed_between_two_jobs_is_not_charged_to_the_next(
+    start_worker: Start,
+) -> None:
+    """The job thread's connection cut while its job no longer used it (an operator's
+    pg_terminate_backend, idle_session_timeout, a proxy): the next job on that
+    thread, started within a moment, reconnects instead of failing on it."""
+    tracked.using(max_attempts=1).enqueue("first", sleep=1.0)
+    tracked.using(max_attempts=1).enqueue("second")
+    worker = start_worker("--concurrency", "1", "--burst")
+    wait_for(lambda: run_counts() == {"first": 1}, 20, "the first job to record its run")
+    with connection.cursor() as cursor:  # the first job sleeps: its connection is idle
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND state = 'idle' AND query LIKE '%%testapp_run%%'"
+        )
+        assert cursor.fetchone() == (1,)
+    assert worker.wait(60) == 0, worker.output
+    assert status_counts() == {"done": 2}, worker.output
+    assert run_counts() == {"first": 1, "second": 1}

@@ -238,3 +238,12 @@ def runs_sql(label: str, statement: str) -> str:
     with connection.cursor() as cursor:
         cursor.execute(statement)
     return label
+
+
+@task(max_attempts=1)
+def closes_its_connection(label: str) -> str:
+    """Records its run, then closes its thread's psycopg connection under Django (a
+    task that calls connection.connection.close()) and returns."""
+    record(label)
+    connection.connection.close()
+    return label

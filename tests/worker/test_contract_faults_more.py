@@ -13,7 +13,7 @@ from django.db import connection
 from django_pgqueue.models import Job
 from django_pgqueue.records import JobSpec
 from tests.conftest import run_counts, status_counts
-from tests.testapp.tasks import runs_sql, tracked
+from tests.testapp.tasks import closes_its_connection, runs_sql, tracked
 from tests.worker.conftest import WorkerProcess, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -62,3 +62,18 @@ def test_a_connection_closed_between_two_jobs_is_not_charged_to_the_next(
     assert worker.wait(60) == 0, worker.output
     assert status_counts() == {"done": 2}, worker.output
     assert run_counts() == {"first": 1, "second": 1}
+
+
+def test_a_job_that_closes_its_connection_under_django_does_not_fail_the_next(
+    start_worker: Start,
+) -> None:
+    """``connection.connection.close()`` in a task: Django still holds the closed
+    connection, and the next job on that thread would fail on it."""
+    closes_its_connection.enqueue("closer")
+    Job.objects.enqueue_many(
+        JobSpec.build(tracked, [f"after-{n}"], max_attempts=1) for n in range(3)
+    )
+    worker = start_worker("--concurrency", "1", "--burst")
+    assert worker.wait(60) == 0, worker.output
+    assert status_counts() == {"done": 4}, worker.output
+    assert run_counts() == {"closer": 1, **{f"after-{n}": 1 for n in range(3)}}

@@ -34,16 +34,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import select
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from psycopg import pq
 
 from django_pgqueue.exceptions import PgQueueError
+from django_pgqueue.sql.runner import hung_up
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -171,30 +170,12 @@ def check_idle(idle: float) -> None:
             conn.execute_wrappers.append(_watch)
         if conn.connection is None or conn.in_atomic_block:
             continue
-        if _hung_up(conn.connection) or (idle >= IDLE_CHECK and not conn.is_usable()):
+        if hung_up(conn.connection) or (idle >= IDLE_CHECK and not conn.is_usable()):
             logger.info("a connection to %r was closed while idle; reconnecting", conn.alias)
             try:
                 conn.close()
             except Exception:
                 _discard(conn.alias)
-
-
-def _hung_up(raw: Any) -> bool:
-    """Whether the server spoke first on ``raw`` (a psycopg connection with no
-    statement in flight): unasked, it sends a connection only its goodbye (a FATAL
-    error, then the end of the stream), or a notification that a job's LISTEN left
-    behind; either way the next job is better off on a new connection."""
-    pgconn = getattr(raw, "pgconn", None)
-    if pgconn is None or not hasattr(select, "poll"):  # poll: not on Windows
-        return False
-    try:
-        if pgconn.status != pq.ConnStatus.OK:
-            return True
-        poller = select.poll()
-        poller.register(pgconn.socket, select.POLLIN)
-        return bool(poller.poll(0))
-    except Exception:
-        return True
 
 
 #: A statement that changes the session beyond its transaction: a SET or RESET that

@@ -774,6 +774,15 @@ SELECT pg_backend_pid() AS pid;
 -- false when another live session (another worker with the same id) holds it.
 -- Session-scoped on purpose: only ever run on a session connection.
 SELECT pg_try_advisory_lock(%(key)s::bigint) AS locked;
+
+-- name: keep_session
+-- A worker's session sits idle by design (it waits for NOTIFY and holds the id's
+-- lock): a server's idle_session_timeout (PostgreSQL 14+), set for the role or in
+-- the connection's options, would close it every few moments, dropping the lock
+-- and the notifications sent meanwhile. Not through a pooler: a SET there stays
+-- on a server connection other clients get.
+SET idle_session_timeout = 0;
+
 -- name: worker_register
 -- A worker's row in the registry (pgqueue_worker), written when it starts and
 -- rewritten by each of its heartbeats while it runs. A restarted worker that

@@ -18,6 +18,7 @@ them.
 from __future__ import annotations
 
 import logging
+import select
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -88,6 +89,14 @@ def _ready(alias: str) -> BaseDatabaseWrapper:
             f"django-pgqueue needs PostgreSQL, but database {alias!r} is {wrapper.vendor}: "
             "see manage.py check (django_pgqueue.E002)"
         )
+    if (
+        wrapper.connection is not None
+        and not wrapper.in_atomic_block
+        and hung_up(wrapper.connection)
+    ):
+        # Closed by the server while it sat idle (idle_session_timeout, an operator's
+        # pg_terminate_backend): a new one, not a failed statement and a retry.
+        wrapper.close()
     wrapper.ensure_connection()
     if wrapper.in_atomic_block:  # before anything runs, as Django's own cursors do
         wrapper.validate_no_broken_transaction()
@@ -99,6 +108,28 @@ def _ready(alias: str) -> BaseDatabaseWrapper:
         if alias not in _looked:
             _look_for_a_pooler(wrapper, alias, raw)
     return wrapper
+
+
+def hung_up(raw: Any) -> bool:
+    """Whether the server closed ``raw``, a psycopg connection with no statement in
+    flight, without a round trip: unasked, a server sends an idle connection only a
+    notification or its goodbye (a FATAL error, then the end of the stream)."""
+    pgconn = getattr(raw, "pgconn", None)
+    if pgconn is None or not hasattr(select, "poll"):  # poll: not on Windows
+        return False
+    try:
+        for _ in range(2):  # the goodbye, then the end of the stream
+            if pgconn.status != pq.ConnStatus.OK:
+                return True
+            poller = select.poll()
+            poller.register(pgconn.socket, select.POLLIN)
+            if not poller.poll(0):
+                return False
+            pgconn.consume_input()  # raises at the end of the stream
+            pgconn.is_busy()  # parses what came: a notification stays for psycopg
+    except psycopg.Error:
+        return True
+    return bool(pgconn.status != pq.ConnStatus.OK)
 
 
 #: The aliases whose way to PostgreSQL this process has looked at (with PREPARE).

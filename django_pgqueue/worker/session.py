@@ -38,6 +38,8 @@ from django_pgqueue.queue.presence import lock_key
 from django_pgqueue.sql import query
 
 logger = logging.getLogger("django_pgqueue")
+#: The server version that has idle_session_timeout (see keep_session).
+IDLE_SESSION_TIMEOUT_SINCE = 140000
 
 
 class SessionUnavailable(Exception):
@@ -109,6 +111,8 @@ class WorkerSession:
                 # Through a pooler the lock proves nothing, and a transaction pool keeps
                 # a session-level lock on its server connection after this worker is
                 # gone: the id's next worker would find it taken and refuse to start.
+                if conn.info.server_version >= IDLE_SESSION_TIMEOUT_SINCE:
+                    conn.execute(query("keep_session"), prepare=False)
                 self._lock_id(conn)
             if self.channel is not None:
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))

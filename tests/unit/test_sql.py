@@ -39,6 +39,7 @@ EXPECTED = {
     "notify_queues",
     "backend_pid",
     "lock_worker_id",
+    "keep_session",
     "worker_register",
     "database_now",
     "worker_leave",
@@ -131,13 +132,17 @@ SESSION_SCOPED = re.compile(
 )
 
 
+#: The statements only the worker's session connection runs (worker/session.py).
+SESSION_ONLY = {"lock_worker_id", "keep_session"}
+
+
 def test_nothing_session_scoped_runs_outside_the_session_connection() -> None:
     """Behind PgBouncer in transaction mode, every statement but the worker session's
     (worker/session.py: its id's lock and LISTEN) must leave the connection as it found it."""
     for name, text in QUERIES.items():
         code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
         found = SESSION_SCOPED.findall(code)
-        assert not found or name == "lock_worker_id", f"{name}: session-scoped {found}"
+        assert not found or name in SESSION_ONLY, f"{name}: session-scoped {found}"
         for call in re.findall(r"set_config\(([^;]*?)\)\s+AS", code, re.DOTALL):
             assert call.rstrip().endswith("true"), f"{name}: set_config not transaction-local"
     package = Path(django_pgqueue.__file__).parent

@@ -5,6 +5,9 @@ each job ran."""
 
 from __future__ import annotations
 
+import json
+import signal
+import time
 from collections.abc import Callable
 
 import pytest
@@ -77,3 +80,36 @@ def test_a_job_that_closes_its_connection_under_django_does_not_fail_the_next(
     assert worker.wait(60) == 0, worker.output
     assert status_counts() == {"done": 4}, worker.output
     assert run_counts() == {"closer": 1, **{f"after-{n}": 1 for n in range(3)}}
+
+
+def test_a_server_closing_idle_sessions_costs_the_worker_no_retry_and_no_lock(
+    start_worker: Start,
+) -> None:
+    """``idle_session_timeout`` (set for the role, or in OPTIONS) closes whatever sits
+    idle: the session that listens and holds the worker id's lock, the claim loop's
+    and the completer's connections between jobs. The worker keeps its session (its
+    lock never lapses, the listener never reconnects) and reconnects the others
+    before using them, with no failed statement and no retry."""
+    options = {"options": "-c idle_session_timeout=300"}
+    worker = start_worker(
+        "--concurrency",
+        "2",
+        "--poll-interval",
+        "30",
+        env={"PGQUEUE_TEST_DATABASES": json.dumps({"default": {"OPTIONS": options}})},
+    )
+    worker.wait_for_output("listening for new jobs")
+    for burst in range(3):
+        time.sleep(0.6)  # past the timeout: every idle connection of the worker is closed
+        Job.objects.enqueue_many(
+            JobSpec.build(tracked, [f"b{burst}-{n}"], max_attempts=1) for n in range(4)
+        )
+        done = 4 * (burst + 1)  # woken by NOTIFY, not the 30 s poll
+        wait_for(lambda: Job.objects.done().count() == done, 10, f"burst {burst}")  # noqa: B023
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0, worker.output
+    assert status_counts() == {"done": 12}
+    assert run_counts() == {f"b{b}-{n}": 1 for b in range(3) for n in range(4)}
+    assert worker.output.count("listening for new jobs") == 1, worker.output
+    assert "retrying" not in worker.output, worker.output
+    assert "could not" not in worker.output, worker.output

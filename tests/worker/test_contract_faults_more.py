@@ -1,7 +1,7 @@
 """More of issues 3 and 10's fault paths, with real worker processes: what a job
-leaves behind on its thread's connection, rows planted by hand, cut connections
-and timeouts from the database's OPTIONS. Exact final states and how many times
-each job ran."""
+leaves behind on its thread's connection (a changed session, a closed one), a
+connection cut between two jobs, and a server that closes idle sessions. Exact
+final states and how many times each job ran."""
 
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ Start = Callable[..., WorkerProcess]
 def test_a_job_that_changes_its_session_leaves_the_next_jobs_a_clean_one(
     start_worker: Start, statement: str
 ) -> None:
+    """One job changes its session; the four after it on the same thread run as
+    if it had not (before: each failed on what it left, and was buried)."""
     runs_sql.enqueue("changer", statement)
     Job.objects.enqueue_many(
         JobSpec.build(tracked, [f"after-{n}"], {"sleep": 0.05}, max_attempts=1) for n in range(4)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from django.dispatch import Signal
 
-from django_pgqueue import registry, validation
+from django_pgqueue import registry, validation, wording
 from django_pgqueue.control import (
     Cancel,
     Snooze,
@@ -200,6 +200,12 @@ def task[**P, R](
                 f"@task cannot register {path!r}: a worker finds a task by its module and "
                 "name, and every lambda of a module has the same one. Define it with def, or "
                 "give it a name of its own: @task(name='app.tasks.double')"
+            )
+        where = wording.not_top_level(getattr(f, "__qualname__", ""))
+        if name is None and where is not None:  # its path names nothing a worker imports
+            raise TypeError(
+                f"@task cannot register {path!r}: it is defined {where}, and "
+                + wording.TOP_LEVEL_ONLY
             )
         wrapped = TaskFunction(f, path, dict(options), policy)
         registry.register(path, wrapped, _invoke)

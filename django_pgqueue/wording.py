@@ -16,6 +16,12 @@ NOT_INSTALLED = (
     '"django_pgqueue" to INSTALLED_APPS and run `python manage.py migrate`'
 )
 
+#: Why a task must be at the top level of its module, after where it was found instead.
+TOP_LEVEL_ONLY = (
+    "a worker finds a task by its module and a name at the top level of that module. "
+    "Define it with def at the top level of its module."
+)
+
 _UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
 
 
@@ -37,6 +43,17 @@ def duration(seconds: float) -> str:
         if len(parts) == 2:
             break
     return " ".join(parts)
+
+
+def not_top_level(qualname: str) -> str | None:
+    """Where a function whose ``__qualname__`` is ``qualname`` is defined when that is
+    not the top level of its module (``inside the function 'make'``, ``in the class
+    'Mailer'``): a worker could not find it as a task. None at the top level."""
+    if "<locals>" in qualname:
+        return f"inside the function {qualname.rpartition('.<locals>.')[0]!r}"
+    if "." in qualname:
+        return f"in the class {qualname.rpartition('.')[0]!r}"
+    return None
 
 
 def did_you_mean(unknown: Iterable[str], known: Iterable[str]) -> str:

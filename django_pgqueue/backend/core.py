@@ -116,6 +116,10 @@ class PgQueueBackend(BaseTaskBackend):
                 "and name, and every lambda of a module has the same one. Define it with def "
                 "at the top level of its module."
             )
+        if (where := wording.not_top_level(task.func.__qualname__)) is not None:  # a class
+            raise InvalidTask(
+                f"Task {task.module_path!r} is defined {where}, and {wording.TOP_LEVEL_ONLY}"
+            )
         if not validation.QUEUE.is_valid(task.queue_name):
             raise InvalidTask(
                 f"Queue name {task.queue_name!r} is not valid for django-pgqueue: "

@@ -347,6 +347,7 @@ def test_a_task_defined_in_a_script_or_the_shell_is_refused_with_where_to_put_it
     def in_shell() -> None: ...
 
     in_shell.__module__ = "django.core.management.commands.shell"
+    in_shell.__qualname__ = "in_shell"  # as a def at the prompt has it
     with pytest.raises(InvalidJob, match=r"defined in a script or the shell .*installed app"):
         Job.objects.enqueue(task(in_shell), [])
 

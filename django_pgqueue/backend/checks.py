@@ -9,6 +9,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from django.apps import apps
+from django.conf import settings
 from django.core import checks
 
 from django_pgqueue import validation, wording
@@ -66,6 +67,28 @@ def unknown_params_text(alias: str, unknown: list[str]) -> str:
     )
 
 
+def unknown_options(options: Mapping[str, Any]) -> list[str]:
+    """The keys of OPTIONS that a PgQueueBackend does not read (E103)."""
+    return sorted(set(options) - set(OPTION_RULES))
+
+
+def unknown_keys_text(alias: str, params: list[str], options: Mapping[str, Any]) -> str | None:
+    """What enqueue refuses, as E109 and E103 say it (a silenced one left out): keys of
+    TASKS[alias], or of its OPTIONS, that nothing reads, so what they meant is not
+    applied; None if none."""
+    silenced = set(settings.SILENCED_SYSTEM_CHECKS)
+    if params and "django_pgqueue.E109" not in silenced:
+        return f"{unknown_params_text(alias, params)[:-1]} (django_pgqueue.E109)"
+    unknown = unknown_options(options)
+    if unknown and "django_pgqueue.E103" not in silenced:
+        return (
+            f"TASKS[{alias!r}]['OPTIONS'] has unknown key(s) {', '.join(map(repr, unknown))}"
+            f"{wording.did_you_mean(unknown, OPTION_RULES)}: PgQueueBackend reads "
+            f"{', '.join(sorted(OPTION_RULES))} (django_pgqueue.E103)"
+        )
+    return None
+
+
 def unknown_params_problem(alias: str, unknown: list[str]) -> list[checks.CheckMessage]:
     """E109: keys of TASKS[alias] that no backend reads (Django ignores them)."""
     if not unknown:
@@ -111,7 +134,7 @@ def check_backend(
 
 def _check_options(name: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
     errors: list[checks.CheckMessage] = []
-    unknown = sorted(set(options) - set(OPTION_RULES))
+    unknown = unknown_options(options)
     if unknown:
         errors.append(
             checks.Error(

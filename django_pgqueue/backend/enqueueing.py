@@ -20,6 +20,7 @@ from typing import Any
 from django.core.signals import setting_changed
 
 from django_pgqueue import conf, registry, signatures, validation
+from django_pgqueue.backend.checks import unknown_keys_text
 from django_pgqueue.backend.compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -110,6 +111,10 @@ def _plan(
     alias = backend.alias
     backend.validate_task(task)
     options = backend.options
+    # A typo's value would be silently not applied: check (E103, E109) is not run here.
+    unknown = unknown_keys_text(alias, getattr(backend, "unknown_params", []), options)
+    if unknown is not None:
+        raise InvalidTask(unknown)
     settings = conf.get()
     try:
         registry.check_importable(task.module_path, task.func.__module__)
@@ -159,7 +164,9 @@ def _check_found(path: str) -> None:
 
 def _forget_plans(*, setting: str, **kwargs: Any) -> None:
     # USE_TZ and TIME_ZONE: a naive run_after is read in TIME_ZONE when USE_TZ is off.
-    if setting in {"TASKS", "PGQUEUE", "INSTALLED_APPS", "USE_TZ", "TIME_ZONE"}:
+    if setting in {"TASKS", "PGQUEUE", "INSTALLED_APPS", "USE_TZ", "TIME_ZONE"} | {
+        "SILENCED_SYSTEM_CHECKS"  # an unknown key of TASKS is refused unless silenced
+    }:
         _plans.clear()
         _plan.cache_clear()
 

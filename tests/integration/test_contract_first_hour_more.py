@@ -1,7 +1,8 @@
 """Issue 13's first hour, more of a new user's mistakes: each answered where it is made.
 
 What tests/worker/test_contract_first_hour.py and tests/integration/test_first_hour.py
-left unpinned: a task defined in a class, or inside a function, on both APIs.
+left unpinned: a task defined in a class, or inside a function, on both APIs; a typo
+in TASKS' OPTIONS (or the OPTIONS key itself) met at enqueue.
 """
 
 from __future__ import annotations
@@ -9,9 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.conf import settings
+from django.test import override_settings
 
+from django_pgqueue.backend import call, enqueue_many
 from django_pgqueue.backend.compat import InvalidTask
 from django_pgqueue.models import Job
+from tests.testapp import djtasks
 
 pytestmark = pytest.mark.django_db
 
@@ -76,3 +81,48 @@ def test_a_tasks_framework_task_defined_in_a_class_is_refused_where_it_is_declar
         "worker finds a task by its module and a name at the top level of that module. "
         "Define it with def at the top level of its module."
     )
+
+
+# -- a typo in TASKS' OPTIONS, met at enqueue (a shell, a script: where no check runs) ------
+
+
+def tasks_with(**entry: Any) -> dict[str, Any]:
+    return {"default": {**settings.TASKS["default"], **entry}}
+
+
+def test_an_unknown_options_key_is_refused_at_enqueue_as_check_reports_it() -> None:
+    """OPTIONS={"MAX_ATTEMPT": 5} (for MAX_ATTEMPTS): check said E103, but enqueue in
+    a shell wrote the job with the default 3 attempts, the 5 meant never read."""
+    with override_settings(TASKS=tasks_with(OPTIONS={"MAX_ATTEMPT": 5})):
+        with pytest.raises(InvalidTask) as raised:
+            djtasks.noop_task.enqueue()
+        with pytest.raises(InvalidTask):
+            enqueue_many(djtasks.noop_task, [call()])
+    assert str(raised.value) == (
+        "TASKS['default']['OPTIONS'] has unknown key(s) 'MAX_ATTEMPT' (did you mean "
+        "'MAX_ATTEMPTS'?): PgQueueBackend reads BACKOFF, MAX_ATTEMPTS (django_pgqueue.E103)"
+    )
+    assert Job.objects.count() == 0
+
+
+def test_an_unknown_tasks_key_is_refused_at_enqueue_as_check_reports_it() -> None:
+    """'OPTION' for 'OPTIONS': the options meant were never read (E109)."""
+    with (
+        override_settings(TASKS=tasks_with(OPTION={"MAX_ATTEMPTS": 5})),
+        pytest.raises(InvalidTask) as raised,
+    ):
+        djtasks.noop_task.enqueue()
+    assert str(raised.value) == (
+        "TASKS['default'] has unknown key(s) 'OPTION' (did you mean 'OPTIONS'?) "
+        "(django_pgqueue.E109)"
+    )
+    assert Job.objects.count() == 0
+
+
+def test_a_silenced_unknown_key_is_left_alone_at_enqueue() -> None:
+    with override_settings(
+        TASKS=tasks_with(OPTIONS={"MAX_ATTEMPT": 5}, EXTRA=1),
+        SILENCED_SYSTEM_CHECKS=["django_pgqueue.E103", "django_pgqueue.E109"],
+    ):
+        result = djtasks.noop_task.enqueue()
+    assert Job.objects.get(pk=result.id).max_attempts == 3

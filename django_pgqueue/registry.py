@@ -19,7 +19,9 @@ import contextlib
 import dataclasses
 import importlib
 import importlib.util
+import os
 import sys
+import time
 from collections.abc import Callable
 from functools import cache
 from typing import Any, Protocol
@@ -263,6 +265,7 @@ def resolve(path: str) -> Runnable:
             f"{path!r} is not a registered task, and {module_name!r} is not in an installed "
             "app (nor in PGQUEUE['TASK_MODULES']), so it was not imported"
         )
+    fresh = module_name not in sys.modules  # imported now: as its file is today
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -279,4 +282,25 @@ def resolve(path: str) -> Runnable:
         if candidate is not None and kind.recognise(candidate):
             register(path, candidate, kind.invoke, kind.refuse)
             return _registry[path]
-    raise UnknownTask(f"{path!r} is not a registered task")
+    changed = _changed_since_start(module) if candidate is None and not fresh else ""
+    raise UnknownTask(f"{path!r} is not a registered task{changed}")
+
+
+#: When this process began loading tasks (this module is imported by the first @task).
+_STARTED = time.time()
+
+
+def _changed_since_start(module: Any) -> str:
+    """Why a module holds no task of that name when its file changed after this
+    process started (a task added while a worker runs); "" otherwise."""
+    try:
+        changed = os.path.getmtime(module.__file__) > _STARTED
+    except (TypeError, OSError):  # no file (a namespace package), or it is gone
+        return ""
+    if not changed:
+        return ""
+    return (
+        f": {module.__name__!r} holds nothing by that name, and its file has changed since "
+        "this process started: if the task is new, restart the process to load it "
+        "(`runworker --reload` does so on every change while you develop)"
+    )

@@ -2,21 +2,26 @@
 
 What tests/worker/test_contract_first_hour.py and tests/integration/test_first_hour.py
 left unpinned: a task defined in a class, or inside a function, on both APIs; a typo
-in TASKS' OPTIONS (or the OPTIONS key itself) met at enqueue.
+in TASKS' OPTIONS (or the OPTIONS key itself) met at enqueue; a task added to a
+tasks module while a worker runs.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.test import override_settings
 
 from django_pgqueue.backend import call, enqueue_many
 from django_pgqueue.backend.compat import InvalidTask
 from django_pgqueue.models import Job
 from tests.testapp import djtasks
+from tests.worker.conftest import ROOT, WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -126,3 +131,54 @@ def test_a_silenced_unknown_key_is_left_alone_at_enqueue() -> None:
     ):
         result = djtasks.noop_task.enqueue()
     assert Job.objects.get(pk=result.id).max_attempts == 3
+
+
+# -- a task added while the worker runs ------------------------------------------------------
+
+ADDED = """
+from django_pgqueue import task
+
+
+@task
+def first() -> int:
+    return 1
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_added_while_the_worker_runs_is_buried_saying_to_restart_it(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The worker imported the tasks module before the task was written: its job was
+    buried as "'...second' is not a registered task", with nothing pointing at the
+    worker's age."""
+    (tmp_path / "fhm_added.py").write_text(ADDED)
+    (tmp_path / "fhm_settings.py").write_text(
+        "from tests.settings import *  # noqa\n"
+        'PGQUEUE = {**PGQUEUE, "TASK_MODULES": ["fhm_added"]}\n'
+    )
+    env = {
+        "DJANGO_SETTINGS_MODULE": "fhm_settings",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+    }
+    args = ("--no-listen", "--poll-interval", "0.2", "--settings=fhm_settings")
+    worker = WorkerProcess(db_url, *args, env=env)
+    try:
+        worker.wait_for_output("  . fhm_added.first")
+        added = ADDED + "\n\n@task\ndef second() -> int:\n    return 2\n"
+        (tmp_path / "fhm_added.py").write_text(added)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO pgqueue_job (task, args, kwargs, errors, worker_ids) "
+                "VALUES ('fhm_added.second', '[]', '{}', '[]', '[]') RETURNING id"
+            )
+            (job_id,) = cursor.fetchone()
+        wait_for(lambda: Job.objects.get(pk=job_id).status == "dead", 20, "the job's burial")
+    finally:
+        worker.kill()
+    assert Job.objects.get(pk=job_id).last_error == (
+        "django_pgqueue.exceptions.UnknownTask: 'fhm_added.second' is not a registered "
+        "task: 'fhm_added' holds nothing by that name, and its file has changed since this "
+        "process started: if the task is new, restart the process to load it (`runworker "
+        "--reload` does so on every change while you develop)"
+    )

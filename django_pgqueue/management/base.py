@@ -35,6 +35,15 @@ def usage_error(command: str, message: str) -> CommandError:
 
 
 def _one_line_error(parser: CommandParser, message: str) -> NoReturn:
+    extras = message.removeprefix("unrecognized arguments: ")
+    if (  # "--queues a b", as RQ's worker takes them, or a queue given alone
+        extras != message
+        and "--queues" in parser._option_string_actions
+        and not any(word.startswith("-") for word in extras.split())
+    ):
+        message += (
+            " (queues are given with --queues, several as one comma-separated list: --queues a,b)"
+        )
     raise usage_error(parser.prog.split()[-1], message)
 
 

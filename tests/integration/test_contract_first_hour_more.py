@@ -3,7 +3,7 @@
 What tests/worker/test_contract_first_hour.py and tests/integration/test_first_hour.py
 left unpinned: a task defined in a class, or inside a function, on both APIs; a typo
 in TASKS' OPTIONS (or the OPTIONS key itself) met at enqueue; a task added to a
-tasks module while a worker runs.
+tasks module while a worker runs; queues given to ``runworker`` space-separated.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from django_pgqueue.backend import call, enqueue_many
 from django_pgqueue.backend.compat import InvalidTask
 from django_pgqueue.models import Job
 from tests.testapp import djtasks
-from tests.worker.conftest import ROOT, WorkerProcess, wait_for
+from tests.worker.conftest import ROOT, WorkerProcess, django_command, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -181,4 +181,17 @@ def test_a_task_added_while_the_worker_runs_is_buried_saying_to_restart_it(
         "task: 'fhm_added' holds nothing by that name, and its file has changed since this "
         "process started: if the task is new, restart the process to load it (`runworker "
         "--reload` does so on every change while you develop)"
+    )
+
+
+# -- queues given space-separated, as RQ's worker takes them --------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_queues_given_space_separated_say_how_to_give_several(db_url: str) -> None:
+    done = django_command(db_url, "runworker", "--queues", "emails", "default", "--burst")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "CommandError: runworker: unrecognized arguments: default (queues are given with "
+        "--queues, several as one comma-separated list: --queues a,b)\n"
     )

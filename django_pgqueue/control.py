@@ -49,6 +49,9 @@ class Snooze(Exception):
     :class:`~django_pgqueue.exceptions.InvalidJob` here, where the mistake is.
     """
 
+    #: Also when a subclass's ``__init__`` does not call this one's: at once.
+    seconds: float = 0.0
+
     def __init__(self, seconds: float | dt.timedelta = 0.0) -> None:
         self.seconds = validation.DELAY(seconds, "Snooze seconds")
         super().__init__(self.seconds)

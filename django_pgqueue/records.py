@@ -266,9 +266,9 @@ Outcome = Success | Failure
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Renewal:
-    """What a heartbeat found: the runs it renewed; of those, the ones an operator
-    asked to stop (``Job.objects.cancel``, with the reason) and those of paused queues;
-    and the runs still held that it skipped, their rows locked by another transaction."""
+    """What a heartbeat found: the runs it renewed; those an operator asked to stop
+    (with the reason; lost ones too, if a reaper ended their job cancelled), renewed
+    ones of paused queues; the runs still held that it skipped, locked elsewhere."""
 
     kept: set[tuple[int, int]]
     cancel_requested: dict[tuple[int, int], str]

@@ -255,7 +255,8 @@ def heartbeat(worker: str, runs: Sequence[tuple[int, int]], lease: float, alias:
         {(row["id"], row["run"]) for row in rows if row["kept"]},
         {(row["id"], row["run"]): row["cancel_reason"] for row in rows if row["cancel_requested"]},
         {(row["id"], row["run"]) for row in rows if row["paused"]},
-        {(row["id"], row["run"]) for row in rows if not row["kept"]},
+        # (Not kept and asked to stop: lost, its job cancelled by a reaper meanwhile.)
+        {(row["id"], row["run"]) for row in rows if not (row["kept"] or row["cancel_requested"])},
     )
 
 

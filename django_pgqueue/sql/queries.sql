@@ -365,7 +365,11 @@ SELECT o.id, NULL, true
 -- the renewal of every other lease of the worker until that transaction ended,
 -- and those leases lapsed while their jobs ran. A skipped run this worker still
 -- holds comes back with kept false (busy): neither renewed nor lost, it is tried
--- again at the next beat.
+-- again at the next beat. A run lost because its job ended cancelled meanwhile (an
+-- operator asked it to stop, and a reaper then found its lease expired: the worker
+-- was stopped, or its heartbeat late) comes back with kept false and the request:
+-- lost, but the task, which may still be running here, is told to stop after all.
+-- Only the runs the renewal missed are looked up for it (none, on most beats).
 WITH
 -- include: _relax_commit
 ,
@@ -385,6 +389,13 @@ SELECT * FROM renewed
 UNION ALL
 SELECT o.id, o.run, false, false, NULL::text, false
 -- include: _locked_out
+UNION ALL
+SELECT o.id, o.run, false, true, j.cancel_reason, false
+FROM (SELECT u.* FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS u (id, run)
+      WHERE u.id IN (SELECT id FROM free) AND u.id NOT IN (SELECT id FROM renewed)
+      OFFSET 0) AS o, pgqueue_job AS j
+WHERE j.id = o.id AND j.lease_token = o.run AND j.status || '' = 'cancelled'
+  AND j.cancel_requested_at IS NOT NULL
 ;
 
 -- name: release

@@ -261,14 +261,14 @@ class Ledger:
         self.busy -= 1
 
     def request_cancel(self, requests: dict[Key, str]) -> list[ClaimedJob]:
-        """Tell these runs that an operator asked them to stop; the jobs told now
-        (those told before are left out)."""
+        """Tell these runs that an operator asked them to stop, lost ones too (a reaper
+        ended their job cancelled); the jobs told now (those told before are left out)."""
         with self._lock:
             held = [self._held.get(key) for key in requests]
         return [
             h.job
             for h in held
-            if h is not None and h.ours and h.control.request_cancel(requests[h.job.key])
+            if h is not None and not h.given_back and h.control.request_cancel(requests[h.job.key])
         ]
 
     def earliest_lease_end(self) -> float | None:

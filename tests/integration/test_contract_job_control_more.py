@@ -5,7 +5,9 @@ on both APIs, and a cancelled Tasks-framework job read back as a FAILED result."
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,8 +21,8 @@ import django_pgqueue
 from django_pgqueue import Cancel, Snooze
 from django_pgqueue.models import Job
 from django_pgqueue.testing import run_jobs
-from tests.conftest import status_counts
-from tests.testapp.tasks import add, record, run_counts_of
+from tests.conftest import run_counts, status_counts
+from tests.testapp.tasks import add, record, run_counts_of, waits_to_be_stopped
 from tests.worker.conftest import wait_for
 from tests.worker.inprocess import worker_thread
 
@@ -214,3 +216,30 @@ def test_cancel_raised_by_an_async_task_ends_it_cancelled_at_once() -> None:
         1,
         "Cancelled: the order is gone",
     )
+
+
+# -- a stop request settled by a reaper while the task still runs --------------------------
+
+
+def test_a_task_whose_job_a_reaper_cancelled_is_still_told_to_stop() -> None:
+    """Reproduced: the job's lease lapsed after an operator asked it to stop (its worker
+    stopped, or its heartbeat late), so a reaper ended it cancelled; the worker's next
+    heartbeat found the run lost and never told the task, which ran its whole body
+    (30 s here) after its job had ended cancelled."""
+    job = waits_to_be_stopped.enqueue("reaped-abort", seconds=30)
+    with worker_thread(lease=1.5, listen=False, reap_interval=3600) as worker:
+        wait_for(lambda: run_counts("reaped-abort") == {"reaped-abort": 1}, 10, "the job to start")
+        with transaction.atomic():  # the worker's heartbeat skips the row until this commits
+            assert Job.objects.cancel([job.pk], reason="stuck") == [job.pk]
+            Job.objects.filter(pk=job.pk).update(
+                locked_until=timezone.now() - dt.timedelta(seconds=5)
+            )
+            assert Job.objects.reap().cancelled == 1
+        lost = time.monotonic()
+        worker.wait("heartbeat", where=lambda data: bool(data["lost"]), timeout=5)
+        worker.wait("cancel_requested", timeout=5)
+        worker.wait("finished", timeout=5)
+        assert time.monotonic() - lost < 5  # told at that beat, not after its 30 s
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.last_error) == ("cancelled", 1, "Cancelled: stuck")
+    assert run_counts("reaped-abort") == {"reaped-abort": 1}

@@ -263,8 +263,10 @@ def test_writing_a_batch_reads_its_rows_by_key_however_many_runs_are_held(name: 
         if n.get("Relation Name") == "pgqueue_job" and n["Node Type"] != "ModifyTable"
     ]
     # Each reads them three times: to lock them (skipping any locked elsewhere), to
-    # write them, and to tell which of the skipped ones it holds.
-    assert len(scans) == 3, plan
+    # write them, and to tell which of the skipped ones it holds. The heartbeat also
+    # looks up the runs it neither renewed nor skipped (lost: told to stop if a reaper
+    # cancelled their job), of which there are none here: that scan never runs.
+    assert len(scans) == 3 + (name == "heartbeat"), plan
     assert {n.get("Index Name") for n in scans} == {"pgqueue_job_pkey"}, plan
     for scan in scans:
         assert scan["Actual Loops"] * max(scan["Actual Rows"], 1) <= len(batch), plan
@@ -272,5 +274,5 @@ def test_writing_a_batch_reads_its_rows_by_key_however_many_runs_are_held(name: 
     # the generic plan looped over them for every run (a million rows for 1,000).
     ctes = [n for n in nodes(plan["Plan"]) if n.get("CTE Name") == "free"]
     assert ctes, plan
-    assert all(n["Actual Loops"] == 1 for n in ctes), plan
+    assert all(n["Actual Loops"] <= 1 for n in ctes), plan  # (0: a part that never ran)
     assert plan["Plan"]["Actual Rows"] == len(batch)

@@ -109,8 +109,8 @@ class Housekeeping:
         if lost:  # those still waiting for a thread (prefetched) free their slots now
             self.ledger.drop_lost(self.pool.take_waiting(set(lost)))
             self.waker.set()
-        if renewal.cancel_requested:
-            asked = renewal.cancel_requested
+        asked = renewal.cancel_requested
+        if asked:
             for job in self.ledger.request_cancel(asked):
                 logger.info("job %s (%s): asked to stop (%s)", job.id, job.task, asked[job.key])
                 self.events.emit("cancel_requested", job=job, reason=asked[job.key])
@@ -131,11 +131,10 @@ class Housekeeping:
                     wording.count(len(released), "job"),
                     released,
                 )
-        if lost:
-            logger.warning(
-                "lost the lease on jobs %s: they may run again elsewhere",
-                sorted(job_id for job_id, _ in lost),
-            )
+        # Not those a reaper ended cancelled (told to stop above): they never run again.
+        elsewhere = sorted(job_id for job_id, run in lost if (job_id, run) not in asked)
+        if elsewhere:
+            logger.warning("lost the lease on jobs %s: they may run again elsewhere", elsewhere)
         self.events.emit("heartbeat", kept=kept, lost=lost)
         return RunAgainIn(BUSY_RETRY) if renewal.busy else None
 

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 import django_pgqueue
 from django_pgqueue import Cancel, Snooze
+from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
 from django_pgqueue.testing import run_jobs
 from tests.conftest import run_counts, status_counts
@@ -74,6 +75,18 @@ async def async_with_policy(error: str) -> None:
 @django_pgqueue.task
 async def async_gives_up() -> None:
     raise Cancel("the order is gone")
+
+
+@django_pgqueue.task(max_attempts=3, retry_on=(ConnectionError,))
+def overruns_retrying_io(label: str) -> None:
+    record(label)
+    time.sleep(0.6)
+
+
+@django_pgqueue.task(max_attempts=3, retry_on=(ConnectionError, JobTimeout))
+def overruns_retrying_timeouts(label: str) -> None:
+    record(label)
+    time.sleep(0.6)
 
 
 def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
@@ -243,3 +256,20 @@ def test_a_task_whose_job_a_reaper_cancelled_is_still_told_to_stop() -> None:
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts, row.last_error) == ("cancelled", 1, "Cancelled: stuck")
     assert run_counts("reaped-abort") == {"reaped-abort": 1}
+
+
+# -- the job timeout under a retry policy --------------------------------------------------
+
+
+def test_a_job_timeout_is_retried_only_where_retry_on_lists_it() -> None:
+    unlisted = overruns_retrying_io.enqueue("timeout-unlisted")
+    listed = overruns_retrying_timeouts.enqueue("timeout-listed")
+    with worker_thread(concurrency=2, poll_interval=0.05, job_timeout=0.2) as worker:
+        wait_for(lambda: ended(unlisted.pk) and ended(listed.pk), 20, "both to be buried")
+        # Each run's thread sleeps on past its timeout: none is left for the next test.
+        worker.wait("finished", count=4, timeout=10)
+    for job, attempts in ((unlisted, 1), (listed, 3)):
+        row = Job.objects.get(pk=job.pk)
+        assert (row.status, row.attempts) == ("dead", attempts)
+        assert row.last_error.startswith("django_pgqueue.exceptions.JobTimeout: job ran"), row
+    assert run_counts("timeout-") == {"timeout-unlisted": 1, "timeout-listed": 3}

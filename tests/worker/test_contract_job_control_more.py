@@ -71,6 +71,7 @@ def test_reapjobs_cancels_a_job_asked_to_stop_whose_worker_is_stopped_past_its_l
     # (it would have run 60 s); its outcome is dropped, as any of a lost run.
     assert worker.wait_for_output("cancelled on attempt 1: stuck", 10) < 10
     worker.wait_for_output("its outcome is dropped", 10)
+    assert "may run again elsewhere" not in worker.output  # it ended cancelled: it will not
     worker.signal(signal.SIGTERM)
     assert worker.wait(20) == 0, worker.output
     row = Job.objects.get(pk=job.pk)

@@ -36,6 +36,9 @@ from django_pgqueue.worker.services import Timer, Timers
 
 logger = logging.getLogger("django_pgqueue")
 
+#: Seconds a scrape waits for its read of the pause table before it serves the last.
+PAUSES_WAIT = 1.0
+
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
 
@@ -116,6 +119,8 @@ class Exporter:
         self._metrics_app = make_wsgi_app(registry)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
+        self._pauses_lock = threading.Lock()
+        self._pauses_reader: threading.Thread | None = None
 
     def refresh_gauges(self) -> None:
         # Half the interval: with many workers the gauges are recomputed about
@@ -126,9 +131,24 @@ class Exporter:
 
     def _read_pauses(self) -> None:
         """The pause table is read at each scrape, as the web view does: a queue
-        paused a moment ago reads paused, not after the next refresh. A failed read
-        leaves the last one (the refresh's age tells the database is away). Each
-        request has a thread of its own, so its connection is closed here."""
+        paused a moment ago reads paused, not after the next refresh. The read has
+        a thread of its own, waited for at most ``PAUSES_WAIT``: a database that
+        hangs (a lock, a network black hole) leaves the last read served rather than
+        the scrape unanswered, and a scrape that comes while a read still hangs
+        waits for that one instead of starting another."""
+        with self._pauses_lock:
+            reader = self._pauses_reader
+            if reader is None or not reader.is_alive():
+                reader = threading.Thread(
+                    target=self._pauses_read, name="pgqueue-metrics-pauses", daemon=True
+                )
+                self._pauses_reader = reader
+                reader.start()
+        reader.join(PAUSES_WAIT)
+
+    def _pauses_read(self) -> None:
+        """A failed read leaves the last one (the refresh's age tells the database is
+        away). The thread's connection is its own: closed here."""
         alias = self.worker.config.database
         try:
             self.gauges.update_paused(pauses.paused(alias))

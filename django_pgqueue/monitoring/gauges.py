@@ -65,14 +65,17 @@ def families(
     yield jobs
     yield oldest
     yield pauses
-    if rows:
-        age.add_metric([], max(row.age for row in rows) + int(held))
-        yield age
+    # Also without rows: a table without jobs was counted all the same, and gauges
+    # never computed (every refresh failing since the worker started) age from then,
+    # or the alert on their age would never see them.
+    age.add_metric([], max((row.age for row in rows), default=0.0) + int(held))
+    yield age
 
 
 class QueueGauges(Collector):
     """Serves the rows it was last given (``update``). Their age grows while they are
-    served: a refresh that hangs or fails shows as stale gauges, not as fresh ones."""
+    served: a refresh that hangs or fails shows as stale gauges, not as fresh ones
+    (before the first update, the age counts from the collector's creation)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -64,3 +64,25 @@ def test_a_scrape_answers_while_the_database_hangs(start_worker: Start, db_url: 
     )
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0
+
+
+AGE = ("pgqueue_queue_gauges_age_seconds", frozenset())
+
+
+def test_the_gauges_age_is_served_before_a_refresh_succeeds_and_on_an_empty_table(
+    start_worker: Start, db_url: str
+) -> None:
+    """The age was served only with rows to serve: a worker whose refreshes failed
+    from its start (here a lock holds them) served no age at all, so the documented
+    alert on it (PgqueueGaugesStale: min(...) > 120) could never fire; and on a
+    table without jobs the gauges computed a moment ago had no age either."""
+    assert not Job.objects.exists()
+    with psycopg.connect(db_url, autocommit=False) as blocker:
+        blocker.execute("LOCK TABLE pgqueue_queue_gauge IN ACCESS EXCLUSIVE MODE")
+        worker = start_worker("--metrics-port", "0", "--no-listen")
+        base = base_url(worker)
+        wait_for(lambda: scrape(base).get(AGE, 0.0) >= 2, 10, "the age to grow while it waits")
+    # The refresh goes through: nothing to count, and the gauges were computed now.
+    wait_for(lambda: scrape(base).get(AGE, 99.0) < 2, 10, "the age of a refresh just done")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0

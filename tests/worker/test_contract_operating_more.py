@@ -5,6 +5,7 @@ labels of every metric the observability page names."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 import urllib.error
@@ -13,10 +14,12 @@ from collections.abc import Callable
 
 import psycopg
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from django_pgqueue.models import Job
-from tests.testapp.tasks import add
-from tests.worker.conftest import WorkerProcess, wait_for
+from django_pgqueue.records import JobStatus
+from tests.testapp.tasks import add, always_fails, mark
+from tests.worker.conftest import ROOT, WorkerProcess, running_count, wait_for
 from tests.worker.scrape import base_url, scrape, value
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -86,3 +89,83 @@ def test_the_gauges_age_is_served_before_a_refresh_succeeds_and_on_an_empty_tabl
     wait_for(lambda: scrape(base).get(AGE, 99.0) < 2, 10, "the age of a refresh just done")
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0
+
+
+#: A row of the observability page's table of metrics: name, type, labels.
+DOCUMENTED = re.compile(r"^\| `(pgqueue_\w+)` \| (\w+) \|([^|]*)\|", re.MULTILINE)
+
+
+def documented() -> dict[str, tuple[str, set[str]]]:
+    text = (ROOT / "docs" / "observability.md").read_text()
+    return {
+        name: (kind, set(re.findall(r"`(\w+)`", labels)))
+        for name, kind, labels in DOCUMENTED.findall(text)
+    }
+
+
+def test_every_documented_metric_is_served_with_its_type_and_labels(start_worker: Start) -> None:
+    """Read from a real worker, every metric of the page's table, as its type, with
+    its labels and only those, and label values among those the page lists."""
+    table = documented()
+    assert len(table) == 13, table
+    add.enqueue(1, 1)
+    always_fails.enqueue("types")  # max_attempts=2: retried, then dead
+    worker = start_worker("--metrics-port", "0", "--no-listen", "--poll-interval", "0.2")
+    base = base_url(worker)
+    wait_for(lambda: Job.objects.filter(status__in=["done", "dead"]).count() == 2, 20, "the runs")
+    wait_for(
+        lambda: (
+            value(
+                scrape(base),
+                "pgqueue_jobs_completed_total",
+                queue="default",
+                task=always_fails.path,
+                outcome="dead",
+            )
+            == 1
+        ),
+        10,
+        "the burial to be counted",
+    )
+    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    served = {family.name: family for family in text_string_to_metric_families(text)}
+    values = {
+        "outcome": {"succeeded", "retried", "dead", "cancelled", "released"},
+        "result": {"returned", "buried", "cancelled"},
+        "status": set(JobStatus.values),
+        "queue": {"default"},
+        "task": {add.path, always_fails.path},
+    }
+    for name, (kind, labels) in table.items():
+        family = served[name.removesuffix("_total")]
+        assert family.type == kind, name
+        assert family.samples, name
+        for sample in family.samples:
+            assert set(sample.labels) - {"le"} == labels, (name, sample)
+            for label, seen in sample.labels.items():
+                assert label == "le" or seen in values[label], (name, sample)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+
+
+def test_a_scrape_during_a_drain_shows_the_runs_left_and_a_healthy_stopping_worker(
+    start_worker: Start,
+) -> None:
+    """SIGTERM with jobs running: until they end, /metrics counts them running and
+    /healthz answers 200 with ``stopping`` (a stopping worker's loop has ended, which
+    is not stuck), and the worker ends them before it exits."""
+    jobs = [mark.enqueue(f"drain-{i}", sleep=3) for i in range(2)]
+    worker = start_worker("--metrics-port", "0", "--concurrency", "2", "--no-listen")
+    base = base_url(worker)
+    wait_for(lambda: running_count() == 2, 20, "both runs to start")
+    wait_for(lambda: value(scrape(base), "pgqueue_jobs_running") == 2, 10, "the gauge to show them")
+    worker.signal(signal.SIGTERM)
+    worker.wait_for_output("finishing running jobs")
+    status, detail = healthz(base)
+    assert (status, detail["status"], detail["stopping"]) == (200, "ok", True), detail
+    found = scrape(base)
+    assert value(found, "pgqueue_jobs_running") == 2
+    assert value(found, "pgqueue_worker_slots") == 2
+    assert worker.wait(30) == 0
+    assert {Job.objects.get(pk=job.pk).status for job in jobs} == {"done"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import urllib.request
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -48,3 +49,16 @@ def base_url(worker: WorkerProcess) -> str:
     match = SERVING.search(worker.output)
     assert match, worker.output
     return match[1]
+
+
+#: A row of the observability page's table of metrics: name, type, labels.
+DOCUMENTED = re.compile(r"^\| `(pgqueue_\w+)` \| (\w+) \|([^|]*)\|", re.MULTILINE)
+
+
+def documented() -> dict[str, tuple[str, set[str]]]:
+    """The metrics the observability page's table names: name -> (type, labels)."""
+    text = (Path(__file__).absolute().parents[2] / "docs" / "observability.md").read_text()
+    return {
+        name: (kind, set(re.findall(r"`(\w+)`", labels)))
+        for name, kind, labels in DOCUMENTED.findall(text)
+    }

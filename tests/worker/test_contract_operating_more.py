@@ -5,7 +5,6 @@ labels of every metric the observability page names."""
 from __future__ import annotations
 
 import json
-import re
 import signal
 import time
 import urllib.error
@@ -19,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from django_pgqueue.models import Job
 from django_pgqueue.records import JobStatus
 from tests.testapp.tasks import add, always_fails, mark
-from tests.worker.conftest import ROOT, WorkerProcess, running_count, wait_for
-from tests.worker.scrape import base_url, scrape, value
+from tests.worker.conftest import WorkerProcess, running_count, wait_for
+from tests.worker.scrape import base_url, documented, scrape, value
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -89,18 +88,6 @@ def test_the_gauges_age_is_served_before_a_refresh_succeeds_and_on_an_empty_tabl
     wait_for(lambda: scrape(base).get(AGE, 99.0) < 2, 10, "the age of a refresh just done")
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0
-
-
-#: A row of the observability page's table of metrics: name, type, labels.
-DOCUMENTED = re.compile(r"^\| `(pgqueue_\w+)` \| (\w+) \|([^|]*)\|", re.MULTILINE)
-
-
-def documented() -> dict[str, tuple[str, set[str]]]:
-    text = (ROOT / "docs" / "observability.md").read_text()
-    return {
-        name: (kind, set(re.findall(r"`(\w+)`", labels)))
-        for name, kind, labels in DOCUMENTED.findall(text)
-    }
 
 
 def test_every_documented_metric_is_served_with_its_type_and_labels(start_worker: Start) -> None:

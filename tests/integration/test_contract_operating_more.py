@@ -1,0 +1,103 @@
+"""Issue 16 (operating it) driven further without a worker process: the web tier's
+metrics view against the observability page's table, and ``queuestats --json``
+with every key its reference names."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_pgqueue.models import Job, RegisteredWorker
+from django_pgqueue.records import JobStatus
+from tests.testapp.tasks import add
+from tests.worker.scrape import documented
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: What the view serves: the queue gauges, not a worker's own metrics.
+QUEUE_GAUGES = {
+    "pgqueue_queue_jobs",
+    "pgqueue_queue_oldest_ready_age_seconds",
+    "pgqueue_queue_paused",
+    "pgqueue_queue_gauges_age_seconds",
+}
+
+
+def test_the_view_serves_the_queue_gauges_as_the_page_types_and_labels_them() -> None:
+    table = documented()
+    assert table.keys() >= QUEUE_GAUGES
+    add.using(queue="view-a").enqueue(1, 1)
+    Job.objects.pause_queue("view-b")
+    response = Client().get("/pgqueue/metrics")
+    assert response.status_code == 200
+    served = {
+        family.name: family for family in text_string_to_metric_families(response.content.decode())
+    }
+    assert served.keys() == QUEUE_GAUGES
+    for name in QUEUE_GAUGES:
+        kind, labels = table[name]
+        family = served[name]
+        assert family.type == kind, name
+        assert family.samples, name
+        for sample in family.samples:
+            assert set(sample.labels) == labels, (name, sample)
+    statuses = {s.labels["status"] for s in served["pgqueue_queue_jobs"].samples}
+    assert statuses == set(JobStatus.values)  # counted exactly: every status, 0 or not
+    paused = {s.labels["queue"]: s.value for s in served["pgqueue_queue_paused"].samples}
+    assert paused == {"view-a": 0.0, "view-b": 1.0}
+
+
+def test_queuestats_json_has_every_key_its_reference_names() -> None:
+    add.enqueue(1, 1)
+    RegisteredWorker.objects.create(
+        id="json-w",
+        hostname="h",
+        pid=7,
+        queues=["default"],
+        concurrency=3,
+        version="9",
+        alive_until=timezone.now() + dt.timedelta(minutes=1),
+    )
+    out = io.StringIO()
+    call_command("queuestats", "--json", stdout=out)
+    summary = json.loads(out.getvalue())
+    assert set(summary) == {
+        "oldest_ready_age_seconds",
+        "dead_last_24h",
+        "running_past_lease",
+        "paused_queues",
+        "running_on_gone_workers",
+        "queues",
+        "workers",
+    }
+    (queue,) = summary["queues"]
+    assert set(queue) == {
+        "queue",
+        "status",
+        "jobs",
+        "oldest_ready_age",
+        "dead_last_24h",
+        "lease_expired",
+        "paused",
+    }
+    (worker,) = summary["workers"]
+    assert {k: v for k, v in worker.items() if k not in ("started_at", "last_seen")} == {
+        "id": "json-w",
+        "hostname": "h",
+        "pid": 7,
+        "queues": ["default"],
+        "concurrency": 3,
+        "version": "9",
+        "alive": True,
+        "jobs_running": 0,
+        "jobs_done": 0,
+    }
+    for moment in ("started_at", "last_seen"):
+        assert dt.datetime.fromisoformat(worker[moment]).tzinfo is not None

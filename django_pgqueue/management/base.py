@@ -19,10 +19,12 @@ from typing import Any, NoReturn, cast
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
+from django.utils.connection import ConnectionDoesNotExist
 
 from django_pgqueue import __version__, conf
 from django_pgqueue.dberrors import first_line, is_transient, prepare_lost, schema_problem
+from django_pgqueue.sql import runner
 
 #: The exit status of a command line a command cannot take: argparse's and Django's own
 #: (``queuestats --check`` keeps 1 for an unhealthy queue).
@@ -89,6 +91,11 @@ class PgQueueCommand(BaseCommand):
                 raise  # a lost prepared statement is no unreachable database
             raise CommandError(problem or f"cannot reach the database: {first_line(exc)}") from exc
         except ImproperlyConfigured as exc:  # PGQUEUE, read with the checks skipped
+            raise CommandError(str(exc)) from exc
+        except ConnectionDoesNotExist as exc:  # PGQUEUE["DATABASE"] too, read so
+            alias = _job_database()
+            if alias is not None and alias not in connections.settings:
+                raise CommandError(str(runner.missing_database(alias))) from exc
             raise CommandError(str(exc)) from exc
 
     def _check_given(self, options: dict[str, Any]) -> None:

@@ -74,16 +74,23 @@ def commit_mode() -> str | None:
 _ONLY_WHEN_ASKED = 2**31 - 1
 
 
+def missing_database(alias: str) -> ConnectionDoesNotExist:
+    """Django's error for ``alias``, not in DATABASES, with which setting names it, the
+    alias meant and the check that says so (where checks do not run: a shell, a
+    script, a command run with ``--skip-checks``)."""
+    where = "PGQUEUE['DATABASE'] = " if alias == conf.get().DATABASE else "database "
+    return ConnectionDoesNotExist(
+        f"The connection '{alias}' doesn't exist: {where}{alias!r} is not in DATABASES"
+        f"{wording.did_you_mean([alias], connections.settings)}: see manage.py check "
+        "(django_pgqueue.E002)"
+    )
+
+
 def _ready(alias: str) -> BaseDatabaseWrapper:
     try:
         wrapper = connections[alias]
-    except ConnectionDoesNotExist as exc:  # where checks do not run (shell, a script)
-        where = "PGQUEUE['DATABASE'] = " if alias == conf.get().DATABASE else "database "
-        raise ConnectionDoesNotExist(
-            f"{str(exc).rstrip('.')}: {where}{alias!r} is not in DATABASES"
-            f"{wording.did_you_mean([alias], connections.settings)}: see manage.py check "
-            "(django_pgqueue.E002)"
-        ) from None
+    except ConnectionDoesNotExist:  # where checks do not run (shell, a script)
+        raise missing_database(alias) from None
     if wrapper.vendor != "postgresql":  # where checks do not run (shell, a script)
         raise ImproperlyConfigured(
             f"django-pgqueue needs PostgreSQL, but database {alias!r} is {wrapper.vendor}: "

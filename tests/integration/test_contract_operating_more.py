@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.records import JobStatus
 from tests.testapp.tasks import add
+from tests.worker.conftest import django_command
 from tests.worker.scrape import documented
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -101,3 +102,26 @@ def test_queuestats_json_has_every_key_its_reference_names() -> None:
     }
     for moment in ("started_at", "last_seen"):
         assert dt.datetime.fromisoformat(worker[moment]).tzinfo is not None
+
+
+@pytest.mark.slow
+def test_a_job_database_alias_not_in_databases_is_one_line_with_the_checks_skipped(
+    db_url: str,
+) -> None:
+    """A probe that skips the checks to be quick (``queuestats --check --skip-checks``)
+    with PGQUEUE["DATABASE"] misspelt got Django's traceback, not the one line that
+    a database out of reach gets; so did every other command."""
+    env = {"PGQUEUE_TEST_PGQUEUE": json.dumps({"DATABASE": "defualt"})}
+    for args in (
+        ("queuestats", "--check"),
+        ("queuestats",),
+        ("runworker", "--burst"),
+        ("reapjobs",),
+        ("pausequeue", "emails"),
+    ):
+        done = django_command(db_url, *args, "--skip-checks", env=env)
+        assert done.returncode == 1, done
+        assert "Traceback" not in done.stderr, done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith("CommandError: The connection 'defualt' doesn't exist: "), line
+        assert "(django_pgqueue.E002)" in line, line

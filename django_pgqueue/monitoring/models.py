@@ -3,8 +3,9 @@
 ``pgqueue_worker`` has one row per running worker, written by its heartbeat and
 removed when it exits; a row whose heartbeat stopped (the worker was killed, or
 hangs) is shown as gone once ``alive_until`` passes, which is before the leases
-of its jobs expire, and deleted an hour later. ``pgqueue_queue_gauge`` holds the
-queue gauges as one worker at a time last computed them.
+of its jobs expire, and deleted an hour later (once no job runs under its id).
+``pgqueue_queue_gauge`` holds the queue gauges as one worker at a time last
+computed them.
 """
 
 from __future__ import annotations

@@ -835,12 +835,16 @@ DELETE FROM pgqueue_worker WHERE id = %(worker)s::text RETURNING id;
 
 -- name: workers_forget
 -- Rows of workers gone for longer than the bound (killed, lost): shown as gone
--- until then, deleted by any running worker's maintenance thread. A row whose
--- alive_until no heartbeat wrote (_alive_until_written) is shown as gone, since
--- no one can tell when, and deleted too (a live worker's next heartbeat writes
--- its row again).
-DELETE FROM pgqueue_worker
-WHERE alive_until < now() - make_interval(secs => %(after)s::float8) OR NOT (
+-- until then, deleted by any running worker's maintenance thread; kept while a job
+-- still runs under the id (a lease of hours outlasts the bound), so that the job
+-- reads as on a gone worker until the reaper returns it. A row whose alive_until
+-- no heartbeat wrote (_alive_until_written) is shown as gone, since no one can tell
+-- when, and deleted too (a live worker's next heartbeat writes its row again).
+DELETE FROM pgqueue_worker AS w
+WHERE (w.alive_until < now() - make_interval(secs => %(after)s::float8)
+       AND NOT EXISTS (SELECT 1 FROM pgqueue_job AS j
+                       WHERE j.status = 'running' AND j.locked_by = w.id))
+   OR NOT (
 -- include: _alive_until_written
 )
 RETURNING id;

@@ -125,3 +125,31 @@ def test_a_job_database_alias_not_in_databases_is_one_line_with_the_checks_skipp
         (line,) = done.stderr.strip().splitlines()
         assert line.startswith("CommandError: The connection 'defualt' doesn't exist: "), line
         assert "(django_pgqueue.E002)" in line, line
+
+
+def test_a_gone_workers_row_is_kept_while_a_job_still_runs_under_its_id(
+    admin_client: Client,
+) -> None:
+    """A row gone for an hour is forgotten; with a lease longer than about three hours
+    (LEASE 14400: its jobs' leases end 80 minutes after it is shown gone) its job was
+    then held by no worker the registry knew: no longer listed as running on a gone
+    worker, and its page no longer said the worker was gone, before the lease ended."""
+    for worker_id in ("w-long", "w-idle"):
+        RegisteredWorker.objects.create(
+            id=worker_id,
+            hostname="h",
+            pid=1,
+            concurrency=1,
+            version="0",
+            alive_until=timezone.now() - dt.timedelta(hours=1, seconds=10),
+        )
+    job = add.enqueue(1, 1)
+    (claimed,) = Job.objects.claim("w-long", limit=1, lease=1100)  # 20 minutes of lease left
+    assert RegisteredWorker.objects.forget() == ["w-idle"]  # a worker's maintenance pass
+    out = io.StringIO()
+    call_command("queuestats", "--json", stdout=out)
+    assert json.loads(out.getvalue())["running_on_gone_workers"] == [job.pk]
+    page = admin_client.get(f"/admin/django_pgqueue/job/{job.pk}/change/").content.decode()
+    assert "but that worker is gone" in page
+    Job.objects.release("w-long", [claimed.key])
+    assert RegisteredWorker.objects.forget() == ["w-long"]  # its job back, it goes

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -156,3 +160,93 @@ def test_a_scrape_during_a_drain_shows_the_runs_left_and_a_healthy_stopping_work
     assert value(found, "pgqueue_worker_slots") == 2
     assert worker.wait(30) == 0
     assert {Job.objects.get(pk=job.pk).status for job in jobs} == {"done"}
+
+
+class Cut:
+    """A TCP relay to the test database that can be cut: while cut, the connections
+    it relays are closed and new ones closed at once (a database gone away)."""
+
+    def __init__(self, db_url: str) -> None:
+        parts = urlsplit(db_url)
+        self.target = (parts.hostname or "127.0.0.1", parts.port or 5432)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = parts._replace(
+            netloc=f"{parts.netloc.rsplit('@', 1)[0]}@127.0.0.1:{self.listener.getsockname()[1]}"
+        ).geturl()
+        self.cut = False
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.cut:
+                client.close()
+                continue
+            server = socket.create_connection(self.target)
+            self.sockets += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (a, b):
+                with suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def down(self) -> None:
+        self.cut = True
+        for end in self.sockets:
+            with suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def up(self) -> None:
+        self.cut = False
+
+    def close(self) -> None:
+        self.down()
+        self.listener.close()
+
+
+@contextmanager
+def relayed(db_url: str) -> Iterator[Cut]:
+    cut = Cut(db_url)
+    try:
+        yield cut
+    finally:
+        cut.close()
+
+
+def test_healthz_fails_while_the_database_is_away_and_recovers_with_it(
+    start_worker: Start, db_url: str
+) -> None:
+    """The page: a database outage as long as the heartbeat's limit fails /healthz
+    (a heartbeat failing at once ages it as one that hangs), and /metrics answers
+    meanwhile; once the database is back, /healthz is 200 again."""
+    with relayed(db_url) as relay:
+        worker = start_worker(
+            "--metrics-port", "0", "--lease", "3", "--no-listen", env={"DATABASE_URL": relay.url}
+        )
+        base = base_url(worker)
+        wait_for(lambda: healthz(base)[0] == 200, 10, "a healthy worker")
+        limit = healthz(base)[1]["heartbeat"]["limit"]  # type: ignore[index]
+        assert limit == 2.0  # (heartbeat 1 s + lease 3 s) / 2
+        relay.down()
+        took = wait_for(lambda: healthz(base)[0] == 503, 15, "/healthz to fail")
+        assert took <= limit + 3.0
+        status, detail = healthz(base)
+        assert (status, detail["heartbeat"]["ok"]) == (503, False), detail  # type: ignore[index]
+        assert value(scrape(base), "pgqueue_worker_slots") == 10  # the worker's own, served
+        relay.up()
+        wait_for(lambda: healthz(base)[0] == 200, 20, "/healthz to recover")
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 0

@@ -146,7 +146,7 @@ def test_a_scrape_during_a_drain_shows_the_runs_left_and_a_healthy_stopping_work
     """SIGTERM with jobs running: until they end, /metrics counts them running and
     /healthz answers 200 with ``stopping`` (a stopping worker's loop has ended, which
     is not stuck), and the worker ends them before it exits."""
-    jobs = [mark.enqueue(f"drain-{i}", sleep=3) for i in range(2)]
+    jobs = [mark.enqueue(f"drain-{i}", sleep=8) for i in range(2)]
     worker = start_worker("--metrics-port", "0", "--concurrency", "2", "--no-listen")
     base = base_url(worker)
     wait_for(lambda: running_count() == 2, 20, "both runs to start")

@@ -145,7 +145,10 @@ def tidy() -> None:
     _changed.aliases = ()
     for conn in connections.all(initialized_only=True):
         if conn.connection is not None and conn.alias in changed and not conn.in_atomic_block:
-            conn.close()  # the job changed its session: the next one gets a fresh one
+            # The job changed its session: the next one gets a fresh one. Closed first,
+            # as Django's close() gives a pooled one (OPTIONS["pool"]) back as it is.
+            conn.connection.close()
+            conn.close()
         elif conn.in_atomic_block or (conn.connection is not None and not conn.autocommit):
             _discard(conn.alias)  # a backstop: the runner's check has failed the job already
         elif conn.connection is None:

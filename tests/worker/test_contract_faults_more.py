@@ -47,6 +47,29 @@ def test_a_job_that_changes_its_session_leaves_the_next_jobs_a_clean_one(
     assert run_counts() == {"changer": 1, **{f"after-{n}": 1 for n in range(4)}}
 
 
+def test_a_job_that_changes_its_session_under_djangos_pool_taints_no_other_job(
+    start_worker: Start,
+) -> None:
+    """With Django's connection pool (OPTIONS["pool"]), closing a connection gives it
+    back to the pool as it is: the changed session must be thrown away, not handed
+    to the next job (before: each job after it got it back from the pool, and was
+    buried on it)."""
+    runs_sql.enqueue("changer", "SET search_path TO pg_catalog")
+    Job.objects.enqueue_many(
+        JobSpec.build(tracked, [f"after-{n}"], max_attempts=1) for n in range(8)
+    )
+    pool = {"CONN_MAX_AGE": 0, "OPTIONS": {"pool": {"max_size": 8}}}
+    worker = start_worker(
+        "--concurrency",
+        "1",
+        "--burst",
+        env={"PGQUEUE_TEST_DATABASES": json.dumps({"default": pool})},
+    )
+    assert worker.wait(60) == 0, worker.output
+    assert status_counts() == {"done": 9}, worker.output
+    assert run_counts() == {"changer": 1, **{f"after-{n}": 1 for n in range(8)}}
+
+
 def test_a_connection_closed_between_two_jobs_is_not_charged_to_the_next(
     start_worker: Start,
 ) -> None:

@@ -183,12 +183,22 @@ def check_idle(idle: float) -> None:
 
 #: A statement that changes the session beyond its transaction: a SET or RESET that
 #: is not SET LOCAL / SET TRANSACTION / SET CONSTRAINTS, a DISCARD, or set_config().
-_CHANGES_SESSION = re.compile(
-    r"(?:^|;)\s*(?:(?:SET|RESET)\s+(?!(?:LOCAL|TRANSACTION|CONSTRAINTS)\b)|DISCARD\b)"
-    r"|\bset_config\s*\(",
-    re.IGNORECASE,
-)
+_SESSION_CHANGE = r"\s*(?:(?:SET|RESET)\s+(?!(?:LOCAL|TRANSACTION|CONSTRAINTS)\b)|DISCARD\b)"
+_CHANGES_AT_START = re.compile(_SESSION_CHANGE, re.IGNORECASE)
+_CHANGES_AFTER = re.compile(";" + _SESSION_CHANGE, re.IGNORECASE)  # ';': a fast search
+_SET_CONFIG = re.compile(r"\bset_config\s*\(", re.IGNORECASE)
 _changed = threading.local()
+
+
+def changes_session(sql: str) -> bool:
+    """Whether ``sql`` changes the session beyond its transaction. Run on every
+    statement a job runs, so a search runs only where a substring test found what it
+    needs: one regex searched at every character cost some 70 µs on a 2 KB SELECT."""
+    return bool(
+        _CHANGES_AT_START.match(sql)
+        or (";" in sql and _CHANGES_AFTER.search(sql))
+        or ("set_config" in sql.lower() and _SET_CONFIG.search(sql))
+    )
 
 
 def _watch(
@@ -196,7 +206,7 @@ def _watch(
 ) -> Any:
     """Django's execute wrapper on a job thread's connections: note the aliases
     whose session a job changed, for :func:`tidy` to close after it."""
-    if isinstance(sql, str) and _CHANGES_SESSION.search(sql):
+    if isinstance(sql, str) and changes_session(sql):
         wrapper: BaseDatabaseWrapper = context["connection"]
         _changed.aliases = {*getattr(_changed, "aliases", ()), wrapper.alias}
     return execute(sql, params, many, context)

@@ -133,7 +133,12 @@ def hung_up(raw: Any) -> bool:
             if not poller.poll(0):
                 return False
             pgconn.consume_input()  # raises at the end of the stream
-            pgconn.is_busy()  # parses what came: a notification stays for psycopg
+            pgconn.is_busy()  # parses what came
+            # A notification parsed here is handed to psycopg, as its own reads do:
+            # left in libpq, notifies() would wait for the socket and not see it.
+            while (notify := pgconn.notifies()) is not None:
+                if pgconn.notify_handler is not None:
+                    pgconn.notify_handler(notify)
     except psycopg.Error:
         return True
     return bool(pgconn.status != pq.ConnStatus.OK)

@@ -5,6 +5,7 @@ cursor (a failure, a result, a closed connection) never reaches the next."""
 from __future__ import annotations
 
 import dataclasses
+import select
 from typing import Any
 
 import psycopg
@@ -81,3 +82,21 @@ def test_a_statement_without_rows_does_not_return_the_previous_ones() -> None:
     update = "UPDATE pgqueue_job SET priority = 5 WHERE id = %(id)s"
     assert runner.fetch("update", {"id": row["id"]}, "default", text=update) == []
     assert Job.objects.get().priority == 5
+
+
+def test_looking_for_a_hang_up_leaves_a_notification_to_the_listener() -> None:
+    """A job thread's kept connections are looked at before each job, and the queue's
+    own before each statement (runner.hung_up): reading what the server sent unasked
+    must not keep a notification from ``notifies()`` on a connection that LISTENs
+    (before: it sat parsed in libpq, and a waiter saw it only once more came)."""
+    connection.ensure_connection()
+    raw = connection.connection
+    raw.execute("LISTEN pgqueue_test_hung_up")
+    with psycopg.connect(**connection.get_connection_params()) as other:
+        other.execute("SELECT pg_notify('pgqueue_test_hung_up', 'one')")
+        other.commit()
+    assert select.select([raw.fileno()], [], [], 10)[0]  # it has arrived
+    assert runner.hung_up(raw) is False
+    got = [n.payload for n in raw.notifies(timeout=2, stop_after=1)]
+    raw.execute("UNLISTEN *")
+    assert got == ["one"]

@@ -132,17 +132,39 @@ def hung_up(raw: Any) -> bool:
             poller.register(pgconn.socket, select.POLLIN)
             if not poller.poll(0):
                 return False
-            pgconn.consume_input()  # raises at the end of the stream
-            pgconn.is_busy()  # parses what came
-            # A notification parsed here is handed to psycopg, as its own reads do:
-            # left in libpq, notifies() would wait for the socket and not see it.
-            while (notify := pgconn.notifies()) is not None:
-                if pgconn.notify_handler is not None:
-                    pgconn.notify_handler(notify)
+            if _said_goodbye(pgconn):  # its end may come a moment later
+                return True
     except psycopg.Error:
         return True
     return bool(pgconn.status != pq.ConnStatus.OK)
 
+
+def _said_goodbye(pgconn: Any) -> bool:
+    """Read what the server sent unasked; whether it was its goodbye (libpq hands an
+    idle connection's FATAL error to the notice handler; other notices go on). Each
+    notification goes to psycopg, as its own reads do: left in libpq, notifies()
+    would wait for the socket."""
+    forward, said = pgconn.notice_handler, [False]
+
+    def take(result: Any) -> None:
+        if result.error_field(pq.DiagnosticField.SEVERITY_NONLOCALIZED) in _GOODBYE:
+            said[0] = True
+        elif forward is not None:
+            forward(result)
+
+    pgconn.notice_handler = take
+    try:
+        pgconn.consume_input()  # raises at the end of the stream
+        pgconn.is_busy()  # parses what came
+    finally:
+        pgconn.notice_handler = forward
+    while (notify := pgconn.notifies()) is not None:
+        if pgconn.notify_handler is not None:
+            pgconn.notify_handler(notify)
+    return said[0]
+
+
+_GOODBYE = {b"FATAL", b"PANIC"}
 
 #: The aliases whose way to PostgreSQL this process has looked at (with PREPARE).
 _looked: set[str] = set()

@@ -100,3 +100,19 @@ def test_looking_for_a_hang_up_leaves_a_notification_to_the_listener() -> None:
     got = [n.payload for n in raw.notifies(timeout=2, stop_after=1)]
     raw.execute("UNLISTEN *")
     assert got == ["one"]
+
+
+def test_a_connection_the_server_said_goodbye_on_is_seen_hung_up_at_once() -> None:
+    """``pg_terminate_backend``, ``idle_session_timeout``: the server sends a FATAL
+    error, then closes the stream a moment later. Looked at in between, the
+    connection was called healthy (its goodbye read and dropped as a notice), so
+    the statement about to run on it failed (reproduced: most of 40 tries)."""
+    for _ in range(10):
+        connection.ensure_connection()
+        raw = connection.connection
+        assert runner.hung_up(raw) is False
+        with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", [raw.info.backend_pid])
+        assert select.select([raw.fileno()], [], [], 10)[0]  # the goodbye has arrived
+        assert runner.hung_up(raw) is True
+        connection.close()

@@ -96,13 +96,10 @@ def _ready(alias: str) -> BaseDatabaseWrapper:
             f"django-pgqueue needs PostgreSQL, but database {alias!r} is {wrapper.vendor}: "
             "see manage.py check (django_pgqueue.E002)"
         )
-    if (
-        wrapper.connection is not None
-        and not wrapper.in_atomic_block
-        and hung_up(wrapper.connection)
-    ):
-        # Closed by the server while it sat idle (idle_session_timeout, an operator's
-        # pg_terminate_backend): a new one, not a failed statement and a retry.
+    # Closed by the server while it sat idle (idle_session_timeout, an operator's
+    # pg_terminate_backend): a new one, not a failed statement and a retry. Not in
+    # a transaction (atomic, or autocommit off): the statement must fail with it.
+    if wrapper.connection is not None and wrapper.autocommit and hung_up(wrapper.connection):
         wrapper.close()
     wrapper.ensure_connection()
     if wrapper.in_atomic_block:  # before anything runs, as Django's own cursors do

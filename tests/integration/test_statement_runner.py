@@ -10,7 +10,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import DataError, connection
+from django.db import DataError, OperationalError, connection, transaction
+from django.utils import timezone
 
 from django_pgqueue.models import Job
 from django_pgqueue.queue import enqueue as queue_enqueue
@@ -18,6 +19,7 @@ from django_pgqueue.records import JobSpec
 from django_pgqueue.sql import runner
 from tests.conftest import status_counts
 from tests.testapp import djtasks
+from tests.testapp.models import Run
 from tests.testapp.tasks import add
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -116,3 +118,23 @@ def test_a_connection_the_server_said_goodbye_on_is_seen_hung_up_at_once() -> No
         assert select.select([raw.fileno()], [], [], 10)[0]  # the goodbye has arrived
         assert runner.hung_up(raw) is True
         connection.close()
+
+
+def test_an_enqueue_in_a_transaction_the_server_ended_fails_instead_of_committing_alone() -> None:
+    """Autocommit off (``transaction.set_autocommit(False)``), a write, then the server
+    ends the session (``idle_in_transaction_session_timeout``, an operator): the
+    transaction is gone. The enqueue that was to join it must fail, not reconnect
+    and commit the job on its own (reproduced: the job written, the write lost, and
+    ``commit()`` raised nothing)."""
+    transaction.set_autocommit(False)
+    try:
+        Run.objects.create(label="order", started=timezone.now(), finished=timezone.now())
+        raw = connection.connection
+        with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", [raw.info.backend_pid])
+        assert select.select([raw.fileno()], [], [], 10)[0]  # the goodbye has arrived
+        with pytest.raises(OperationalError):
+            add.enqueue(1, 2)
+    finally:
+        connection.close()  # autocommit is back on the next connection
+    assert (Job.objects.count(), Run.objects.count()) == (0, 0)

@@ -182,11 +182,15 @@ def check_idle(idle: float) -> None:
 
 
 #: A statement that changes the session beyond its transaction: a SET or RESET that
-#: is not SET LOCAL / SET TRANSACTION / SET CONSTRAINTS, a DISCARD, or set_config().
+#: is not SET LOCAL / SET TRANSACTION / SET CONSTRAINTS, a DISCARD, or set_config()
+#: (below).
 _SESSION_CHANGE = r"\s*(?:(?:SET|RESET)\s+(?!(?:LOCAL|TRANSACTION|CONSTRAINTS)\b)|DISCARD\b)"
 _CHANGES_AT_START = re.compile(_SESSION_CHANGE, re.IGNORECASE)
 _CHANGES_AFTER = re.compile(";" + _SESSION_CHANGE, re.IGNORECASE)  # ';': a fast search
-_SET_CONFIG = re.compile(r"\bset_config\s*\(", re.IGNORECASE)
+#: set_config() unless it is told ``true`` (local to the transaction, as row-level
+#: security code sets a tenant for each job): a session-wide one, or one whose third
+#: argument is a parameter, as this cannot tell which.
+_SET_CONFIG = re.compile(r"\bset_config\s*\((?![^;]*?,\s*true\s*\))", re.IGNORECASE)
 _changed = threading.local()
 
 

@@ -72,7 +72,7 @@ def test_a_scrape_answers_while_the_database_hangs(start_worker: Start, db_url: 
     assert worker.wait(30) == 0
 
 
-AGE = ("pgqueue_queue_gauges_age_seconds", frozenset())
+AGE: tuple[str, frozenset[tuple[str, str]]] = ("pgqueue_queue_gauges_age_seconds", frozenset())
 
 
 def test_the_gauges_age_is_served_before_a_refresh_succeeds_and_on_an_empty_table(

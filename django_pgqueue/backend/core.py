@@ -100,6 +100,8 @@ class PgQueueBackend(BaseTaskBackend):
         if self.queues and task.queue_name not in self.queues:
             meant = wording.alike(task.queue_name, self.queues)
             fix = f"add {task.queue_name!r} there."
+            if not validation.QUEUE.is_valid(task.queue_name):  # E105 if it were added
+                fix = f"rename it: {validation.QUEUE.message(task.queue_name)}."
             if meant is not None:  # a typo: adding it to QUEUES would be the wrong fix
                 fix = f"did you mean {meant}? If not, {fix}"
             if self.unknown_params:  # "QUEUE": the QUEUES meant were never read (E109)

@@ -21,6 +21,7 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
+from django_pgqueue.backend import options
 from django_pgqueue.backend.compat import (
     InvalidTask,
     Task,
@@ -474,3 +475,23 @@ def test_runworker_burst_leaves_what_immediate_backend_reports(db_url: str) -> N
         read = task_backends["default"].get_result(result.id)
         assert outcome(read) == outcome(theirs), declared.module_path
         assert read.worker_ids == ["burst-1"]
+
+
+def test_errors_keep_the_newest_twenty_failed_attempts() -> None:
+    """docs/backend.md, Results: ``errors`` is the job's error history, which keeps
+    the newest 20 entries, oldest first; ``attempts`` still counts every claim."""
+    failing = options(djtasks.failing_task_value_error, max_attempts=22, backoff=0)
+    result = failing.enqueue()
+    runs = 0
+    for _ in range(10_000):  # each retry is due at once (backoff 0): no waiting
+        runs += len(run_jobs())
+        if runs == 22:
+            break
+    result.refresh()
+    assert (result.status, result.attempts, len(result.errors)) == (
+        TaskResultStatus.FAILED,
+        22,
+        20,
+    )
+    assert {error.exception_class_path for error in result.errors} == {"builtins.ValueError"}
+    assert Job.objects.get(pk=result.id).error_count == 22

@@ -495,3 +495,48 @@ def test_errors_keep_the_newest_twenty_failed_attempts() -> None:
     )
     assert {error.exception_class_path for error in result.errors} == {"builtins.ValueError"}
     assert Job.objects.get(pk=result.id).error_count == 22
+
+
+def test_using_variants_change_what_they_name_as_on_dummy_backend() -> None:
+    """``using()`` keeps what it is not given (None keeps too), chains, and moves a
+    task between backends; the result's task says so on ours as on DummyBackend."""
+    when = timezone.now() + dt.timedelta(hours=1)
+
+    def variants(alias: str) -> list[Task[Any, Any]]:
+        base = djtasks.echo.using(backend=alias)
+        return [
+            base.using(),
+            base.using(priority=None, queue_name=None, run_after=None),
+            base.using(priority=-100),
+            base.using(priority=100, queue_name="emails").using(run_after=when),
+            base.using(queue_name="queue_1").using(priority=3),
+        ]
+
+    fields = ("priority", "queue_name", "run_after", "takes_context", "module_path")
+    for theirs, ours in zip(variants("dummy"), variants("default"), strict=True):
+        assert ours.backend == "default"
+        assert [getattr(ours, name) for name in fields] == [
+            getattr(theirs, name) for name in fields
+        ]
+        for alias, declared in (("dummy", theirs), ("default", ours)):
+            read = task_backends[alias].get_result(declared.enqueue(1).id).task
+            assert [getattr(read, name) for name in fields] == [
+                getattr(theirs, name) for name in fields
+            ]
+    moved = djtasks.echo.using(priority=5).using(backend="dummy")
+    assert (moved.backend, moved.priority, type(moved.get_backend()).__name__) == (
+        "dummy",
+        5,
+        "DummyBackend",
+    )
+
+
+def test_task_enqueued_is_sent_at_the_enqueue_not_at_commit() -> None:
+    """docs/backend.md, "One statement": a rolled-back block's job was announced."""
+    with Heard() as heard, transaction.atomic():
+        result = djtasks.noop_task.enqueue()
+        transaction.set_rollback(True)
+    assert statuses(heard) == [("enqueued", "PgQueueBackend", TaskResultStatus.READY)]
+    assert Job.objects.count() == 0
+    with pytest.raises(TaskResultDoesNotExist):
+        result.refresh()

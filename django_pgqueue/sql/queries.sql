@@ -369,6 +369,8 @@ SELECT o.id, NULL, true
 -- operator asked it to stop, and a reaper then found its lease expired: the worker
 -- was stopped, or its heartbeat late) comes back with kept false and the request:
 -- lost, but the task, which may still be running here, is told to stop after all.
+-- So does one whose job a reaper gave back and an operator then cancelled while it
+-- was queued: no claim came after this run (its token is still the row's).
 -- Only the runs the renewal missed are looked up for it (none, on most beats).
 WITH
 -- include: _relax_commit
@@ -395,7 +397,6 @@ FROM (SELECT u.* FROM unnest(%(ids)s::bigint[], %(runs)s::bigint[]) AS u (id, ru
       WHERE u.id IN (SELECT id FROM free) AND u.id NOT IN (SELECT id FROM renewed)
       OFFSET 0) AS o, pgqueue_job AS j
 WHERE j.id = o.id AND j.lease_token = o.run AND j.status || '' = 'cancelled'
-  AND j.cancel_requested_at IS NOT NULL
 ;
 
 -- name: release

@@ -77,3 +77,30 @@ def test_reapjobs_cancels_a_job_asked_to_stop_whose_worker_is_stopped_past_its_l
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts, row.last_error) == ("cancelled", 1, "Cancelled: stuck")
     assert run_counts("lapsed-abort") == {"lapsed-abort": 1}
+
+
+def test_a_lost_run_whose_job_was_given_back_then_cancelled_is_told_to_stop(
+    start_worker: Start,
+) -> None:
+    """The reaper gives the job of a stopped worker back (no stop request yet), an
+    operator then cancels it while it is queued, and the worker resumes: its task is
+    told to stop too, as no later claim took the job (it would have run 60 s)."""
+    job = waits_to_be_stopped.enqueue("requeued-abort", seconds=60)
+    worker = start_worker("--lease", "1", "--worker-id", "frozen", env=QUICK_REAPER)
+    wait_for(lambda: run_counts("requeued-abort") == {"requeued-abort": 1}, 20, "the job to start")
+    worker.signal(signal.SIGSTOP)
+    try:
+        wait_for(leases_lapsed, 20, "the lease to lapse while the worker is stopped")
+        out = io.StringIO()
+        call_command("reapjobs", stdout=out)
+        assert out.getvalue() == "returned 1 job to the queue, buried 0\n"
+        assert Job.objects.cancel([job.pk], reason="gone") == [job.pk]
+    finally:
+        worker.signal(signal.SIGCONT)
+    assert worker.wait_for_output("cancelled on attempt 1: gone", 10) < 10
+    assert "may run again elsewhere" not in worker.output  # it ended cancelled: it will not
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0, worker.output
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.last_error) == ("cancelled", "Cancelled: gone")
+    assert run_counts("requeued-abort") == {"requeued-abort": 1}

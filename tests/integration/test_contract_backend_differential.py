@@ -21,6 +21,9 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
+# The references are Django's own backends (Django 6+); the backport's are its own.
+pytest.importorskip("django.tasks", reason="compares with Django's own Tasks backends")
+
 from django_pgqueue.backend import options
 from django_pgqueue.backend.compat import (
     InvalidTask,

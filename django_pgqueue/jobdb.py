@@ -42,7 +42,7 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgqueue.exceptions import PgQueueError
-from django_pgqueue.sql.runner import hung_up
+from django_pgqueue.sql.goodbye import hung_up
 
 logger = logging.getLogger("django_pgqueue")
 

@@ -18,7 +18,6 @@ them.
 from __future__ import annotations
 
 import logging
-import select
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -38,6 +37,7 @@ from django_pgqueue import conf, wording
 from django_pgqueue.dberrors import schema_problem
 from django_pgqueue.pooler import through_pooler
 from django_pgqueue.sql import query
+from django_pgqueue.sql.goodbye import hung_up
 
 Row = dict[str, Any]
 _ROWS = pq.ExecStatus.TUPLES_OK
@@ -100,6 +100,7 @@ def _ready(alias: str) -> BaseDatabaseWrapper:
     # pg_terminate_backend): a new one, not a failed statement and a retry. Not in
     # a transaction (atomic, or autocommit off): the statement must fail with it.
     if wrapper.connection is not None and wrapper.autocommit and hung_up(wrapper.connection):
+        logger.info("a connection to %r was closed while idle; reconnecting", alias)
         wrapper.close()
     wrapper.ensure_connection()
     if wrapper.in_atomic_block:  # before anything runs, as Django's own cursors do
@@ -113,55 +114,6 @@ def _ready(alias: str) -> BaseDatabaseWrapper:
             _look_for_a_pooler(wrapper, alias, raw)
     return wrapper
 
-
-def hung_up(raw: Any) -> bool:
-    """Whether the server closed ``raw``, a psycopg connection with no statement in
-    flight, without a round trip: unasked, a server sends an idle connection only a
-    notification or its goodbye (a FATAL error, then the end of the stream)."""
-    pgconn = getattr(raw, "pgconn", None)
-    if pgconn is None or not hasattr(select, "poll"):  # poll: not on Windows
-        return False
-    try:
-        for _ in range(2):  # the goodbye, then the end of the stream
-            if pgconn.status != pq.ConnStatus.OK:
-                return True
-            poller = select.poll()
-            poller.register(pgconn.socket, select.POLLIN)
-            if not poller.poll(0):
-                return False
-            if _said_goodbye(pgconn):  # its end may come a moment later
-                return True
-    except psycopg.Error:
-        return True
-    return bool(pgconn.status != pq.ConnStatus.OK)
-
-
-def _said_goodbye(pgconn: Any) -> bool:
-    """Read what the server sent unasked; whether it was its goodbye (libpq hands an
-    idle connection's FATAL error to the notice handler; other notices go on). Each
-    notification goes to psycopg, as its own reads do: left in libpq, notifies()
-    would wait for the socket."""
-    forward, said = pgconn.notice_handler, [False]
-
-    def take(result: Any) -> None:
-        if result.error_field(pq.DiagnosticField.SEVERITY_NONLOCALIZED) in _GOODBYE:
-            said[0] = True
-        elif forward is not None:
-            forward(result)
-
-    pgconn.notice_handler = take
-    try:
-        pgconn.consume_input()  # raises at the end of the stream
-        pgconn.is_busy()  # parses what came
-    finally:
-        pgconn.notice_handler = forward
-    while (notify := pgconn.notifies()) is not None:
-        if pgconn.notify_handler is not None:
-            pgconn.notify_handler(notify)
-    return said[0]
-
-
-_GOODBYE = {b"FATAL", b"PANIC"}
 
 #: The aliases whose way to PostgreSQL this process has looked at (with PREPARE).
 _looked: set[str] = set()

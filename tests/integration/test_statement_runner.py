@@ -16,7 +16,7 @@ from django.utils import timezone
 from django_pgqueue.models import Job
 from django_pgqueue.queue import enqueue as queue_enqueue
 from django_pgqueue.records import JobSpec
-from django_pgqueue.sql import runner
+from django_pgqueue.sql import goodbye, runner
 from tests.conftest import status_counts
 from tests.testapp import djtasks
 from tests.testapp.models import Run
@@ -88,7 +88,7 @@ def test_a_statement_without_rows_does_not_return_the_previous_ones() -> None:
 
 def test_looking_for_a_hang_up_leaves_a_notification_to_the_listener() -> None:
     """A job thread's kept connections are looked at before each job, and the queue's
-    own before each statement (runner.hung_up): reading what the server sent unasked
+    own before each statement (goodbye.hung_up): reading what the server sent unasked
     must not keep a notification from ``notifies()`` on a connection that LISTENs
     (before: it sat parsed in libpq, and a waiter saw it only once more came)."""
     connection.ensure_connection()
@@ -98,7 +98,7 @@ def test_looking_for_a_hang_up_leaves_a_notification_to_the_listener() -> None:
         other.execute("SELECT pg_notify('pgqueue_test_hung_up', 'one')")
         other.commit()
     assert select.select([raw.fileno()], [], [], 10)[0]  # it has arrived
-    assert runner.hung_up(raw) is False
+    assert goodbye.hung_up(raw) is False
     got = [n.payload for n in raw.notifies(timeout=2, stop_after=1)]
     raw.execute("UNLISTEN *")
     assert got == ["one"]
@@ -112,11 +112,11 @@ def test_a_connection_the_server_said_goodbye_on_is_seen_hung_up_at_once() -> No
     for _ in range(10):
         connection.ensure_connection()
         raw = connection.connection
-        assert runner.hung_up(raw) is False
+        assert goodbye.hung_up(raw) is False
         with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
             other.execute("SELECT pg_terminate_backend(%s)", [raw.info.backend_pid])
         assert select.select([raw.fileno()], [], [], 10)[0]  # the goodbye has arrived
-        assert runner.hung_up(raw) is True
+        assert goodbye.hung_up(raw) is True
         connection.close()
 
 

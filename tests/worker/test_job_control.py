@@ -5,6 +5,7 @@ margins (docs/guarantees.md#stopping-a-running-job states them)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
@@ -446,27 +447,34 @@ def test_a_give_back_that_fails_keeps_the_jobs_until_it_succeeds(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The runs were forgotten before the release: a transient error (here a real
-    one, the connection terminated by the server) left them to the reaper, which
+    one, the statement cancelled by the server) left them to the reaper, which
     spent their attempt and buried a one-attempt job that never ran. The first two
     releases fail here: the jobs stay with the worker, and the next heartbeat gives
-    them back."""
+    them back. (A connection the server closed before the release no longer fails
+    it: the statement runner sees the goodbye and reconnects first.)"""
     from django.db import connections
 
     from django_pgqueue.queue import claims
 
     release, failures = claims.release, [2]
 
-    def release_on_a_terminated_connection(*args: Any, **kwargs: Any) -> dict[int, str | None]:
-        if failures[0]:
-            failures[0] -= 1
-            alias = connections["default"]
-            alias.ensure_connection()
-            pid = alias.connection.info.backend_pid
-            with psycopg.connect(db_url, autocommit=True) as server:
-                server.execute("SELECT pg_terminate_backend(%s)", [pid])
-        return release(*args, **kwargs)
+    def release_cancelled_by_the_server(*args: Any, **kwargs: Any) -> dict[int, str | None]:
+        if not failures[0]:
+            return release(*args, **kwargs)
+        failures[0] -= 1
+        alias = connections["default"]
+        alias.ensure_connection()
+        # The table held by another transaction, the release waits past its timeout.
+        with psycopg.connect(db_url) as holder:
+            holder.execute("LOCK TABLE pgqueue_job IN ACCESS EXCLUSIVE MODE")
+            alias.connection.execute("SET statement_timeout = 50")
+            try:
+                return release(*args, **kwargs)
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    alias.connection.execute("SET statement_timeout = 0")
 
-    monkeypatch.setattr(claims, "release", release_on_a_terminated_connection)
+    monkeypatch.setattr(claims, "release", release_cancelled_by_the_server)
     first = mark.using(queue="emails").enqueue("first", sleep=1.5)
     ahead = mark.using(queue="emails", max_attempts=1).enqueue("ahead")
     with worker_thread(concurrency=1, prefetch=1, heartbeat_interval=0.2, lease=5) as worker:

@@ -21,11 +21,15 @@ RAISED = "ValueError: This Task failed due to ValueError"
 
 def failing_runs() -> list[str]:
     """Three failed runs of a Tasks-framework task: one buried at once, one retried
-    then buried."""
+    then buried. The retry is due at once (backoff 0): a --burst worker exits when
+    nothing is ready, and a retry some 0.1 s away was, now and then, not yet."""
     from django_pgqueue.backend import options
 
     task = djtasks.failing_task_value_error
-    return [options(task, max_attempts=1).enqueue().id, options(task, max_attempts=2).enqueue().id]
+    return [
+        options(task, max_attempts=1).enqueue().id,
+        options(task, max_attempts=2, backoff=0).enqueue().id,
+    ]
 
 
 @pytest.mark.django_db(transaction=True)

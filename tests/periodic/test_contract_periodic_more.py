@@ -1,0 +1,343 @@
+"""A second audit of issue 15, what the first left unpinned: each cron form the
+docs name, read as cron reads it; two schedulers on one database through the
+nights clocks change (each tick of a skipped or repeated hour once); the listing
+on such a night; a schedule on a paused queue; the switch from code; the
+``--json`` listing's keys; two ``runworker`` processes on a six-field cron, the
+one that enqueues killed."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import signal
+import zoneinfo
+from collections.abc import Callable
+
+import pytest
+from django.core.management import call_command
+from django.test import override_settings
+
+from django_pgqueue.exceptions import InvalidSchedule
+from django_pgqueue.models import Job, Schedule
+from django_pgqueue.periodic.overview import local_moment, overview
+from django_pgqueue.periodic.scheduler import Scheduler
+from django_pgqueue.periodic.spec import parse
+from tests.periodic.test_contract_periodic import ELSEWHERE
+from tests.worker.conftest import WorkerProcess, wait_for
+from tests.worker.conftest import start_worker as start_worker  # the fixture
+from tests.worker.inprocess import worker_thread
+from tests.worker.test_periodic import periodic_env, ticks
+
+UTC = dt.UTC
+PARIS = zoneinfo.ZoneInfo("Europe/Paris")
+MARK = "tests.testapp.tasks.mark"
+#: The task's argument, for the entries that give no other.
+LABEL = {"label": "x"}
+
+
+def utc(*parts: int) -> dt.datetime:
+    return dt.datetime(*parts, tzinfo=UTC)  # type: ignore[misc]
+
+
+def first_ticks(cron: str, after: dt.datetime, count: int) -> list[str]:
+    spec = parse("s", {"task": MARK, "cron": cron, "timezone": "UTC"})
+    found = []
+    for tick in spec.after(after):
+        found.append(tick.strftime("%a %Y-%m-%d %H:%M"))
+        if len(found) == count:
+            return found
+    return found
+
+
+#: From Thursday 2026-01-01 00:00 UTC (excluded), the first ticks of each form.
+CRON_FORMS = [
+    # ranges, steps, lists, a step over a range, a start with a step
+    ("0 9-11 * * *", ["Thu 2026-01-01 09:00", "Thu 2026-01-01 10:00", "Thu 2026-01-01 11:00"]),
+    ("0 */6 * * *", ["Thu 2026-01-01 06:00", "Thu 2026-01-01 12:00", "Thu 2026-01-01 18:00"]),
+    ("0 8,12,18 * * *", ["Thu 2026-01-01 08:00", "Thu 2026-01-01 12:00", "Thu 2026-01-01 18:00"]),
+    ("0 10-20/5 * * *", ["Thu 2026-01-01 10:00", "Thu 2026-01-01 15:00", "Thu 2026-01-01 20:00"]),
+    ("5/20 * * * *", ["Thu 2026-01-01 00:05", "Thu 2026-01-01 00:25", "Thu 2026-01-01 00:45"]),
+    # names of days and months, in either case; 7 is Sunday as 0 is
+    ("0 9 * * MON-FRI", ["Thu 2026-01-01 09:00", "Fri 2026-01-02 09:00", "Mon 2026-01-05 09:00"]),
+    ("0 9 * * mon,wed", ["Mon 2026-01-05 09:00", "Wed 2026-01-07 09:00", "Mon 2026-01-12 09:00"]),
+    ("0 0 1 JAN,jul *", ["Wed 2026-07-01 00:00", "Fri 2027-01-01 00:00", "Thu 2027-07-01 00:00"]),
+    ("0 0 * * 7", ["Sun 2026-01-04 00:00", "Sun 2026-01-11 00:00", "Sun 2026-01-18 00:00"]),
+    # L: the last day of the month, February's in a leap year too
+    ("0 0 L * *", ["Sat 2026-01-31 00:00", "Sat 2026-02-28 00:00", "Tue 2026-03-31 00:00"]),
+    ("0 0 L 2 *", ["Sat 2026-02-28 00:00", "Sun 2027-02-28 00:00", "Tue 2028-02-29 00:00"]),
+    # Day of month and day of week both given: either matches (cron's rule) ...
+    ("0 0 13 * FRI", ["Fri 2026-01-02 00:00", "Fri 2026-01-09 00:00", "Tue 2026-01-13 00:00"]),
+    # ... unless one of them starts with '*': then both must
+    ("0 0 */13 * FRI", ["Fri 2026-02-27 00:00", "Fri 2026-03-27 00:00", "Fri 2026-05-01 00:00"]),
+    # cron's nicknames, in any case
+    ("@hourly", ["Thu 2026-01-01 01:00", "Thu 2026-01-01 02:00", "Thu 2026-01-01 03:00"]),
+    ("@DAILY", ["Fri 2026-01-02 00:00", "Sat 2026-01-03 00:00", "Sun 2026-01-04 00:00"]),
+    ("@Weekly", ["Sun 2026-01-04 00:00", "Sun 2026-01-11 00:00", "Sun 2026-01-18 00:00"]),
+    ("@monthly", ["Sun 2026-02-01 00:00", "Sun 2026-03-01 00:00", "Wed 2026-04-01 00:00"]),
+    ("@annually", ["Fri 2027-01-01 00:00", "Sat 2028-01-01 00:00", "Mon 2029-01-01 00:00"]),
+]
+
+
+@pytest.mark.parametrize(("cron", "expected"), CRON_FORMS)
+def test_each_cron_form_the_docs_name_ticks_where_cron_does(cron: str, expected: list[str]) -> None:
+    assert first_ticks(cron, utc(2026, 1, 1), len(expected)) == expected
+
+
+@pytest.mark.parametrize(
+    ("cron", "said"),
+    [
+        ("@reboot", "Wrong number of fields"),  # a nickname with no instants
+        ("0 0 30 2 *", "Bad day-of-month"),  # a day February never has
+        ("0 0 * * MON-", "Bad day-of-week"),
+        ("0 0 * JANUARY *", "Bad month"),
+        ("L * * * *", "Bad minute"),
+    ],
+)
+def test_a_cron_form_cron_does_not_read_fails_naming_the_entry(cron: str, said: str) -> None:
+    with pytest.raises(InvalidSchedule) as refused:
+        parse("nightly", {"task": MARK, "cron": cron})
+    assert str(refused.value) == (
+        f"PGQUEUE['PERIODIC']['nightly']: 'cron' = {cron!r} is not a valid cron expression: {said}"
+    )
+
+
+#: Europe/Paris: 2026-10-25 03:00 CEST falls back to 02:00 CET (the 00:00-00:59 and
+#: 01:00-01:59 UTC hours both show 02:xx); 2027-03-28 02:00 CET jumps to 03:00 CEST.
+NIGHTS = {
+    "fall-back": (utc(2026, 10, 24, 20), utc(2026, 10, 25, 6)),
+    "spring-forward": (utc(2027, 3, 27, 20), utc(2027, 3, 28, 6)),
+}
+#: Each expression's ticks on each night, in UTC, as cron (Debian's rules) has them.
+NIGHT_TICKS = {
+    # A fixed time: once, at the first 02:30; on the night it is skipped, at 03:00.
+    "30 2 * * *": {
+        "fall-back": [utc(2026, 10, 25, 0, 30)],
+        "spring-forward": [utc(2027, 3, 28, 1)],
+    },
+    # Any other: at each instant the clock shows a matching time, so one a real hour.
+    "30 * * * *": {
+        "fall-back": [utc(2026, 10, 24, 20, 30) + dt.timedelta(hours=h) for h in range(10)],
+        "spring-forward": [utc(2027, 3, 27, 20, 30) + dt.timedelta(hours=h) for h in range(10)],
+    },
+    # Both showings of the repeated hour; none of the skipped one.
+    "*/20 2 * * *": {
+        "fall-back": [utc(2026, 10, 25, 0) + dt.timedelta(minutes=20 * n) for n in range(6)],
+        "spring-forward": [],
+    },
+}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_schedulers_take_each_tick_of_a_clock_change_night_once(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    """Two workers' schedulers on one database look at every due tick of the nights
+    the clocks change (by turns, one first then the other), through the statement
+    that takes a tick: each tick of a skipped or repeated hour is one job."""
+    periodic = {
+        f"s{n}": {"task": MARK, "cron": cron, "timezone": "Europe/Paris", "kwargs": {"label": "n"}}
+        for n, cron in enumerate(NIGHT_TICKS)
+    }
+    schedulers = [scheduler(periodic), scheduler(periodic)]
+    for s in schedulers:
+        s.step()  # the sync
+    # Nothing of the real clock's: the test's nights are before and after it.
+    Job.objects.all().delete()
+    Schedule.objects.update(last_tick=None, last_job_id=None, ticks=0)
+    taken: dict[str, list[int]] = {name: [0, 0] for name in periodic}
+    for night, (start, end) in NIGHTS.items():
+        for s in schedulers:
+            for plan in s.planned:
+                # Up all night, every tick before the evening dealt with.
+                plan.cursor = plan.up_since = start
+                plan.due = plan.spec.next_after(start)
+        turn = 0
+        while (now := min(p.due for s in schedulers for p in s.planned)) <= end:
+            turn += 1
+            for n in (turn % 2, 1 - turn % 2):  # by turns, each looks first
+                for plan in schedulers[n].planned:
+                    if plan.due <= now:
+                        before = Job.objects.filter(schedule=plan.spec.name).count()
+                        schedulers[n]._enqueue_due(plan, now + dt.timedelta(seconds=0.1))
+                        after = Job.objects.filter(schedule=plan.spec.name).count()
+                        taken[plan.spec.name][n] += after - before
+        for name, cron in zip(periodic, NIGHT_TICKS, strict=True):
+            assert [t for t in ticks(name) if start < t <= end] == NIGHT_TICKS[cron][night], (
+                cron,
+                night,
+            )
+    for name, cron in zip(periodic, NIGHT_TICKS, strict=True):
+        jobs = ticks(name)
+        assert len(jobs) == len(set(jobs)) == sum(taken[name])
+        assert Schedule.objects.get(pk=name).ticks == len(jobs)
+        if len(jobs) > 2:  # taken by turns: neither scheduler took them all
+            assert all(taken[name]), (cron, taken[name])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_listing_on_a_clock_change_night_gives_the_next_tick_once_with_its_offset(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    periodic = {
+        "hourly": {"task": MARK, "cron": "30 * * * *", "timezone": "Europe/Paris", "kwargs": LABEL},
+        "nightly": {
+            "task": MARK,
+            "cron": "30 2 * * *",
+            "timezone": "Europe/Paris",
+            "kwargs": LABEL,
+        },
+    }
+    scheduler(periodic).step()
+    Schedule.objects.update(last_tick=None, restarted_at=None)
+    with override_settings(PGQUEUE={"PERIODIC": periodic}):
+        # 02:45 CEST, the first showing of the hour the clocks repeat.
+        first = {v.name: v for v in overview(now=utc(2026, 10, 25, 0, 45))}
+        # 02:45 CET, its second showing.
+        second = {v.name: v for v in overview(now=utc(2026, 10, 25, 1, 45))}
+    shown = {
+        name: (
+            local_moment(first[name].next_tick, "Europe/Paris"),
+            local_moment(second[name].next_tick, "Europe/Paris"),
+        )
+        for name in periodic
+    }
+    assert shown == {
+        # The hourly one at the second 02:30, then at 03:30 an hour later.
+        "hourly": ("2026-10-25 02:30:00 CET", "2026-10-25 03:30:00 CET"),
+        # The nightly one had its 02:30: the next is the next day's.
+        "nightly": ("2026-10-26 02:30:00 CET", "2026-10-26 02:30:00 CET"),
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_ticks_of_a_schedule_on_a_paused_queue_wait_and_run_once_it_is_resumed() -> None:
+    """A tick of a schedule whose queue is paused is still enqueued (once); its job
+    waits with the queue's other jobs, and runs once the queue is resumed."""
+    ping = {"task": MARK, "every": 1, "kwargs": {"label": "paused"}, "queue": "reports"}
+    assert Job.objects.pause_queue("reports")
+    with (
+        override_settings(PGQUEUE={"PERIODIC": {"ping": ping}}),
+        worker_thread(queues=["reports"]) as worker,
+    ):
+        worker.wait("scheduled", 3, timeout=15, where=lambda d: d["job_id"] is not None)
+        waiting = list(Job.objects.filter(schedule="ping").values_list("id", "status", "attempts"))
+        assert len(waiting) >= 3
+        assert {(status, attempts) for _, status, attempts in waiting} == {("queued", 0)}
+        assert Job.objects.resume_queue("reports")
+        ids = [job_id for job_id, _, _ in waiting]
+        wait_for(
+            lambda: Job.objects.filter(pk__in=ids, status="done").count() == len(ids),
+            15,
+            "the paused ticks' jobs done",
+        )
+        assert worker.stop() == 0
+    found = ticks("ping")
+    assert found == [found[0] + dt.timedelta(seconds=n) for n in range(len(found))]
+    assert set(Job.objects.filter(pk__in=ids).values_list("attempts", flat=True)) == {1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_switch_from_code_stops_and_restarts_a_running_scheduler(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    """``Schedule.objects.set_enabled(names, enabled)``, the switch the admin and the
+    command use: the names it changed, a refusal naming an unknown one, and a
+    scheduler already running obeying it at its next tick."""
+    minutely = {"task": MARK, "every": 60, "kwargs": {"label": "m"}}
+    s = scheduler({"minutely": minutely})
+    s.step()
+    (plan,) = s.planned
+    assert Schedule.objects.set_enabled(["minutely"], False) == ["minutely"]
+    assert Schedule.objects.set_enabled(["minutely", "minutely"], False) == []
+    with pytest.raises(InvalidSchedule, match="no schedule named 'nope'"):
+        Schedule.objects.set_enabled(["minutely", "nope"], True)
+    assert not Schedule.objects.get(pk="minutely").enabled  # refused as a whole
+    off = plan.spec.next_after(plan.cursor)
+    s._enqueue_due(plan, off + dt.timedelta(seconds=0.1))
+    assert ticks("minutely") == []
+    row = Schedule.objects.get(pk="minutely")
+    assert (row.last_tick, row.ticks) == (off, 0)  # taken while off: never enqueued
+    assert Schedule.objects.set_enabled(["minutely"], True) == ["minutely"]
+    on = plan.spec.next_after(off)
+    s._enqueue_due(plan, on + dt.timedelta(seconds=0.1))
+    assert ticks("minutely") == [on]
+
+
+#: The keys of each object ``schedules --json`` prints.
+JSON_KEYS = {
+    "name",
+    "task",
+    "expression",
+    "timezone",
+    "state",
+    "last_tick",
+    "last_job_id",
+    "last_job_status",
+    "next_tick",
+    "ticks",
+    "seen",
+    "last_tick_out_of_range",
+    "held_until",
+}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_json_listing_has_the_same_keys_for_every_schedule_and_state(
+    scheduler: Callable[..., Scheduler],
+) -> None:
+    periodic = {
+        "nightly": {"task": MARK, "cron": "0 3 * * *", "timezone": "Europe/Paris", "kwargs": LABEL},
+        "ping": {"task": MARK, "every": 30, "kwargs": LABEL},
+    }
+    scheduler({**periodic, "gone": {"task": MARK, "every": 30, "kwargs": LABEL}}).step()
+    scheduler(periodic).step()
+    out = io.StringIO()
+    with override_settings(PGQUEUE={"PERIODIC": {**periodic, "new": periodic["ping"]}}):
+        call_command("schedules", "--json", stdout=out)
+    data = json.loads(out.getvalue())
+    assert [set(view) for view in data] == [JSON_KEYS] * 4
+    states = {view["name"]: (view["state"], view["seen"]) for view in data}
+    assert states == {
+        "gone": ("removed", True),
+        "new": ("active", False),
+        "nightly": ("active", True),
+        "ping": ("active", True),
+    }
+    nightly = next(view for view in data if view["name"] == "nightly")
+    next_tick = dt.datetime.fromisoformat(nightly["next_tick"])
+    assert next_tick.utcoffset() is not None
+    assert next_tick.astimezone(PARIS).time() == dt.time(3)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_two_runworkers_on_a_six_field_cron_take_each_tick_once_the_enqueuer_killed(
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    """The cron path, as the every-second one is in test_periodic: two workers, the
+    one that took the latest tick SIGKILLed, the other goes on, no tick doubled or
+    skipped."""
+    each = {"task": MARK, "cron": "* * * * * *", "kwargs": {"label": "c"}, "queue": ELSEWHERE}
+    env = periodic_env({"each": each})
+    workers = [start_worker("--worker-id", f"c{n}", "--queues", "default", env=env) for n in (0, 1)]
+    for worker in workers:
+        worker.wait_for_output("listening")
+    wait_for(lambda: len(ticks("each")) >= 4, 30, "4 ticks")
+    latest = Job.objects.filter(schedule="each").order_by("-run_at").first()
+    assert latest is not None
+    said = f"enqueued job {latest.id} "
+    wait_for(lambda: any(said in w.output for w in workers), 10, f"the line {said!r}")
+    (taker,) = [w for w in workers if said in w.output]
+    taker.signal(signal.SIGKILL)
+    taker.wait(10)
+    (survivor,) = [w for w in workers if w is not taker]
+    seen = len(ticks("each"))
+    wait_for(lambda: len(ticks("each")) >= seen + 4, 30, "4 more ticks")
+    survivor.signal(signal.SIGTERM)
+    assert survivor.wait(30) == 0, survivor.output
+    found = ticks("each")
+    assert found == [found[0] + dt.timedelta(seconds=n) for n in range(len(found))]
+    assert all(t.microsecond == 0 for t in found)
+    row = Schedule.objects.get(pk="each")
+    assert (row.ticks, row.last_tick, row.expression) == (len(found), found[-1], "* * * * * *")

@@ -50,6 +50,11 @@ def prepare_lost(exc: BaseException) -> bool:
     return getattr(_psycopg_error(exc), "sqlstate", None) in _PREPARE_STATES
 
 
+def lock_timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` is a statement that waited for a lock past ``lock_timeout``."""
+    return getattr(_psycopg_error(exc), "sqlstate", None) == "55P03"  # lock_not_available
+
+
 def is_transient(exc: BaseException) -> bool:
     """True when waiting and retrying can cure ``exc``: the connection, not the statement."""
     if prepare_lost(exc):

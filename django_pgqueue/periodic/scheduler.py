@@ -44,6 +44,11 @@ LONGEST_PAUSE = 60.0
 #: A look later than planned by more than this finds the ticks since the last look
 #: missed, not due (see Scheduler._ticks): the scheduler looks at least this often.
 FELL_BEHIND = dt.timedelta(seconds=LONGEST_PAUSE)
+#: The longest a tick's statement waits for a lock: the schedule's row, which another
+#: worker taking the same tick holds for milliseconds, or a job holding the task's
+#: unique_key that an open transaction enqueued. Past it the tick is tried again at
+#: the next look, and the other schedules are not held up meanwhile.
+LOCK_WAIT = "500ms"
 #: How many missed ticks each catch_up value enqueues.
 CATCH_UP_LIMITS = {"none": 0, "latest": 1, "all": MAX_TICKS}
 
@@ -64,6 +69,8 @@ class Planned:
     due: dt.datetime
     #: Since when a scheduler running this schedule has been up, without a break.
     up_since: dt.datetime = NEVER
+    #: Its last tick's statement waited for a lock too long (said once, not each look).
+    blocked: bool = False
 
     @classmethod
     def of(cls, spec: ScheduleSpec) -> Planned:
@@ -177,7 +184,24 @@ class Scheduler(ServiceThread):
 
     def _enqueue_due(self, plan: Planned, now: dt.datetime) -> None:
         for tick in self._ticks(plan, now):
-            ticked, job_id = schedules.tick(plan.declared, plan.job, tick, self.alias)
+            try:
+                ticked, job_id = schedules.tick(
+                    plan.declared, plan.job, tick, self.alias, lock_wait=LOCK_WAIT
+                )
+            except schedules.TickBlocked:
+                if not plan.blocked:
+                    logger.warning(
+                        "schedule %s: the tick at %s waited more than %s for a lock (another "
+                        "transaction holds the schedule's row, or a job with the unique key "
+                        "%r): it is tried again at the next look",
+                        plan.spec.name,
+                        tick.isoformat(timespec="seconds"),
+                        LOCK_WAIT,
+                        plan.job.unique_key,
+                    )
+                plan.blocked = True
+                return  # cursor and due as they were: retried at the next look
+            plan.blocked = False
             if ticked and job_id is not None:
                 logger.info(
                     "schedule %s: enqueued job %d (%s) for the tick at %s",

@@ -8,8 +8,9 @@ import dataclasses
 import datetime as dt
 from collections.abc import Iterator, Sequence
 
-from django.db import transaction
+from django.db import OperationalError, transaction
 
+from django_pgqueue.dberrors import first_line, lock_timed_out
 from django_pgqueue.queue.enqueue import notify_params
 from django_pgqueue.queue.presence import UNWRITTEN_ALIVE
 from django_pgqueue.records import JobSpec
@@ -95,7 +96,15 @@ def sync(declared: Sequence[Declared], alias: str) -> Sync:
     )
 
 
-def tick_params(declared: Declared, spec: JobSpec, moment: dt.datetime) -> dict[str, object]:
+class TickBlocked(Exception):
+    """A tick's statement waited for a lock longer than it was allowed to: the
+    schedule's row, or a job holding its task's unique_key that an open transaction
+    enqueued. Nothing was taken or enqueued."""
+
+
+def tick_params(
+    declared: Declared, spec: JobSpec, moment: dt.datetime, lock_wait: str | None = None
+) -> dict[str, object]:
     """The ``schedule_tick`` statement's parameters for the tick ``moment``."""
     return {
         "name": declared.name,
@@ -110,18 +119,30 @@ def tick_params(declared: Declared, spec: JobSpec, moment: dt.datetime) -> dict[
         "concurrency_key": spec.concurrency_key,
         "backoff": spec.backoff,
         "retry_policy": spec.retry_policy,
+        "lock_wait": lock_wait,
         **BOUNDS,
         **notify_params(),
     }
 
 
 def tick(
-    declared: Declared, spec: JobSpec, moment: dt.datetime, alias: str
+    declared: Declared,
+    spec: JobSpec,
+    moment: dt.datetime,
+    alias: str,
+    lock_wait: str | None = None,
 ) -> tuple[bool, int | None]:
     """Enqueue the tick ``moment`` of a schedule unless a worker did: (whether this
     call took the tick, the id of the job it enqueued, None when a live job held
-    the task's unique_key)."""
-    row = runner.fetch_one("schedule_tick", tick_params(declared, spec, moment), alias)
+    the task's unique_key). ``lock_wait`` (PostgreSQL's words: ``'500ms'``) bounds
+    its waits for a lock; past it, :class:`TickBlocked`."""
+    params = tick_params(declared, spec, moment, lock_wait)
+    try:
+        row = runner.fetch_one("schedule_tick", params, alias)
+    except OperationalError as exc:
+        if not lock_timed_out(exc):
+            raise
+        raise TickBlocked(f"schedule {declared.name}: {first_line(exc)}") from exc
     return bool(row["ticked"]), row["id"]
 
 

@@ -1125,10 +1125,19 @@ WHERE NOT EXISTS (SELECT FROM declared);
 -- taken, its id comes back NULL, and last_job_id and ticks stay as they were
 -- (the last job is still the live one). The row is counted from what the insert
 -- did, so a job holding the key enqueued (and committed) while the insert waited
--- on it counts the same way.
-WITH taken AS (
+-- on it counts the same way. lock_wait (a scheduler's, NULL for the setting as it
+-- is) bounds the statement's waits for a lock, the row's or the key's (a job an
+-- open transaction enqueued): a scheduler would otherwise wait behind it with
+-- every other schedule, and every worker's with it, on the row. Set for the
+-- statement's transaction only (see _relax_commit), before the row is locked.
+WITH bounded AS MATERIALIZED (
+    SELECT set_config('lock_timeout',
+                      COALESCE(%(lock_wait)s::text, current_setting('lock_timeout')),
+                      true) AS lock_wait
+),
+taken AS (
     SELECT name, enabled FROM pgqueue_schedule
-    WHERE name = %(name)s::text
+    WHERE name = %(name)s::text AND (SELECT lock_wait FROM bounded) IS NOT NULL
       AND (last_tick IS NULL OR last_tick < %(tick)s::timestamptz
            OR last_tick >= %(latest)s::timestamptz)
       AND (restarted_at IS NULL OR restarted_at < %(tick)s::timestamptz

@@ -11,9 +11,11 @@ import datetime as dt
 import io
 import json
 import signal
+import time
 import zoneinfo
 from collections.abc import Callable
 
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.test import override_settings
@@ -21,8 +23,9 @@ from django.test import override_settings
 from django_pgqueue.exceptions import InvalidSchedule
 from django_pgqueue.models import Job, Schedule
 from django_pgqueue.periodic.overview import local_moment, overview
-from django_pgqueue.periodic.scheduler import Scheduler
+from django_pgqueue.periodic.scheduler import LOCK_WAIT, Scheduler
 from django_pgqueue.periodic.spec import parse
+from django_pgqueue.queue import schedules
 from tests.periodic.test_contract_periodic import ELSEWHERE
 from tests.worker.conftest import WorkerProcess, wait_for
 from tests.worker.conftest import start_worker as start_worker  # the fixture
@@ -341,3 +344,90 @@ def test_two_runworkers_on_a_six_field_cron_take_each_tick_once_the_enqueuer_kil
     assert all(t.microsecond == 0 for t in found)
     row = Schedule.objects.get(pk="each")
     assert (row.ticks, row.last_tick, row.expression) == (len(found), found[-1], "* * * * * *")
+
+
+#: A job an open transaction enqueued, holding ``one_at_a_time``'s unique_key.
+HELD_JOB = (
+    "INSERT INTO pgqueue_job (task, args, kwargs, status, errors, worker_ids, last_error, "
+    "unique_key) VALUES ('tests.testapp.tasks.one_at_a_time', '[]', '{\"label\": \"by hand\"}', "
+    "'queued', '[]', '[]', '', 'one-at-a-time')"
+)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tick_waiting_on_an_uncommitted_unique_job_holds_up_no_other_schedule(
+    db_url: str,
+) -> None:
+    """A web request's transaction enqueued the unique task a schedule runs, and has
+    not committed: the tick's insert waits for it. Every other schedule waited
+    behind it, on every worker (the others wait on the schedule's row), and once
+    the wait passed a minute their ticks meanwhile were dropped as missed."""
+    periodic = {
+        "held": {"task": "tests.testapp.tasks.one_at_a_time", "every": 1, "kwargs": LABEL},
+        "ping": {"task": MARK, "every": 1, "kwargs": LABEL},
+    }
+    with (
+        override_settings(PGQUEUE={"PERIODIC": periodic}),
+        worker_thread(queues=[ELSEWHERE]) as worker,
+    ):
+        worker.wait("scheduled", 1, timeout=15, where=lambda d: d["schedule"] == "ping")
+        with psycopg.connect(db_url) as web:
+            # The schedule's own queued job, deleted by the same transaction (whose
+            # end the ticks wait for too), would hold the key itself.
+            web.execute("DELETE FROM pgqueue_job WHERE schedule = 'held'")
+            web.execute(HELD_JOB)
+            held = dt.datetime.now(dt.UTC)
+            wait_for(lambda: dt.datetime.now(dt.UTC) > held + dt.timedelta(seconds=4), 10, "4 s")
+            during = list(
+                Job.objects.filter(schedule="ping", created_at__gt=held).values_list(
+                    "run_at", flat=True
+                )
+            )
+            web.rollback()
+        released = dt.datetime.now(dt.UTC)
+        # The held schedule goes on once the transaction is over (its queued job
+        # back, each tick enqueues nothing).
+        worker.wait(
+            "scheduled",
+            1,
+            timeout=15,
+            where=lambda d: d["schedule"] == "held" and d["tick"] > released,
+        )
+        assert worker.stop() == 0
+    # One a second while the other schedule waited.
+    assert len(during) >= 3, during
+    last_tick = Schedule.objects.get(pk="held").last_tick
+    assert last_tick is not None
+    assert last_tick > released
+    found = ticks("ping")
+    assert found == [found[0] + dt.timedelta(seconds=n) for n in range(len(found))]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tick_waits_for_the_schedules_row_no_longer_than_its_bound(
+    scheduler: Callable[..., Scheduler], db_url: str
+) -> None:
+    """Another worker's tick statement holds the schedule's row (it waits on a key
+    itself): this one gives up after the scheduler's bound, takes nothing, and
+    takes the tick once the row is free."""
+    s = scheduler({"minutely": {"task": MARK, "every": 60, "kwargs": LABEL}})
+    s.step()
+    (plan,) = s.planned
+    tick = plan.spec.next_after(plan.cursor)
+    with psycopg.connect(db_url) as other:
+        other.execute("SELECT 1 FROM pgqueue_schedule WHERE name = 'minutely' FOR UPDATE")
+        began = time.monotonic()
+        with pytest.raises(
+            schedules.TickBlocked,
+            match="schedule minutely: canceling statement due to lock timeout",
+        ):
+            schedules.tick(plan.declared, plan.job, tick, "default", lock_wait=LOCK_WAIT)
+        waited = time.monotonic() - began
+        # Given up at its bound, well before a minute: the look goes on.
+        assert 0.4 < waited < 5, waited
+        s._enqueue_due(plan, tick + dt.timedelta(seconds=0.1))  # the scheduler's look
+        assert (plan.blocked, plan.cursor < tick) == (True, True)
+        assert ticks("minutely") == []
+    s._enqueue_due(plan, tick + dt.timedelta(seconds=1.1))  # its next look
+    assert ticks("minutely") == [tick]
+    assert not plan.blocked

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import psycopg
 import pytest
 from django.core.management import call_command
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from django_pgqueue.exceptions import InvalidSchedule
 from django_pgqueue.models import Job, Schedule
@@ -431,3 +431,52 @@ def test_a_tick_waits_for_the_schedules_row_no_longer_than_its_bound(
     s._enqueue_due(plan, tick + dt.timedelta(seconds=1.1))  # its next look
     assert ticks("minutely") == [tick]
     assert not plan.blocked
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("catch_up", "enqueued"), [("none", 0), ("latest", 1), ("all", 5)])
+def test_a_cron_schedule_catches_up_after_every_worker_was_down_as_told(
+    scheduler: Callable[..., Scheduler], catch_up: str, enqueued: int
+) -> None:
+    """The catch-up of the test_scheduler tests (an ``every`` schedule), for a cron
+    expression: its last tick five minutes back, no worker up meanwhile."""
+    minutely = {"task": MARK, "cron": "* * * * *", "kwargs": LABEL, "catch_up": catch_up}
+    scheduler({"minutely": minutely}).step()  # the row
+    spec = parse("minutely", minutely)
+    latest = next(spec.at_or_before(dt.datetime.now(UTC)))
+    Schedule.objects.filter(pk="minutely").update(last_tick=latest - dt.timedelta(minutes=5))
+    scheduler({"minutely": minutely}).step()  # a worker starting
+    assert ticks("minutely") == [
+        latest - dt.timedelta(minutes=m) for m in range(enqueued - 1, -1, -1)
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_removed_schedule_can_be_switched_and_its_queued_jobs_still_run(
+    admin_client: Client, scheduler: Callable[..., Scheduler]
+) -> None:
+    """Removed from the settings while its row and a queued job remain: the job runs
+    as any other, and the switch (command and admin) still works on its row."""
+    minutely = {"task": MARK, "every": 60, "kwargs": {"label": "removed"}}
+    s = scheduler({"minutely": minutely})
+    s.step()
+    (plan,) = s.planned
+    # A tick gone by (a new row takes any): its job is ready now.
+    past = next(plan.spec.at_or_before(dt.datetime.now(UTC)))
+    assert schedules.tick(plan.declared, plan.job, past, "default")[0]
+    (job,) = Job.objects.filter(schedule="minutely")
+    scheduler({}).step()  # a worker restarted without it
+    with override_settings(PGQUEUE={}):
+        out = io.StringIO()
+        call_command("schedules", "--disable", "minutely", stdout=out)
+        assert out.getvalue() == "schedule 'minutely' was disabled\n"
+        admin_client.post(
+            "/admin/django_pgqueue/schedule/",
+            {"action": "enable_schedules", "_selected_action": ["minutely"]},
+        )
+        row = Schedule.objects.get(pk="minutely")
+        assert (row.enabled, row.configured, row.last_job_id) == (True, False, job.id)
+        with worker_thread(burst=True) as worker:
+            assert worker.join(30) == 0
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.schedule) == ("done", 1, "minutely")

@@ -395,7 +395,7 @@ def test_a_tick_waiting_on_an_uncommitted_unique_job_holds_up_no_other_schedule(
         )
         assert worker.stop() == 0
     # One a second while the other schedule waited.
-    assert len(during) >= 3, during
+    assert len(during) >= 2, during
     last_tick = Schedule.objects.get(pk="held").last_tick
     assert last_tick is not None
     assert last_tick > released

@@ -121,8 +121,10 @@ class Scheduler(ServiceThread):
             plan.up_since = min(since.get(plan.spec.name, self.started), self.started)
             row = rows[plan.spec.name]
             resume_from = row.resume_from or row.created_at
-            # Not past now: should the row's time be cleared, the ticks go on at once.
-            plan.cursor = min(resume_from, result.now)
+            # Not past now: should the row's time be cleared, the ticks go on at once;
+            # nor past this scheduler's own cursor, when a row deleted by hand made it
+            # sync again: the ticks it could not take then are taken now.
+            plan.cursor = min(resume_from, result.now, plan.cursor)
             plan.due = result.now  # looked at in this first step
             # Only a tick or a restart holds ticks back (schedule_tick), not created_at.
             if row.resume_from is not None and row.resume_from - result.now > FELL_BEHIND:
@@ -201,6 +203,15 @@ class Scheduler(ServiceThread):
                     )
                 plan.blocked = True
                 return  # cursor and due as they were: retried at the next look
+            except schedules.RowMissing:
+                logger.warning(
+                    "schedule %s: its row in pgqueue_schedule is gone (deleted by hand?): "
+                    "the schedules are written again, and the tick at %s is taken then",
+                    plan.spec.name,
+                    tick.isoformat(timespec="seconds"),
+                )
+                self._synced = False
+                return  # cursor as it was: the next look, after the sync, takes the tick
             plan.blocked = False
             if ticked and job_id is not None:
                 logger.info(

@@ -102,6 +102,10 @@ class TickBlocked(Exception):
     enqueued. Nothing was taken or enqueued."""
 
 
+class RowMissing(Exception):
+    """The schedule has no row (deleted by hand while workers ran): nothing was taken."""
+
+
 def tick_params(
     declared: Declared, spec: JobSpec, moment: dt.datetime, lock_wait: str | None = None
 ) -> dict[str, object]:
@@ -135,7 +139,8 @@ def tick(
     """Enqueue the tick ``moment`` of a schedule unless a worker did: (whether this
     call took the tick, the id of the job it enqueued, None when a live job held
     the task's unique_key). ``lock_wait`` (PostgreSQL's words: ``'500ms'``) bounds
-    its waits for a lock; past it, :class:`TickBlocked`."""
+    its waits for a lock; past it, :class:`TickBlocked`. :class:`RowMissing` when
+    the schedule has no row."""
     params = tick_params(declared, spec, moment, lock_wait)
     try:
         row = runner.fetch_one("schedule_tick", params, alias)
@@ -143,6 +148,8 @@ def tick(
         if not lock_timed_out(exc):
             raise
         raise TickBlocked(f"schedule {declared.name}: {first_line(exc)}") from exc
+    if not row["known"]:
+        raise RowMissing(declared.name)
     return bool(row["ticked"]), row["id"]
 
 

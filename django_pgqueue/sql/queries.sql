@@ -1125,7 +1125,9 @@ WHERE NOT EXISTS (SELECT FROM declared);
 -- taken, its id comes back NULL, and last_job_id and ticks stay as they were
 -- (the last job is still the live one). The row is counted from what the insert
 -- did, so a job holding the key enqueued (and committed) while the insert waited
--- on it counts the same way. lock_wait (a scheduler's, NULL for the setting as it
+-- on it counts the same way. known is false when the schedule has no row (deleted
+-- by hand while workers ran): nothing is taken, and the scheduler writes it again.
+-- lock_wait (a scheduler's, NULL for the setting as it
 -- is) bounds the statement's waits for a lock, the row's or the key's (a job an
 -- open transaction enqueued): a scheduler would otherwise wait behind it with
 -- every other schedule, and every worker's with it, on the row. Set for the
@@ -1174,7 +1176,8 @@ ticked AS (
     RETURNING s.enabled
 )
 SELECT (SELECT count(*) FROM ticked WHERE enabled) AS ticked, i.id,
-       (SELECT pg_notify(%(channel)s::text, i.queue) WHERE %(notify)s::bool) IS NULL AS notified
+       (SELECT pg_notify(%(channel)s::text, i.queue) WHERE %(notify)s::bool) IS NULL AS notified,
+       EXISTS (SELECT FROM pgqueue_schedule WHERE name = %(name)s::text) AS known
 FROM (SELECT 1) AS one
 LEFT JOIN inserted AS i ON true;
 

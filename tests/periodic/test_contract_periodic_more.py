@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import logging
 import signal
 import time
 import zoneinfo
@@ -480,3 +481,29 @@ def test_a_removed_schedule_can_be_switched_and_its_queued_jobs_still_run(
             assert worker.join(30) == 0
     job.refresh_from_db()
     assert (job.status, job.attempts, job.schedule) == ("done", 1, "minutely")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_schedules_row_deleted_while_a_worker_runs_is_written_again_and_no_tick_lost(
+    scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its row deleted by hand (the ORM, ``flush``): every tick found no row to take,
+    enqueued nothing and said nothing, until the workers restarted."""
+    s = scheduler({"minutely": {"task": MARK, "every": 60, "kwargs": LABEL}})
+    s.step()
+    (plan,) = s.planned
+    Schedule.objects.all().delete()
+    tick = plan.spec.next_after(plan.cursor)
+    with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
+        s._enqueue_due(plan, tick + dt.timedelta(seconds=0.1))
+    assert ticks("minutely") == []
+    assert "schedule minutely: its row in pgqueue_schedule is gone" in caplog.text
+    # Its next look (step() at the tick's time): the row written again, the tick taken.
+    assert not s._synced
+    s._sync()
+    s._enqueue_due(plan, tick + dt.timedelta(seconds=1.1))
+    assert ticks("minutely") == [tick]
+    s._enqueue_due(plan, tick + dt.timedelta(seconds=60.1))
+    assert ticks("minutely") == [tick, tick + dt.timedelta(seconds=60)]
+    row = Schedule.objects.get(pk="minutely")
+    assert (row.ticks, row.last_tick, row.configured) == (2, tick + dt.timedelta(seconds=60), True)

@@ -53,7 +53,10 @@ class ScheduleManager(conf.OnJobDatabase["Schedule"], _ScheduleManagerBase["Sche
         """Enable or disable schedules by name, for every worker at once; the names
         changed. A schedule of the settings that no worker has written yet gets its
         row here, so it can be switched before the first worker starts.
-        InvalidSchedule for a name neither the settings nor the table know."""
+        InvalidSchedule for a name neither the settings nor the table know. One name
+        given as a string is that name, as the command takes it, not its letters."""
+        if isinstance(names, str):
+            names = [names]
         alias = self._alias(using)
         # Under the rows' lock: a worker's sync writes several rows too.
         with schedules.locked(alias):

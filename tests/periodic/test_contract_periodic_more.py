@@ -254,6 +254,8 @@ def test_the_switch_from_code_stops_and_restarts_a_running_scheduler(
     (plan,) = s.planned
     assert Schedule.objects.set_enabled(["minutely"], False) == ["minutely"]
     assert Schedule.objects.set_enabled(["minutely", "minutely"], False) == []
+    # One name as a string is that name, not its letters (as in the command).
+    assert Schedule.objects.set_enabled("minutely", False) == []
     with pytest.raises(InvalidSchedule, match="no schedule named 'nope'"):
         Schedule.objects.set_enabled(["minutely", "nope"], True)
     assert not Schedule.objects.get(pk="minutely").enabled  # refused as a whole

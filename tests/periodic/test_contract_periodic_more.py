@@ -40,8 +40,8 @@ MARK = "tests.testapp.tasks.mark"
 LABEL = {"label": "x"}
 
 
-def utc(*parts: int) -> dt.datetime:
-    return dt.datetime(*parts, tzinfo=UTC)  # type: ignore[misc]
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> dt.datetime:
+    return dt.datetime(year, month, day, hour, minute, tzinfo=UTC)
 
 
 def first_ticks(cron: str, after: dt.datetime, count: int) -> list[str]:

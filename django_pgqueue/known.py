@@ -117,9 +117,34 @@ def _alike(path: str) -> str:
     looks alike, or one of the same name in a module whose name looks alike."""
     module, _, name = path.rpartition(".")
     tasks = [known.rpartition(".") for known in registry.runnables()]
-    same_module = [n for m, _, n in tasks if m == module]
+    same_module = [n for m, _, n in tasks if m == module] + _framework_tasks(module)
     if same_module:
         meant = wording.closest(name, same_module)
         return f" (did you mean '{module}.{meant}'?)" if meant else ""
-    meant = wording.closest(module, [m for m, _, n in tasks if n == name])
+    meant = wording.closest(module, [m for m, _, n in tasks if n == name] + _holding(name))
     return f" (did you mean '{meant}.{name}'?)" if meant else ""
+
+
+def _framework_tasks(module: str) -> list[str]:
+    """The names of the Tasks-framework Tasks an imported ``module`` defines: a
+    worker registers them only when it meets their path, so the registry may not
+    list them yet."""
+    held = sys.modules.get(module)
+    return [
+        attribute
+        for attribute, value in (vars(held).items() if held is not None else ())
+        # Asked of the type first: a lazy object would evaluate itself if asked.
+        if hasattr(type(value), "module_path")
+        and registry.recognised(value)
+        and value.module_path == f"{module}.{attribute}"
+    ]
+
+
+def _holding(name: str) -> list[str]:
+    """The imported modules of installed apps that define a Tasks-framework Task
+    called ``name`` (see :func:`_framework_tasks`)."""
+    return [
+        module
+        for module in list(sys.modules)
+        if registry.importable(module) and name in _framework_tasks(module)
+    ]

@@ -246,6 +246,11 @@ def loaded(path: str, *, importing: bool = False) -> Any | None:
     return None
 
 
+def recognised(value: Any) -> bool:
+    """Whether a registered kind would run ``value`` (a Tasks-framework Task, say)."""
+    return any(kind.recognise(value) for kind in _kinds)
+
+
 def runnables() -> dict[str, Runnable]:
     """Every task this process knows it may run, by path (after :func:`discover`)."""
     known = {path: _registered(path) for path in list(_registry)}

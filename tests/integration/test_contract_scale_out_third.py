@@ -1,0 +1,354 @@
+"""A third audit of issue 17's contract, driven as a user would: a transaction-pool and
+a session-pool PgBouncer (Debian's 1.18, one of the test's own on a port of its own)
+in front of ``DATABASE``, ``LISTEN_DATABASE`` direct; enqueues rolled back with
+their transaction through the pool; four workers on shared and separate queues;
+a pooler SIGKILLed and restarted mid-drain; ``reapjobs`` and ``queuestats``
+through it; and the multi-host, ``target_session_attrs=read-write`` forms the
+failover docs give.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import pytest
+from django.db import connection
+
+from devtools.pgbouncer import PgBouncer
+from django_pgqueue.models import Job, RegisteredWorker
+from django_pgqueue.records import JobSpec
+from tests.cluster.conftest import direct_alias, pgbouncer, pooled_env, run_django
+from tests.conftest import run_counts, status_counts
+from tests.testapp.tasks import tracked
+from tests.worker.conftest import WorkerProcess, django_command, start_worker, wait_for
+
+__all__ = ["pgbouncer", "start_worker"]  # the fixtures, for these tests too
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+Start = Callable[..., WorkerProcess]
+Bouncer = Callable[..., PgBouncer]
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (a host that is down, for a multi-host address)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+ATOMIC_ENQUEUES = """
+from django.db import transaction
+from django_pgqueue.models import Job
+from tests.testapp.tasks import tracked
+try:
+    with transaction.atomic():
+        tracked.enqueue("atomic-rolled-back")
+        with transaction.atomic():
+            tracked.enqueue("atomic-inner-rolled-back")
+        raise RuntimeError("the request fails")
+except RuntimeError:
+    pass
+with transaction.atomic():
+    tracked.enqueue("atomic-kept")
+    try:
+        with transaction.atomic():  # a savepoint rolled back alone
+            tracked.enqueue("atomic-savepoint-rolled-back")
+            raise RuntimeError
+    except RuntimeError:
+        pass
+print(json.dumps(sorted(Job.objects.values_list("args__0", flat=True))))
+"""
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_an_enqueue_through_the_pool_rolls_back_with_its_transaction(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start, prepare: bool
+) -> None:
+    """With PREPARE as the docs give it, and left on (the pooler look then runs
+    inside the request's transaction, as its first statement)."""
+    bouncer = pgbouncer(pool_size=1)
+    env = pooled_env(bouncer, db_url, PREPARE=prepare)
+    said = run_django("import json\n" + ATOMIC_ENQUEUES, env)
+    assert json.loads(said) == ["atomic-kept"]
+    assert list(Job.objects.values_list("args__0", "status")) == [("atomic-kept", "queued")]
+    worker = start_worker("--burst", env=env)
+    assert worker.wait(30) == 0, worker.output
+    assert run_counts("atomic-") == {"atomic-kept": 1}
+
+
+def test_four_workers_on_shared_and_separate_queues_drain_through_the_pool_each_job_once(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start
+) -> None:
+    """Two workers share "emails", one serves "reports" alone, one serves every queue:
+    each job is run once, by a worker that serves its queue."""
+    bouncer = pgbouncer(pool_size=6)
+    env = pooled_env(bouncer, db_url)
+    serves = {"w-emails-1": "emails", "w-emails-2": "emails", "w-reports": "reports", "w-all": ""}
+    workers = [
+        start_worker(
+            "--concurrency", "3", "--worker-id", worker_id, *(("--queues", q) if q else ()), env=env
+        )
+        for worker_id, q in serves.items()
+    ]
+    for worker in workers:
+        worker.wait_for_output("listening for new jobs")
+    counts = {"emails": 400, "reports": 300, "default": 200}
+    for queue, count in counts.items():
+        Job.objects.enqueue_many(
+            JobSpec.build(tracked, [f"q-{queue}-{i}"], queue=queue) for i in range(count)
+        )
+    wait_for(lambda: status_counts() == {"done": 900}, 90, "the 900 jobs to be done")
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    assert [worker.wait(30) for worker in workers] == [0, 0, 0, 0]
+    expected = {f"q-{q}-{i}": 1 for q, count in counts.items() for i in range(count)}
+    assert run_counts("q-") == expected
+    assert set(Job.objects.values_list("attempts", flat=True)) == {1}
+    allowed = {
+        "emails": {"w-emails-1", "w-emails-2", "w-all"},
+        "reports": {"w-reports", "w-all"},
+        "default": {"w-all"},
+    }
+    for queue, locked_by in Job.objects.values_list("queue", "locked_by").distinct():
+        assert locked_by in allowed[queue], (queue, locked_by)
+    assert set(Job.objects.filter(queue="default").values_list("locked_by", flat=True)) == {"w-all"}
+    for worker in workers:
+        assert "Traceback" not in worker.output, worker.output
+
+
+def test_a_pooler_sigkilled_and_restarted_mid_drain_loses_and_doubles_nothing(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start
+) -> None:
+    """The PgBouncer process dies (SIGKILL: every client and server connection
+    drops, and nothing listens on its port for a while), then starts again on the
+    same port: the same workers carry on, every job ends done, and a job runs again
+    only after an entry in its error history."""
+    bouncer = pgbouncer(pool_size=4)
+    env = pooled_env(bouncer, db_url)
+    Job.objects.enqueue_many(
+        JobSpec.build(tracked, [f"sigkill-{i}"], {"sleep": 0.02}) for i in range(600)
+    )
+    workers = [
+        start_worker("--concurrency", "4", "--worker-id", f"bounced-{n}", env=env) for n in range(3)
+    ]
+    wait_for(lambda: Job.objects.filter(status="done").count() >= 100, 30, "a drain under way")
+    assert bouncer.process is not None
+    bouncer.process.kill()
+    bouncer.process.wait()
+    done_while_down = Job.objects.filter(status="done").count()
+    wait_for(lambda: all("failed, retrying" in w.output for w in workers), 20, "each to notice")
+    assert Job.objects.filter(status="done").count() < 600, "drained before the kill"
+    bouncer.start()
+    wait_for(lambda: status_counts() == {"done": 600}, 90, "every job, after the restart")
+    assert done_while_down < 600
+    for worker in workers:
+        assert worker.proc.poll() is None, worker.output  # never restarted
+        worker.signal(signal.SIGTERM)
+    assert [worker.wait(30) for worker in workers] == [0, 0, 0]
+    runs = run_counts("sigkill-")
+    assert set(runs) == {f"sigkill-{i}" for i in range(600)}
+    for label, errors in Job.objects.values_list("args__0", "errors"):
+        assert 1 <= runs[label] <= 1 + len(errors), (label, runs[label], errors)
+    for worker in workers:
+        # Runs whose own connection was refused failed with their traceback; no
+        # thread of the worker's own met anything unexpected.
+        assert "unexpected error" not in worker.output, worker.output
+        assert "failed outside its loop" not in worker.output, worker.output
+
+
+def test_reapjobs_and_queuestats_through_the_pool_see_every_host(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start
+) -> None:
+    """Workers of three ids (as three hosts would be) in the registry, read through
+    the pool by ``queuestats``; one SIGKILLed with a job running, whose lease
+    ``reapjobs`` (through the pool too) ends once it has expired."""
+    bouncer = pgbouncer(pool_size=4)
+    env = pooled_env(bouncer, db_url, LEASE=2, HEARTBEAT_INTERVAL=0.5, REAP_INTERVAL=3600)
+    ids = ["host-a:1", "host-b:1", "host-c:1"]
+    workers = {
+        worker_id: start_worker("--concurrency", "1", "--worker-id", worker_id, env=env)
+        for worker_id in ids
+    }
+    for worker in workers.values():
+        worker.wait_for_output("listening for new jobs")
+    stats = django_command(env["DATABASE_URL"], "queuestats", env=env)
+    assert stats.returncode == 0, stats.stderr
+    rows = [line.split() for line in stats.stdout.splitlines()]
+    listed = {row[0]: row[1] for row in rows if row and row[0] in ids}
+    assert listed == dict.fromkeys(ids, "alive"), stats.stdout
+
+    job = tracked.enqueue("reaped-through-the-pool", sleep=60)
+    wait_for(lambda: run_counts("reaped-") == {"reaped-through-the-pool": 1}, 20, "the run")
+    job.refresh_from_db()
+    holder = job.locked_by
+    assert holder in ids
+    for worker_id, worker in workers.items():
+        if worker_id == holder:
+            worker.kill()
+        else:
+            worker.signal(signal.SIGTERM)
+            assert worker.wait(30) == 0, worker.output
+    Job.objects.filter(pk=job.pk).update(kwargs={"sleep": 0})
+
+    def reaped() -> bool:
+        done = django_command(env["DATABASE_URL"], "reapjobs", env=env)
+        assert done.returncode == 0, done.stderr
+        return Job.objects.get(pk=job.pk).status == "queued"
+
+    wait_for(reaped, 20, "reapjobs to return the dead worker's job")
+    job.refresh_from_db()
+    assert [e["exception"] for e in job.errors] == ["LeaseExpired"]
+    stats = django_command(env["DATABASE_URL"], "queuestats", env=env)
+    assert stats.returncode == 0, stats.stderr
+    rows = [line.split() for line in stats.stdout.splitlines()]
+    assert {row[0]: row[1] for row in rows if row and row[0] in ids} == {holder: "gone"}
+    again = start_worker("--burst", env=env)
+    assert again.wait(30) == 0, again.output
+    assert run_counts("reaped-") == {"reaped-through-the-pool": 2}
+    assert status_counts() == {"done": 1}
+
+
+def multi_host_forms(db_url: str) -> dict[str, str]:
+    """``LISTEN_DATABASE`` DSNs as the failover docs give them: two hosts, the first
+    down, ``target_session_attrs=read-write``; a keyword DSN and a URL."""
+    parts = urlsplit(db_url)
+    name = connection.settings_dict["NAME"]
+    down, up = closed_port(), parts.port or 5432
+    user = parts.username or "postgres"
+    return {
+        "keywords": (
+            f"host=127.0.0.1,127.0.0.1 port={down},{up} dbname={name} user={user} "
+            "target_session_attrs=read-write connect_timeout=3"
+        ),
+        "url": (
+            f"postgres://{user}@127.0.0.1:{down},127.0.0.1:{up}/{name}"
+            "?target_session_attrs=read-write&connect_timeout=3"
+        ),
+    }
+
+
+@pytest.mark.parametrize("form", ["keywords", "url"])
+def test_a_multi_host_read_write_listen_database_dsn_is_taken_as_documented(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start, form: str
+) -> None:
+    """The worker finds the writable host past one that is down, LISTENs there (a
+    NOTIFY wakes it: polls are 30 s apart) and holds its id's lock there."""
+    bouncer = pgbouncer(pool_size=4)
+    dsn = multi_host_forms(db_url)[form]
+    env = pooled_env(bouncer, db_url, LISTEN_DATABASE=dsn)
+    done = django_command(env["DATABASE_URL"], "check", "--database", "default", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "django_pgqueue.E003" not in done.stderr + done.stdout
+    assert "django_pgqueue.W00" not in done.stderr + done.stdout
+    worker = start_worker("--worker-id", "multi-host", "--poll-interval", "30", env=env)
+    worker.wait_for_output("listening for new jobs")
+    tracked.enqueue("multi-host-listen")
+    wait_for(lambda: run_counts("multi-host-") == {"multi-host-listen": 1}, 10, "a NOTIFY")
+    twin = start_worker("--worker-id", "multi-host", "--burst", env=env)
+    assert twin.wait(30) == 1, twin.output
+    assert "worker id 'multi-host' is in use" in twin.output
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output
+    assert "connection pooler" not in worker.output
+    assert "Traceback" not in worker.output
+
+
+def test_a_multi_host_read_write_database_runs_workers_and_enqueues_as_documented(
+    db_url: str, start_worker: Start
+) -> None:
+    """``DATABASES`` as the failover docs give it ("HOST": "a,b", "PORT": "p,q",
+    ``OPTIONS`` with ``target_session_attrs``), its first host down: ``check``,
+    an enqueue, and a worker (its session on the same alias) all find the primary."""
+    parts = urlsplit(db_url)
+    both = {
+        "HOST": "127.0.0.1,127.0.0.1",
+        "PORT": f"{closed_port()},{parts.port or 5432}",
+        "OPTIONS": {"target_session_attrs": "read-write", "connect_timeout": 3},
+    }
+    env = {"PGQUEUE_TEST_DATABASES": json.dumps({"default": both})}
+    done = django_command(db_url, "check", "--database", "default", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "System check identified no issues" in done.stdout, done.stdout + done.stderr
+    said = run_django(
+        "from tests.testapp.tasks import tracked\nprint(tracked.enqueue('multi-db').status)",
+        {**env, "DATABASE_URL": db_url},
+    )
+    assert said == "queued"
+    worker = start_worker("--worker-id", "multi-db", "--poll-interval", "30", env=env)
+    worker.wait_for_output("listening for new jobs")
+    wait_for(lambda: run_counts("multi-db") == {"multi-db": 1}, 10, "the queued job")
+    tracked.enqueue("multi-db-woken")
+    wait_for(lambda: run_counts("multi-db-woken") == {"multi-db-woken": 1}, 10, "a NOTIFY")
+    twin = start_worker("--worker-id", "multi-db", "--burst", env=env)
+    assert twin.wait(30) == 1, twin.output
+    assert "worker id 'multi-db' is in use" in twin.output
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output
+    assert "Traceback" not in worker.output
+
+
+def test_a_session_mode_pool_with_prepare_on_and_w001_silenced_prepares_and_drains(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start
+) -> None:
+    """The docs: in a session-mode pool ``PREPARE = True`` works; silence W001 then.
+    The workers prepare their statements (nothing stops them), each job runs once."""
+    bouncer = pgbouncer(pool_mode="session", pool_size=30)
+    env = pooled_env(bouncer, db_url, PREPARE=True)
+    silenced = "tests.integration.silenced_w001"
+    env["DJANGO_SETTINGS_MODULE"] = silenced
+    done = django_command(env["DATABASE_URL"], "check", "--database", "default", env=env)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert "System check identified no issues (1 silenced)" in said, said
+    workers = [
+        # The last --settings wins over start_worker's own.
+        start_worker(
+            "--concurrency", "2", "--worker-id", f"session-{n}", f"--settings={silenced}", env=env
+        )
+        for n in range(2)
+    ]
+    for worker in workers:
+        worker.wait_for_output("listening for new jobs")
+    Job.objects.enqueue_many(JobSpec.build(tracked, [f"session-{i}"]) for i in range(300))
+    wait_for(lambda: status_counts() == {"done": 300}, 60, "the 300 jobs to be done")
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    assert [worker.wait(30) for worker in workers] == [0, 0]
+    assert run_counts("session-") == {f"session-{i}": 1 for i in range(300)}
+    for worker in workers:
+        assert "prepares no statement" not in worker.output, worker.output
+        assert "Traceback" not in worker.output, worker.output
+
+
+def test_a_listen_database_through_a_session_pool_hears_notify_but_locks_nothing(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start
+) -> None:
+    """The docs: an alias in LISTEN_DATABASE that goes through a pooler is used as it
+    is, with a warning; a session-mode pool delivers NOTIFY, and no lock is taken on
+    the worker's id there (a second worker with the id is not detected, and the
+    registry row has no lock_pid)."""
+    pooled = pgbouncer(pool_size=4)
+    sessions = pgbouncer(pool_mode="session", pool_size=4)
+    env = pooled_env(pooled, db_url, LISTEN_DATABASE="listen")
+    databases = json.loads(env["PGQUEUE_TEST_DATABASES"])
+    databases["listen"] = direct_alias(sessions.url(connection.settings_dict["NAME"]))
+    env["PGQUEUE_TEST_DATABASES"] = json.dumps(databases)
+    worker = start_worker("--worker-id", "session-listen", "--poll-interval", "30", env=env)
+    worker.wait_for_output("listening for new jobs")
+    assert "PGQUEUE['LISTEN_DATABASE'] ('listen') reaches PostgreSQL through a connection" in (
+        worker.output
+    )
+    tracked.enqueue("session-listen")
+    wait_for(lambda: run_counts("session-listen") == {"session-listen": 1}, 10, "a NOTIFY")
+    wait_for(lambda: RegisteredWorker.objects.filter(id="session-listen").exists(), 10, "its row")
+    assert RegisteredWorker.objects.get(id="session-listen").lock_pid is None
+    twin = start_worker("--worker-id", "session-listen", "--burst", env=env)
+    assert twin.wait(30) == 0, twin.output  # as documented: not detected there
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output

@@ -100,12 +100,19 @@ class WorkerSession:
                     self.poll_interval,
                 )
             if pooled and not self.explicit:
+                # Told not to listen (--no-listen, LISTEN_NOTIFY off), it polls anyway:
+                # what it loses is only the lock.
+                polls = (
+                    f"polls for new jobs (every {self.poll_interval:g}s at most) instead of "
+                    "listening, and "
+                    if self.channel is not None
+                    else ""
+                )
                 raise SessionUnavailable(
                     f"database {self.alias!r} reaches PostgreSQL through a connection pooler, "
-                    "which keeps no session: this worker polls for new jobs (every "
-                    f"{self.poll_interval:g}s at most) instead of listening, and cannot detect "
-                    "another worker using its id; set PGQUEUE['LISTEN_DATABASE'] to a database "
-                    "alias, or a DSN, that connects to PostgreSQL directly"
+                    f"which keeps no session: this worker {polls}cannot detect another worker "
+                    "using its id; set PGQUEUE['LISTEN_DATABASE'] to a database alias, or a "
+                    "DSN, that connects to PostgreSQL directly"
                 )
             if not pooled:
                 # Through a pooler the lock proves nothing, and a transaction pool keeps

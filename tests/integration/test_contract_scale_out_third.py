@@ -352,3 +352,35 @@ def test_a_listen_database_through_a_session_pool_hears_notify_but_locks_nothing
     assert twin.wait(30) == 0, twin.output  # as documented: not detected there
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.output
+
+
+@pytest.mark.parametrize("how", ["--no-listen", "LISTEN_NOTIFY"])
+def test_a_pooled_worker_told_not_to_listen_says_only_what_it_loses(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start, how: str
+) -> None:
+    """Without LISTEN (``--no-listen``, or ``LISTEN_NOTIFY = False``, where W002 does
+    not apply) the worker was told it "polls for new jobs ... instead of listening":
+    it never meant to listen. What it does lose is the lock on its id."""
+    bouncer = pgbouncer(pool_size=2)
+    settings = {"LISTEN_NOTIFY": False} if how == "LISTEN_NOTIFY" else {}
+    env = pooled_env(bouncer, db_url, LISTEN_DATABASE=None, **settings)
+    if how == "LISTEN_NOTIFY":
+        done = django_command(env["DATABASE_URL"], "check", "--database", "default", env=env)
+        assert "System check identified no issues" in done.stdout, done.stdout + done.stderr
+    tracked.enqueue("told-not-to-listen")
+    worker = start_worker(
+        "--burst",
+        "--worker-id",
+        "deaf",
+        *(("--no-listen",) if how == "--no-listen" else ()),
+        env=env,
+    )
+    assert worker.wait(30) == 0, worker.output
+    assert run_counts("told-") == {"told-not-to-listen": 1}
+    (line,) = [line for line in worker.output.splitlines() if "connection pooler" in line]
+    assert line == (
+        "database 'default' reaches PostgreSQL through a connection pooler, which keeps no "
+        "session: this worker cannot detect another worker using its id; set "
+        "PGQUEUE['LISTEN_DATABASE'] to a database alias, or a DSN, that connects to "
+        "PostgreSQL directly"
+    )

@@ -63,7 +63,7 @@ def test_the_polling_warning_is_silenced_with_w002(
     monkeypatch.setattr(session_module, "through_pooler", lambda conn: True)
 
     def polling_said() -> list[tuple[str, str]]:
-        session = WorkerSession("pooled-only", "default", None, None, 1.0)
+        session = WorkerSession("pooled-only", "default", None, "pgqueue_jobs", 1.0)
         caplog.clear()
         with caplog.at_level("INFO", logger="django_pgqueue"):
             assert open_at_start(session, "default") == (None, False)

@@ -45,10 +45,12 @@ def closed_port() -> int:
 ATOMIC_ENQUEUES = """
 from django.db import transaction
 from django_pgqueue.models import Job
+from tests.testapp.djtasks import echo
 from tests.testapp.tasks import tracked
 try:
     with transaction.atomic():
         tracked.enqueue("atomic-rolled-back")
+        echo.enqueue("atomic-tasks-api-rolled-back")
         with transaction.atomic():
             tracked.enqueue("atomic-inner-rolled-back")
         raise RuntimeError("the request fails")
@@ -384,3 +386,28 @@ def test_a_pooled_worker_told_not_to_listen_says_only_what_it_loses(
         "PGQUEUE['LISTEN_DATABASE'] to a database alias, or a DSN, that connects to "
         "PostgreSQL directly"
     )
+
+
+def test_a_worker_names_psycopgs_preparing_behind_the_pool_at_start_and_w001_silences_it(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start
+) -> None:
+    """The docs: a worker logs W001's warning about ``OPTIONS["prepare_threshold"]``
+    when it starts (here its session is direct, on LISTEN_DATABASE), and silencing
+    W001 silences it; it drains either way (Django's client-side cursors prepare
+    nothing, and with PREPARE off the queue's statements are not prepared)."""
+    bouncer = pgbouncer(pool_size=2)
+    env = pooled_env(bouncer, db_url)
+    databases = json.loads(env["PGQUEUE_TEST_DATABASES"])
+    databases["default"]["OPTIONS"] = {"prepare_threshold": 0}
+    env["PGQUEUE_TEST_DATABASES"] = json.dumps(databases)
+    warning = (
+        "database 'default' reaches PostgreSQL through a connection pooler while "
+        "OPTIONS['prepare_threshold'] = 0: unless the pooler keeps prepared statements"
+    )
+    for silenced in (False, True):
+        tracked.enqueue(f"threshold-{silenced}")
+        settings = ("--settings=tests.integration.silenced_w001",) if silenced else ()
+        worker = start_worker("--burst", *settings, env=env)
+        assert worker.wait(30) == 0, worker.output
+        assert (warning in worker.output) is not silenced, worker.output
+    assert run_counts("threshold-") == {"threshold-False": 1, "threshold-True": 1}

@@ -778,8 +778,9 @@ ORDER BY queue, status;
 
 -- name: backend_pid
 -- The server process answering. Behind a pooler it is not the one whose key the
--- connection's start-up announced (django_pgqueue.pooler).
-SELECT pg_backend_pid() AS pid;
+-- connection's start-up announced (django_pgqueue.pooler). And the database it
+-- serves: a worker's session must be on its jobs' (worker.session).
+SELECT pg_backend_pid() AS pid, current_database() AS database;
 
 -- name: lock_worker_id
 -- A worker id's lock, held by the worker's session connection for its lifetime;

@@ -36,6 +36,7 @@ from django_pgqueue.pooler import (
 )
 from django_pgqueue.queue.presence import lock_key
 from django_pgqueue.sql import query
+from django_pgqueue.sql.runner import fetch
 
 logger = logging.getLogger("django_pgqueue")
 #: The server version that has idle_session_timeout (see keep_session).
@@ -164,12 +165,17 @@ def open_at_start(session: WorkerSession, database: str) -> tuple[str | None, bo
     database that cannot be reached yet is no reason not to start: the listener
     thread opens the session once it can, and stops the worker then if the id is
     taken. A LISTEN_DATABASE that turns the worker away for good (REFUSED_FOR_GOOD)
-    is, as DATABASE is. Also warns when statements are prepared behind a pooler (W001's warning)."""
+    is, as DATABASE is, and so is one on another database than the jobs'. Also
+    warns when statements are prepared behind a pooler (W001's warning)."""
     pooled: bool | None = None
     has_session = True
     try:
         session.open()
         pooled = False if not session.explicit else None
+        elsewhere = _elsewhere(session, database)
+        if elsewhere:
+            session.close()
+            return elsewhere, False
     except WorkerIdInUse as exc:
         return str(exc), False
     except SessionUnavailable as exc:
@@ -209,3 +215,28 @@ def open_at_start(session: WorkerSession, database: str) -> tuple[str | None, bo
                 what,
             )
     return None, has_session
+
+
+def _elsewhere(session: WorkerSession, database: str) -> str | None:
+    """Why a direct LISTEN_DATABASE is no session of the jobs' database, or None.
+    NOTIFY and advisory locks are the database's: a session on another database of
+    the server (a DSN without the right dbname) hears no new job, and its lock on
+    the id keeps out no worker whose session is on the jobs' database."""
+    conn = session.conn
+    if not session.explicit or not session.lock_holds or conn is None:
+        return None  # through a pooler the name is the pooler's: nothing to compare
+    try:
+        (row,) = fetch("backend_pid", {}, database, prepare=False)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        return None  # gone again since the start's look: compare nothing
+    if row["database"] == conn.info.dbname:
+        return None
+    return (
+        f"PGQUEUE['LISTEN_DATABASE'] ({shown(session.alias)!r}) connects to database "
+        f"{conn.info.dbname!r}, but the jobs of database {database!r} are in "
+        f"{row['database']!r}: no NOTIFY of a new job would reach this worker there, and "
+        "its lock on its worker id would not keep out a worker with the same id; point "
+        "it at the same database"
+    )

@@ -20,6 +20,7 @@ from django.db import connection
 
 from devtools.pgbouncer import PgBouncer
 from django_pgqueue.models import Job, RegisteredWorker
+from django_pgqueue.pooler import shown
 from django_pgqueue.records import JobSpec
 from tests.cluster.conftest import direct_alias, pgbouncer, pooled_env, run_django
 from tests.conftest import run_counts, status_counts
@@ -411,3 +412,37 @@ def test_a_worker_names_psycopgs_preparing_behind_the_pool_at_start_and_w001_sil
         assert worker.wait(30) == 0, worker.output
         assert (warning in worker.output) is not silenced, worker.output
     assert run_counts("threshold-") == {"threshold-False": 1, "threshold-True": 1}
+
+
+@pytest.mark.parametrize("listen", ["alias", "dsn"])
+def test_a_listen_database_on_another_database_of_the_server_stops_the_worker(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start, listen: str
+) -> None:
+    """A direct LISTEN_DATABASE must be the jobs' database: NOTIFY and advisory locks
+    are per database. One on another database of the server (a DSN whose dbname is
+    missing or wrong) heard no new job while saying "listening for new jobs", and a
+    second worker with its --worker-id, whose session was on the jobs' database,
+    started beside it."""
+    bouncer = pgbouncer(pool_size=2)
+    elsewhere = urlsplit(db_url)._replace(path="/postgres").geturl()
+    if listen == "dsn":
+        env = pooled_env(bouncer, db_url, LISTEN_DATABASE=elsewhere)
+    else:
+        env = pooled_env(bouncer, db_url, LISTEN_DATABASE="elsewhere")
+        databases = json.loads(env["PGQUEUE_TEST_DATABASES"])
+        databases["elsewhere"] = direct_alias(elsewhere)
+        env["PGQUEUE_TEST_DATABASES"] = json.dumps(databases)
+    tracked.enqueue("never-heard")
+    worker = start_worker("--worker-id", "elsewhere", env=env)
+    assert worker.wait(30) == 1, worker.output
+    shown_as = shown(elsewhere) if listen == "dsn" else "elsewhere"
+    name = connection.settings_dict["NAME"]
+    (line,) = [line for line in worker.output.splitlines() if "LISTEN_DATABASE" in line]
+    assert line == (
+        f"PGQUEUE['LISTEN_DATABASE'] ({shown_as!r}) connects to database 'postgres', but "
+        f"the jobs of database 'default' are in {name!r}: no NOTIFY of a new job would "
+        "reach this worker there, and its lock on its worker id would not keep out a "
+        "worker with the same id; point it at the same database"
+    )
+    assert "listening for new jobs" not in worker.output
+    assert status_counts() == {"queued": 1}

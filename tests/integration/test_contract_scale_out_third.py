@@ -446,3 +446,39 @@ def test_a_listen_database_on_another_database_of_the_server_stops_the_worker(
     )
     assert "listening for new jobs" not in worker.output
     assert status_counts() == {"queued": 1}
+
+
+def test_behind_a_session_pool_w002_is_answered_by_naming_the_pool_in_listen_database(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start
+) -> None:
+    """A session-mode pool as DATABASE draws W002 (the check cannot see the mode).
+    Silencing it keeps the worker polling (an INFO line says so); naming the pooled
+    alias itself in LISTEN_DATABASE makes it LISTEN through the pool (a NOTIFY wakes
+    it: polls are 30 s apart), with the warning that it takes no lock there."""
+    bouncer = pgbouncer(pool_mode="session", pool_size=30)
+    env = pooled_env(bouncer, db_url, LISTEN_DATABASE=None)
+    done = django_command(env["DATABASE_URL"], "check", "--database", "default", env=env)
+    assert "django_pgqueue.W002" in done.stderr, done.stdout + done.stderr
+    silenced = start_worker(
+        "--poll-interval", "30", "--settings=tests.integration.silenced_w002", env=env
+    )
+    silenced.wait_for_output("starting worker")
+    assert "listening for new jobs" not in silenced.output
+    assert "this worker polls for new jobs (every 30s at most) instead of listening" in (
+        silenced.output
+    )
+    silenced.signal(signal.SIGTERM)
+    assert silenced.wait(30) == 0, silenced.output
+
+    env = pooled_env(bouncer, db_url, LISTEN_DATABASE="default")
+    done = django_command(env["DATABASE_URL"], "check", "--database", "default", env=env)
+    assert "System check identified no issues" in done.stdout, done.stdout + done.stderr
+    worker = start_worker("--worker-id", "session-pool", "--poll-interval", "30", env=env)
+    worker.wait_for_output("listening for new jobs")
+    assert "PGQUEUE['LISTEN_DATABASE'] ('default') reaches PostgreSQL through a connection" in (
+        worker.output
+    )
+    tracked.enqueue("session-pool-woken")
+    wait_for(lambda: run_counts("session-pool-") == {"session-pool-woken": 1}, 10, "a NOTIFY")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output

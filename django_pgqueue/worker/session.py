@@ -95,8 +95,10 @@ class WorkerSession:
                 logger.warning(
                     "PGQUEUE['LISTEN_DATABASE'] (%r) reaches PostgreSQL through a connection "
                     "pooler: unless it is a session-mode pool, no NOTIFY reaches this worker "
-                    "(it polls every %gs at most); and it takes no lock on its id there, so it "
-                    "cannot detect another worker using its id; point it at PostgreSQL directly",
+                    "(it polls every %gs at most) and its LISTEN stays on a server connection "
+                    "of the pool, which other clients are handed next; and it takes no lock on "
+                    "its id there, so it cannot detect another worker using its id; point it "
+                    "at PostgreSQL directly",
                     shown(self.alias),
                     self.poll_interval,
                 )

@@ -15,6 +15,7 @@ import socket
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+import psycopg
 import pytest
 from django.db import connection
 
@@ -480,5 +481,29 @@ def test_behind_a_session_pool_w002_is_answered_by_naming_the_pool_in_listen_dat
     )
     tracked.enqueue("session-pool-woken")
     wait_for(lambda: run_counts("session-pool-") == {"session-pool-woken": 1}, 10, "a NOTIFY")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output
+
+
+def test_a_listen_database_through_a_transaction_pool_is_warned_to_leave_its_listen_there(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start
+) -> None:
+    """The worker cannot tell a transaction pool from a session pool, so it LISTENs
+    on a pooled LISTEN_DATABASE all the same: in a transaction pool the LISTEN stays
+    on a server connection that other clients are handed next. Its warning says so."""
+    pooled = pgbouncer(pool_size=1)
+    name = connection.settings_dict["NAME"]
+    env = pooled_env(pooled, db_url, LISTEN_DATABASE=pooled.url(name))
+    worker = start_worker("--worker-id", "leaky", "--concurrency", "1", env=env)
+    worker.wait_for_output("listening for new jobs")
+    with psycopg.connect(pooled.url(name), autocommit=True, prepare_threshold=None) as web:
+        channels = web.execute("SELECT pg_listening_channels()").fetchall()
+    assert channels == [("pgqueue_jobs",)]
+    (line,) = [line for line in worker.output.splitlines() if "LISTEN_DATABASE" in line]
+    assert (
+        "unless it is a session-mode pool, no NOTIFY reaches this worker (it polls every 2s "
+        "at most) and its LISTEN stays on a server connection of the pool, which other "
+        "clients are handed next;"
+    ) in line, line
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.output

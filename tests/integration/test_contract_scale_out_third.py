@@ -507,3 +507,65 @@ def test_a_listen_database_through_a_transaction_pool_is_warned_to_leave_its_lis
     ) in line, line
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.output
+
+
+def test_a_read_write_listen_database_that_finds_only_a_read_only_server_is_waited_for(
+    pgbouncer: Bouncer, db_url: str, start_worker: Start
+) -> None:
+    """As during a failover, before the standby is promoted: libpq refuses the only
+    host (read-only here through ``options``), the worker says it cannot open its
+    session yet and runs its jobs meanwhile (polling), not a reason to stop."""
+    bouncer = pgbouncer(pool_size=2)
+    parts = urlsplit(db_url)
+    dsn = (
+        f"host=127.0.0.1 port={parts.port or 5432} dbname={connection.settings_dict['NAME']} "
+        f"user={parts.username or 'postgres'} target_session_attrs=read-write "
+        "options='-c default_transaction_read_only=on'"
+    )
+    env = pooled_env(bouncer, db_url, LISTEN_DATABASE=dsn)
+    tracked.enqueue("read-only-session")
+    worker = start_worker("--worker-id", "read-only", "--poll-interval", "0.5", env=env)
+    worker.wait_for_output("cannot open the worker's session connection yet: ")
+    assert "session is read-only" in worker.output, worker.output
+    wait_for(lambda: status_counts() == {"done": 1}, 15, "the job, without a session")
+    assert worker.proc.poll() is None, worker.output
+    assert "listening for new jobs" not in worker.output
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output
+    assert run_counts("read-only-") == {"read-only-session": 1}
+
+
+@pytest.mark.parametrize("setup", ["direct", "session", "transaction"])
+def test_w001_and_w002_for_each_way_to_the_server(
+    pgbouncer: Bouncer, db_url: str, setup: str
+) -> None:
+    """``check --database default``: W001 when PREPARE is on behind any pooler, W002
+    when LISTEN_DATABASE is unset behind any pooler (the check cannot see the mode),
+    and neither for a direct connection, whatever the settings."""
+    if setup == "direct":
+        url = direct_alias(db_url)
+        env = {
+            "DATABASE_URL": db_url,
+            "PGQUEUE_TEST_DATABASES": json.dumps({"default": url, "direct": url}),
+        }
+    else:
+        bouncer = pgbouncer(pool_mode=setup, pool_size=2)
+        env = pooled_env(bouncer, db_url)
+    said: dict[tuple[bool, bool], set[str]] = {}
+    for prepare in (False, True):
+        for listen in (False, True):
+            pgqueue = {"PREPARE": prepare, "LISTEN_DATABASE": "direct" if listen else None}
+            run = {**env, "PGQUEUE_TEST_PGQUEUE": json.dumps(pgqueue)}
+            done = django_command(run["DATABASE_URL"], "check", "--database", "default", env=run)
+            assert done.returncode == 0, done.stdout + done.stderr
+            out = done.stdout + done.stderr
+            said[prepare, listen] = {w for w in ("W001", "W002") if f"django_pgqueue.{w}" in out}
+    if setup == "direct":
+        assert said == {key: set() for key in said}
+    else:
+        assert said == {
+            (False, True): set(),
+            (False, False): {"W002"},
+            (True, True): {"W001"},
+            (True, False): {"W001", "W002"},
+        }

@@ -10,8 +10,11 @@ failover docs give.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -26,7 +29,7 @@ from django_pgqueue.records import JobSpec
 from tests.cluster.conftest import direct_alias, pgbouncer, pooled_env, run_django
 from tests.conftest import run_counts, status_counts
 from tests.testapp.tasks import tracked
-from tests.worker.conftest import WorkerProcess, django_command, start_worker, wait_for
+from tests.worker.conftest import ROOT, WorkerProcess, django_command, start_worker, wait_for
 
 __all__ = ["pgbouncer", "start_worker"]  # the fixtures, for these tests too
 
@@ -569,3 +572,58 @@ def test_w001_and_w002_for_each_way_to_the_server(
             (True, True): {"W001"},
             (True, False): {"W001", "W002"},
         }
+
+
+WEB_PROCESS = """
+import sys
+from django.db import transaction
+from tests.testapp.djtasks import echo
+from tests.testapp.tasks import tracked
+tracked.enqueue("web-before")
+print("enqueued", flush=True)
+sys.stdin.readline()  # the pooler is killed and started again meanwhile
+tracked.enqueue("web-after")
+with transaction.atomic():
+    tracked.enqueue("web-after-atomic")
+echo.enqueue("web-after-tasks-api")
+print("enqueued again", flush=True)
+"""
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_a_web_process_enqueues_again_after_the_pooler_is_killed_and_restarted(
+    pgbouncer: Bouncer, db_url: str, prepare: bool
+) -> None:
+    """A long-lived process (a web server) whose pooled connection died with the
+    pooler: its next enqueues (plain, in a transaction, through the Tasks API) each
+    succeed on a new connection, none fails once first."""
+    bouncer = pgbouncer(pool_size=2)
+    env = {**os.environ, **pooled_env(bouncer, db_url, PREPARE=prepare)}
+    web = subprocess.Popen(
+        [sys.executable, "-m", "django", "shell", "--settings=tests.settings", "-c", WEB_PROCESS],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert web.stdout is not None
+    said: list[str] = []
+    while not said or said[-1] != "enqueued":
+        line = web.stdout.readline()
+        assert line, said
+        said.append(line.strip())
+    assert bouncer.process is not None
+    bouncer.process.kill()
+    bouncer.process.wait()
+    bouncer.start()
+    out, _ = web.communicate("go\n", timeout=60)
+    assert web.returncode == 0, out
+    assert out.strip().splitlines()[-1] == "enqueued again", out
+    assert sorted(Job.objects.values_list("args__0", flat=True)) == [
+        "web-after",
+        "web-after-atomic",
+        "web-after-tasks-api",
+        "web-before",
+    ]

@@ -68,6 +68,8 @@ def test_workers_come_back_by_themselves_when_the_pooler_drops_every_connection(
     ]
     wait_for(lambda: Job.objects.filter(status="done").count() >= 100, 30, "a drain under way")
     bouncer.admin(f"KILL {name}")
+    # Paused by the KILL until RESUME: nothing is recorded in between.
+    assert Job.objects.filter(status="done").count() < 600, "drained before the drop"
     bouncer.admin(f"RESUME {name}")
     wait_for(lambda: status_counts() == {"done": 600}, 60, "every job, after the pooler's drop")
     for worker in workers:
@@ -81,3 +83,5 @@ def test_workers_come_back_by_themselves_when_the_pooler_drops_every_connection(
     # The drop was met: by a claim under way, or seen before one (the server's goodbye).
     said = "".join(w.output for w in workers)
     assert "claim failed, retrying" in said or "was closed while idle; reconnecting" in said
+    for worker in workers:
+        assert "unexpected error" not in worker.output, worker.output

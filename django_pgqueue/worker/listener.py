@@ -24,7 +24,12 @@ from collections.abc import Callable
 
 from django_pgqueue.exceptions import WorkerIdInUse
 from django_pgqueue.worker.services import ServiceThread, Supervision
-from django_pgqueue.worker.session import SessionUnavailable, WorkerSession, say_unavailable
+from django_pgqueue.worker.session import (
+    SessionElsewhere,
+    SessionUnavailable,
+    WorkerSession,
+    say_unavailable,
+)
 from django_pgqueue.worker.waker import Waker
 
 logger = logging.getLogger("django_pgqueue")
@@ -69,7 +74,7 @@ class Listener(ServiceThread):
         if not self.session.is_open:
             try:
                 self.session.open()
-            except WorkerIdInUse as exc:
+            except (WorkerIdInUse, SessionElsewhere) as exc:
                 self.supervision.fatal(str(exc))
                 return False
             except SessionUnavailable as exc:

@@ -47,6 +47,10 @@ class SessionUnavailable(Exception):
     """The worker's database goes through a pooler and no LISTEN_DATABASE is set."""
 
 
+class SessionElsewhere(Exception):
+    """LISTEN_DATABASE connects directly to another database than the jobs'."""
+
+
 def say_unavailable(exc: SessionUnavailable) -> None:
     """System check W002's warning, at the worker's start; silenced with it (at INFO)."""
     silenced = "django_pgqueue.W002" in settings.SILENCED_SYSTEM_CHECKS
@@ -84,7 +88,8 @@ class WorkerSession:
 
     def open(self) -> None:
         """Connect, take the worker id's lock (not through a pooler), LISTEN. Raises
-        :class:`WorkerIdInUse`, :class:`SessionUnavailable`, or the connection's error."""
+        :class:`WorkerIdInUse`, :class:`SessionUnavailable`, :class:`SessionElsewhere`,
+        or the connection's error."""
         self.close()
         conn = session_connection(self.alias)
         try:
@@ -117,6 +122,8 @@ class WorkerSession:
                     "using its id; set PGQUEUE['LISTEN_DATABASE'] to a database alias, or a "
                     "DSN, that connects to PostgreSQL directly"
                 )
+            if not pooled and self.explicit:
+                self._same_database(conn)
             if not pooled:
                 # Through a pooler the lock proves nothing, and a transaction pool keeps
                 # a session-level lock on its server connection after this worker is
@@ -130,6 +137,25 @@ class WorkerSession:
             conn.close()
             raise
         self.conn, self.lock_holds = conn, not pooled
+
+    def _same_database(self, conn: psycopg.Connection[Any]) -> None:
+        """NOTIFY and advisory locks are the database's: a session on another database
+        of the server (a DSN without the right dbname) hears no new job, and its lock
+        on the id keeps out no worker whose session is on the jobs' database."""
+        try:
+            (row,) = fetch("backend_pid", {}, self.database, prepare=False)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            return  # the jobs' database is away: the claims will say so
+        if row["database"] != conn.info.dbname:
+            raise SessionElsewhere(
+                f"PGQUEUE['LISTEN_DATABASE'] ({shown(self.alias)!r}) connects to database "
+                f"{conn.info.dbname!r}, but the jobs of database {self.database!r} are in "
+                f"{row['database']!r}: no NOTIFY of a new job would reach this worker there, "
+                "and its lock on its worker id would not keep out a worker with the same id; "
+                "point it at the same database"
+            )
 
     def _lock_id(self, conn: psycopg.Connection[Any]) -> None:
         row = conn.execute(
@@ -174,11 +200,7 @@ def open_at_start(session: WorkerSession, database: str) -> tuple[str | None, bo
     try:
         session.open()
         pooled = False if not session.explicit else None
-        elsewhere = _elsewhere(session, database)
-        if elsewhere:
-            session.close()
-            return elsewhere, False
-    except WorkerIdInUse as exc:
+    except (WorkerIdInUse, SessionElsewhere) as exc:
         return str(exc), False
     except SessionUnavailable as exc:
         say_unavailable(exc)
@@ -217,28 +239,3 @@ def open_at_start(session: WorkerSession, database: str) -> tuple[str | None, bo
                 what,
             )
     return None, has_session
-
-
-def _elsewhere(session: WorkerSession, database: str) -> str | None:
-    """Why a direct LISTEN_DATABASE is no session of the jobs' database, or None.
-    NOTIFY and advisory locks are the database's: a session on another database of
-    the server (a DSN without the right dbname) hears no new job, and its lock on
-    the id keeps out no worker whose session is on the jobs' database."""
-    conn = session.conn
-    if not session.explicit or not session.lock_holds or conn is None:
-        return None  # through a pooler the name is the pooler's: nothing to compare
-    try:
-        (row,) = fetch("backend_pid", {}, database, prepare=False)
-    except Exception as exc:
-        if not is_transient(exc):
-            raise
-        return None  # gone again since the start's look: compare nothing
-    if row["database"] == conn.info.dbname:
-        return None
-    return (
-        f"PGQUEUE['LISTEN_DATABASE'] ({shown(session.alias)!r}) connects to database "
-        f"{conn.info.dbname!r}, but the jobs of database {database!r} are in "
-        f"{row['database']!r}: no NOTIFY of a new job would reach this worker there, and "
-        "its lock on its worker id would not keep out a worker with the same id; point "
-        "it at the same database"
-    )

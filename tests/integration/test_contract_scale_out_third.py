@@ -26,6 +26,9 @@ from devtools.pgbouncer import PgBouncer
 from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.pooler import shown
 from django_pgqueue.records import JobSpec
+from django_pgqueue.worker.listener import Listener
+from django_pgqueue.worker.services import ConnectionEpoch, Supervision
+from django_pgqueue.worker.session import WorkerSession
 from tests.cluster.conftest import direct_alias, pgbouncer, pooled_env, run_django
 from tests.conftest import run_counts, status_counts
 from tests.testapp.tasks import tracked
@@ -572,6 +575,29 @@ def test_w001_and_w002_for_each_way_to_the_server(
             (True, True): {"W001"},
             (True, False): {"W001", "W002"},
         }
+
+
+def test_a_listen_database_on_another_database_found_on_a_reconnect_stops_the_worker(
+    db_url: str,
+) -> None:
+    """The listener thread opens the session after the start when it could not be
+    reached then: there too a session on another database stops the worker."""
+    elsewhere = urlsplit(db_url)._replace(path="/postgres").geturl()
+    session = WorkerSession("reopened-elsewhere", "default", elsewhere, "pgqueue_jobs", 1.0)
+    reasons: list[str] = []
+    supervision = Supervision(fatal=reasons.append, epoch=ConnectionEpoch())
+    listener = Listener(session, None, lambda: None, lambda: None, supervision)
+    listener.start()
+    listener.join(10)
+    assert not listener.is_alive()
+    name = connection.settings_dict["NAME"]
+    assert reasons == [
+        f"PGQUEUE['LISTEN_DATABASE'] ({shown(elsewhere)!r}) connects to database 'postgres', "
+        f"but the jobs of database 'default' are in {name!r}: no NOTIFY of a new job would "
+        "reach this worker there, and its lock on its worker id would not keep out a worker "
+        "with the same id; point it at the same database"
+    ]
+    assert not session.is_open
 
 
 WEB_PROCESS = """

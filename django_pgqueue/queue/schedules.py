@@ -143,7 +143,11 @@ def tick(
     the schedule has no row."""
     params = tick_params(declared, spec, moment, lock_wait)
     try:
-        row = runner.fetch_one("schedule_tick", params, alias)
+        # Never prepared: psycopg keeps a prepared statement only once it succeeds, so a
+        # tick held back at each look on a connection where it never ran (the worker
+        # started, or reconnected, behind an open transaction) left one more on the
+        # server each time. One statement per tick is no hot path.
+        (row,) = runner.fetch("schedule_tick", params, alias, prepare=False)
     except OperationalError as exc:
         if not lock_timed_out(exc):
             raise

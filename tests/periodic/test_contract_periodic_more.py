@@ -19,6 +19,7 @@ from collections.abc import Callable
 import psycopg
 import pytest
 from django.core.management import call_command
+from django.db import connections
 from django.test import Client, override_settings
 
 from django_pgqueue.exceptions import InvalidSchedule
@@ -509,3 +510,38 @@ def test_a_schedules_row_deleted_while_a_worker_runs_is_written_again_and_no_tic
     assert ticks("minutely") == [tick, tick + dt.timedelta(seconds=60)]
     row = Schedule.objects.get(pk="minutely")
     assert (row.ticks, row.last_tick, row.configured) == (2, tick + dt.timedelta(seconds=60), True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_blocked_tick_retried_with_prepare_on_leaves_no_prepared_statement_behind(
+    scheduler: Callable[..., Scheduler], db_url: str
+) -> None:
+    """With PREPARE, a tick's statement that fails at its lock bound on a connection
+    where it never ran before was prepared there, and psycopg, which keeps only the
+    statements that succeeded, prepared it anew at each retry: a scheduler held back
+    by an open transaction left one more prepared statement on its connection each
+    second, for as long as the transaction stayed open."""
+    periodic = {"minutely": {"task": MARK, "every": 60, "kwargs": LABEL}}
+    s = scheduler(periodic)
+    s.step()
+    (plan,) = s.planned
+    tick = plan.spec.next_after(plan.cursor)
+    connections["default"].close()  # a connection the tick never ran on
+    with (
+        override_settings(PGQUEUE={"PERIODIC": periodic, "PREPARE": True}),
+        psycopg.connect(db_url) as other,
+    ):
+        other.execute("SELECT 1 FROM pgqueue_schedule WHERE name = 'minutely' FOR UPDATE")
+        for _ in range(4):
+            with pytest.raises(schedules.TickBlocked):
+                schedules.tick(plan.declared, plan.job, tick, "default", lock_wait=LOCK_WAIT)
+        with connections["default"].cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+                ["%pgqueue_schedule%"],
+            )
+            (count,) = cursor.fetchone()
+        assert count <= 1, count
+        other.rollback()
+        assert schedules.tick(plan.declared, plan.job, tick, "default", lock_wait=LOCK_WAIT)[0]
+    assert ticks("minutely") == [tick]

@@ -141,13 +141,10 @@ class WorkerSession:
     def _same_database(self, conn: psycopg.Connection[Any]) -> None:
         """NOTIFY and advisory locks are the database's: a session on another database
         of the server (a DSN without the right dbname) hears no new job, and its lock
-        on the id keeps out no worker whose session is on the jobs' database."""
-        try:
-            (row,) = fetch("backend_pid", {}, self.database, prepare=False)
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            return  # the jobs' database is away: the claims will say so
+        on the id keeps out no worker whose session is on the jobs' database. The
+        jobs' database away (its pooler not up yet), the session is not opened
+        unchecked: its error is the open's, and the listener thread opens it later."""
+        (row,) = fetch("backend_pid", {}, self.database, prepare=False)
         if row["database"] != conn.info.dbname:
             raise SessionElsewhere(
                 f"PGQUEUE['LISTEN_DATABASE'] ({shown(self.alias)!r}) connects to database "

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from devtools.pgbouncer import PgBouncer
+from devtools.pgbouncer import PgBouncer, PgBouncerMissing
 from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.pooler import shown
 from django_pgqueue.records import JobSpec
@@ -453,6 +453,35 @@ def test_a_listen_database_on_another_database_of_the_server_stops_the_worker(
     )
     assert "listening for new jobs" not in worker.output
     assert status_counts() == {"queued": 1}
+
+
+def test_a_listen_database_on_another_database_stops_the_worker_once_its_pooler_is_up(
+    db_url: str, start_worker: Start
+) -> None:
+    """The jobs' pooler is not up yet when the worker starts (a sidecar starting after
+    it): the session, on another database of the server, could not be compared with
+    the jobs' database then, and was kept as it was, unchecked: the worker claimed
+    once the pooler came up, deaf to NOTIFY and with its id's lock on the wrong
+    database, for as long as the session lasted."""
+    try:
+        bouncer = PgBouncer(db_url, pool_size=2)  # started below, after the worker
+    except PgBouncerMissing as exc:
+        pytest.skip(str(exc))
+    try:
+        elsewhere = urlsplit(db_url)._replace(path="/postgres").geturl()
+        env = pooled_env(bouncer, db_url, LISTEN_DATABASE=elsewhere)
+        worker = start_worker("--worker-id", "late-pooler", "--poll-interval", "1", env=env)
+        worker.wait_for_output("claim failed, retrying")  # started, its session opened or not
+        bouncer.start()
+        assert worker.wait(30) == 1, worker.output
+    finally:
+        bouncer.stop()
+    assert "listening for new jobs" not in worker.output
+    assert (
+        "PGQUEUE['LISTEN_DATABASE'] ("
+        f"{shown(elsewhere)!r}) connects to database 'postgres', but the jobs of database "
+        f"'default' are in {connection.settings_dict['NAME']!r}"
+    ) in worker.output, worker.output
 
 
 def test_behind_a_session_pool_w002_is_answered_by_naming_the_pool_in_listen_database(

@@ -132,7 +132,8 @@ def _framework_tasks(module: str) -> list[str]:
     held = sys.modules.get(module)
     return [
         attribute
-        for attribute, value in (vars(held).items() if held is not None else ())
+        # A copy: another thread may be importing the module, adding names to it.
+        for attribute, value in (list(vars(held).items()) if held is not None else [])
         # Asked of the type first: a lazy object would evaluate itself if asked.
         if hasattr(type(value), "module_path")
         and registry.recognised(value)

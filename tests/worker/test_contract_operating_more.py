@@ -175,6 +175,9 @@ class Cut:
         ).geturl()
         self.cut = False
         self.sockets: list[socket.socket] = []
+        # A connection being opened as the relay is cut is cut too, not left working
+        # (its server side was opened after down() shut the others).
+        self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -183,11 +186,17 @@ class Cut:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            if self.cut:
-                client.close()
-                continue
-            server = socket.create_connection(self.target)
-            self.sockets += [client, server]
+            try:
+                server = None if self.cut else socket.create_connection(self.target)
+            except OSError:
+                server = None
+            with self._lock:
+                if server is None or self.cut:
+                    for end in (client, server):
+                        if end is not None:
+                            end.close()
+                    continue
+                self.sockets += [client, server]
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
@@ -204,8 +213,10 @@ class Cut:
                     end.shutdown(socket.SHUT_RDWR)
 
     def down(self) -> None:
-        self.cut = True
-        for end in self.sockets:
+        with self._lock:
+            self.cut = True
+            ends = list(self.sockets)
+        for end in ends:
             with suppress(OSError):
                 end.shutdown(socket.SHUT_RDWR)
 

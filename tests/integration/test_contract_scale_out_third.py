@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import psycopg
 import pytest
@@ -231,14 +231,16 @@ def multi_host_forms(db_url: str) -> dict[str, str]:
     name = connection.settings_dict["NAME"]
     down, up = closed_port(), parts.port or 5432
     user = parts.username or "postgres"
+    # The embedded server asks for the password; the PostgreSQL 15 one trusts.
+    password = parts.password or ""
     return {
         "keywords": (
             f"host=127.0.0.1,127.0.0.1 port={down},{up} dbname={name} user={user} "
-            "target_session_attrs=read-write connect_timeout=3"
+            f"password={password!r} target_session_attrs=read-write connect_timeout=3"
         ),
         "url": (
-            f"postgres://{user}@127.0.0.1:{down},127.0.0.1:{up}/{name}"
-            "?target_session_attrs=read-write&connect_timeout=3"
+            f"postgres://{user}:{quote(password, safe='')}@127.0.0.1:{down},127.0.0.1:{up}/"
+            f"{name}?target_session_attrs=read-write&connect_timeout=3"
         ),
     }
 
@@ -554,7 +556,8 @@ def test_a_read_write_listen_database_that_finds_only_a_read_only_server_is_wait
     parts = urlsplit(db_url)
     dsn = (
         f"host=127.0.0.1 port={parts.port or 5432} dbname={connection.settings_dict['NAME']} "
-        f"user={parts.username or 'postgres'} target_session_attrs=read-write "
+        f"user={parts.username or 'postgres'} password={parts.password or ''!r} "
+        "target_session_attrs=read-write "
         "options='-c default_transaction_read_only=on'"
     )
     env = pooled_env(bouncer, db_url, LISTEN_DATABASE=dsn)

@@ -113,6 +113,9 @@ def start_worker(db_url: str) -> Iterator[Callable[..., WorkerProcess]]:
     for worker in started:
         if worker.proc.poll() is None:
             worker.kill()
+        else:  # exited by itself, never waited for: its output pipe is closed here,
+            # not left to the garbage collector, whose ResourceWarning fails a later test
+            worker.wait(10)
 
 
 def django_command(

@@ -192,14 +192,15 @@ class Scheduler(ServiceThread):
                 )
             except schedules.TickBlocked:
                 if not plan.blocked:
+                    key = plan.job.unique_key
                     logger.warning(
                         "schedule %s: the tick at %s waited more than %s for a lock (another "
-                        "transaction holds the schedule's row, or a job with the unique key "
-                        "%r): it is tried again at the next look",
+                        "transaction holds the schedule's row%s): it is tried again at the "
+                        "next look",
                         plan.spec.name,
                         tick.isoformat(timespec="seconds"),
                         LOCK_WAIT,
-                        plan.job.unique_key,
+                        "" if key is None else f", or a job with the unique key {key!r}",
                     )
                 plan.blocked = True
                 return  # cursor and due as they were: retried at the next look

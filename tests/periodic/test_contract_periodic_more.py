@@ -410,7 +410,7 @@ def test_a_tick_waiting_on_an_uncommitted_unique_job_holds_up_no_other_schedule(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_tick_waits_for_the_schedules_row_no_longer_than_its_bound(
-    scheduler: Callable[..., Scheduler], db_url: str
+    scheduler: Callable[..., Scheduler], db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Another worker's tick statement holds the schedule's row (it waits on a key
     itself): this one gives up after the scheduler's bound, takes nothing, and
@@ -430,8 +430,13 @@ def test_a_tick_waits_for_the_schedules_row_no_longer_than_its_bound(
         waited = time.monotonic() - began
         # Given up at its bound, well before a minute: the look goes on.
         assert 0.4 < waited < 5, waited
-        s._enqueue_due(plan, tick + dt.timedelta(seconds=0.1))  # the scheduler's look
+        with caplog.at_level(logging.WARNING, logger="django_pgqueue"):
+            s._enqueue_due(plan, tick + dt.timedelta(seconds=0.1))  # the scheduler's look
         assert (plan.blocked, plan.cursor < tick) == (True, True)
+        # The schedule has no unique key: the warning names only the row.
+        (warning,) = [r.getMessage() for r in caplog.records if "waited more" in r.getMessage()]
+        assert "another transaction holds the schedule's row)" in warning, warning
+        assert "unique key" not in warning, warning
         assert ticks("minutely") == []
     s._enqueue_due(plan, tick + dt.timedelta(seconds=1.1))  # its next look
     assert ticks("minutely") == [tick]

@@ -33,7 +33,12 @@ from tests.periodic.test_contract_periodic import ELSEWHERE
 from tests.worker.conftest import WorkerProcess, wait_for
 from tests.worker.conftest import start_worker as start_worker  # the fixture
 from tests.worker.inprocess import worker_thread
-from tests.worker.test_periodic import periodic_env, ticks
+from tests.worker.test_periodic import (
+    assert_each_second_once,
+    kill_the_latest_enqueuer,
+    periodic_env,
+    ticks,
+)
 
 UTC = dt.UTC
 PARIS = zoneinfo.ZoneInfo("Europe/Paris")
@@ -332,21 +337,12 @@ def test_two_runworkers_on_a_six_field_cron_take_each_tick_once_the_enqueuer_kil
     for worker in workers:
         worker.wait_for_output("listening")
     wait_for(lambda: len(ticks("each")) >= 4, 30, "4 ticks")
-    latest = Job.objects.filter(schedule="each").order_by("-run_at").first()
-    assert latest is not None
-    said = f"enqueued job {latest.id} "
-    wait_for(lambda: any(said in w.output for w in workers), 10, f"the line {said!r}")
-    (taker,) = [w for w in workers if said in w.output]
-    taker.signal(signal.SIGKILL)
-    taker.wait(10)
-    (survivor,) = [w for w in workers if w is not taker]
-    seen = len(ticks("each"))
+    (survivor,), seen = kill_the_latest_enqueuer(workers, "each")
     wait_for(lambda: len(ticks("each")) >= seen + 4, 30, "4 more ticks")
     survivor.signal(signal.SIGTERM)
     assert survivor.wait(30) == 0, survivor.output
     found = ticks("each")
-    assert found == [found[0] + dt.timedelta(seconds=n) for n in range(len(found))]
-    assert all(t.microsecond == 0 for t in found)
+    assert_each_second_once(found)
     row = Schedule.objects.get(pk="each")
     assert (row.ticks, row.last_tick, row.expression) == (len(found), found[-1], "* * * * * *")
 

@@ -31,6 +31,29 @@ def ticks(name: str) -> list[dt.datetime]:
     )
 
 
+def kill_the_latest_enqueuer(
+    workers: list[WorkerProcess], name: str
+) -> tuple[list[WorkerProcess], int]:
+    """SIGKILL the worker that enqueued schedule ``name``'s latest tick: (the
+    survivors, the ticks enqueued by then)."""
+    latest = Job.objects.filter(schedule=name).order_by("-run_at").first()
+    assert latest is not None
+    # Its log line follows the commit that made the row: wait for it.
+    said = f"enqueued job {latest.id} "
+    wait_for(lambda: any(said in w.output for w in workers), 10, f"the line {said!r}")
+    (taker,) = [w for w in workers if said in w.output]
+    taker.signal(signal.SIGKILL)
+    taker.wait(10)
+    return [w for w in workers if w is not taker], len(ticks(name))
+
+
+def assert_each_second_once(found: list[dt.datetime]) -> None:
+    """One job per tick, consecutive whole seconds from the first to the last: no
+    tick twice, none skipped (a tick's job has the tick as its run_at)."""
+    assert found == [found[0] + dt.timedelta(seconds=n) for n in range(len(found))]
+    assert all(t.microsecond == 0 for t in found)
+
+
 def test_three_workers_enqueue_each_tick_of_an_every_second_schedule_once(
     start_worker: Start,
 ) -> None:
@@ -43,16 +66,7 @@ def test_three_workers_enqueue_each_tick_of_an_every_second_schedule_once(
     wait_for(lambda: len(ticks("ping")) >= 5, 30, "5 ticks")
     # The worker that enqueued the latest tick dies: the others go on, and no
     # tick is lost or doubled.
-    latest = Job.objects.filter(schedule="ping").order_by("-run_at").first()
-    assert latest is not None
-    # Its log line follows the commit that made the row: wait for it.
-    said = f"enqueued job {latest.id} "
-    wait_for(lambda: any(said in w.output for w in workers), 10, f"the line {said!r}")
-    (taker,) = [w for w in workers if said in w.output]
-    taker.signal(signal.SIGKILL)
-    taker.wait(10)
-    seen = len(ticks("ping"))
-    survivors = [w for w in workers if w is not taker]
+    survivors, seen = kill_the_latest_enqueuer(workers, "ping")
     wait_for(lambda: len(ticks("ping")) >= seen + 5, 30, "5 more ticks")
     for worker in survivors:
         worker.signal(signal.SIGTERM)
@@ -60,11 +74,7 @@ def test_three_workers_enqueue_each_tick_of_an_every_second_schedule_once(
         assert worker.wait(30) == 0, worker.output
     enqueued = ticks("ping")
     assert len(enqueued) >= 10
-    # One job per tick, consecutive seconds from the first to the last: no tick
-    # twice, none skipped (a tick's job has the tick as its run_at).
-    first = enqueued[0]
-    assert enqueued == [first + dt.timedelta(seconds=n) for n in range(len(enqueued))]
-    assert all(t.microsecond == 0 for t in enqueued)
+    assert_each_second_once(enqueued)
     # A survivor took the ticks after the kill: no leader to elect, any worker can.
     assert any("schedule ping: enqueued job" in w.output for w in survivors)
     row = Schedule.objects.get(pk="ping")

@@ -1,0 +1,195 @@
+"""Trust boundaries: what a job row (anyone who can write the table can write one)
+can make the admin show, and who may change jobs through it."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.contrib.admin.utils import quote
+from django.contrib.auth.models import Permission, User
+from django.contrib.contenttypes.models import ContentType
+from django.test import Client
+from django.utils import timezone
+
+from django_pgqueue.models import Job, Queue, RegisteredWorker, Schedule
+from tests.testapp.tasks import add
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+JOBS = "/admin/django_pgqueue/job/"
+WORKERS = "/admin/django_pgqueue/registeredworker/"
+SCHEDULES = "/admin/django_pgqueue/schedule/"
+
+#: Markup that would run if a page wrote it unescaped, in a text and in an attribute.
+SCRIPT = '<script>alert("pgq")</script>'
+IMG = '"><img src=x onerror=alert(1)>'
+HOSTILE = SCRIPT + IMG
+#: What either leaves behind when written as markup.
+RAW = ("<script>alert(", "<img src=x")
+
+
+def assert_escaped(client: Client, url: str) -> str:
+    response = client.get(url)
+    assert response.status_code == 200, url
+    html = response.content.decode()
+    for raw in RAW:
+        assert raw not in html, f"{url} writes {raw!r} unescaped"
+    return html
+
+
+def plant(**hostile: object) -> Job:
+    """A job row whose texts and JSON carry markup, written as a hand would."""
+    job = add.enqueue(1, 2)
+    pk = int(job.id)
+    Job.objects.filter(pk=pk).update(**hostile)
+    return Job.objects.get(pk=pk)
+
+
+def staff(name: str, *codenames: str) -> Client:
+    user = User.objects.create_user(name, password="pw", is_staff=True)
+    for codename in codenames:
+        model = Schedule if codename.endswith("_schedule") else Job
+        user.user_permissions.add(
+            Permission.objects.get(
+                codename=codename, content_type=ContentType.objects.get_for_model(model)
+            )
+        )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+# -- escaping ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def hostile_rows() -> tuple[Job, Job]:
+    """A dead job and a running one whose every user-controlled value carries markup."""
+    now = timezone.now()
+    entry = {
+        "attempt": HOSTILE,
+        "time": HOSTILE,
+        "exception": HOSTILE,
+        "message": HOSTILE,
+        "traceback": HOSTILE,
+    }
+    dead = plant(
+        task=f"tests.testapp.tasks.{HOSTILE}",
+        queue="default",
+        status="dead",
+        attempts=1,
+        done_at=now,
+        args=[HOSTILE, {HOSTILE: HOSTILE}],
+        kwargs={HOSTILE: [HOSTILE]},
+        result={HOSTILE: HOSTILE},
+        last_error=HOSTILE,
+        errors=[entry],
+        error_count=1,
+        worker_ids=[HOSTILE],
+        locked_by=HOSTILE,
+        unique_key=HOSTILE,
+        concurrency_key=HOSTILE,
+        schedule=HOSTILE,
+        cancel_reason=HOSTILE,
+        cancel_requested_at=now,
+    )
+    RegisteredWorker.objects.create(
+        id=HOSTILE,
+        hostname=HOSTILE,
+        pid=1,
+        queues=[HOSTILE],
+        concurrency=1,
+        version=HOSTILE[:64],
+        last_seen=now,
+        alive_until=now + dt.timedelta(seconds=30),
+        schedule_names=[HOSTILE],
+    )
+    running = plant(
+        task=HOSTILE,
+        status="running",
+        attempts=1,
+        started_at=now,
+        attempted_at=now,
+        locked_by=HOSTILE,
+        locked_until=now + dt.timedelta(seconds=60),
+    )
+    return dead, running
+
+
+def test_the_job_list_and_pages_escape_every_value_a_row_carries(
+    hostile_rows: tuple[Job, Job], admin_client: Client
+) -> None:
+    dead, running = hostile_rows
+    html = assert_escaped(admin_client, JOBS)
+    assert "&lt;script&gt;alert(&quot;pgq&quot;)&lt;/script&gt;" in html  # shown, as text
+    assert_escaped(admin_client, f"{JOBS}?q=%3Cscript%3E&worker=%3Cscript%3E")
+    assert_escaped(admin_client, f"{JOBS}?schedule=%3Cscript%3E")
+    page = assert_escaped(admin_client, f"{JOBS}{dead.pk}/change/")
+    # Every place of the page showed it: task, keys, args, kwargs, result, errors, ...
+    assert page.count("&lt;img src=x onerror=alert(1)&gt;") >= 10
+    assert_escaped(admin_client, f"{JOBS}{running.pk}/change/")
+
+
+def test_the_worker_and_schedule_pages_escape_what_a_row_carries(
+    hostile_rows: tuple[Job, Job], admin_client: Client
+) -> None:
+    Schedule.objects.create(name=HOSTILE[:64], task=HOSTILE, expression=HOSTILE, timezone="UTC")
+    assert_escaped(admin_client, WORKERS)
+    worker = RegisteredWorker.objects.get()
+    assert_escaped(admin_client, f"{WORKERS}{quote(worker.pk)}/change/")
+    assert_escaped(admin_client, SCHEDULES)
+    assert_escaped(admin_client, f"{SCHEDULES}{quote(HOSTILE[:64])}/change/")
+
+
+# -- permissions and CSRF ---------------------------------------------------------------
+
+
+def test_a_view_only_user_cannot_retry_cancel_delete_or_pause() -> None:
+    dead = plant(status="dead", attempts=3, done_at=timezone.now())
+    queued = add.enqueue(3, 4)
+    viewer = staff("viewer", "view_job", "view_schedule")
+    for url in (f"{JOBS}{dead.pk}/retry/", f"{JOBS}{queued.id}/cancel/"):
+        assert viewer.post(url).status_code == 403, url
+    for action in ("retry_jobs", "cancel_jobs", "delete_finished_jobs", "delete_selected"):
+        response = viewer.post(
+            JOBS,
+            {"action": action, "_selected_action": [str(dead.pk), str(queued.id)], "index": "0"},
+        )
+        # The changelist refuses an action the user does not have as "no action".
+        assert response.status_code in (200, 302), action
+    assert viewer.post(f"{JOBS}{dead.pk}/delete/").status_code == 403
+    assert viewer.post(f"{JOBS}queues/default/pause/").status_code == 403
+    assert not Queue.objects.filter(paused_at__isnull=False).exists()
+    assert Job.objects.get(pk=dead.pk).status == "dead"
+    assert Job.objects.get(pk=int(queued.id)).status == "queued"
+
+
+def test_state_changes_need_a_post_with_the_csrf_token() -> None:
+    dead = plant(status="dead", attempts=3, done_at=timezone.now())
+    User.objects.create_superuser("root", password="pw")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(User.objects.get(username="root"))
+    for url in (
+        f"{JOBS}{dead.pk}/retry/",
+        f"{JOBS}{dead.pk}/cancel/",
+        f"{JOBS}queues/default/pause/",
+    ):
+        assert client.get(url).status_code == 405, url
+        assert client.post(url).status_code == 403, url  # no token
+    refused = client.post(
+        JOBS, {"action": "retry_jobs", "_selected_action": [str(dead.pk)], "index": "0"}
+    )
+    assert refused.status_code == 403
+    assert Job.objects.get(pk=dead.pk).status == "dead"
+    assert not Queue.objects.filter(paused_at__isnull=False).exists()
+
+
+def test_the_custom_urls_send_an_anonymous_user_to_the_login_page() -> None:
+    dead = plant(status="dead", attempts=3, done_at=timezone.now())
+    anonymous = Client()
+    for url in (f"{JOBS}{dead.pk}/retry/", f"{JOBS}queues/default/pause/"):
+        response = anonymous.post(url)
+        assert response.status_code == 302, url
+        assert response["Location"].startswith("/admin/login/"), url
+    assert Job.objects.get(pk=dead.pk).status == "dead"

@@ -103,28 +103,34 @@ def _shown(note: str, text: str) -> SafeString:
     return format_html('<p>{}</p><pre class="pgqueue-pre">{}</pre>', note, shown)
 
 
-def error_history(errors: list[dict[str, Any]] | None) -> SafeString:
-    """Every recorded failure, oldest first, each with its traceback."""
+def error_history(errors: list[Any] | None) -> SafeString:
+    """Every recorded failure, oldest first, each with its traceback. An entry that is
+    not an object (a row written by hand) is shown as its JSON: raising on it, the
+    read-only field would show "-" for the whole history."""
     if not errors:
         return format_html("<p>{}</p>", "No errors recorded.")
-    return format_html_join(
-        "",
+    return format_html_join("", "{}", ((_entry(entry),) for entry in errors))
+
+
+def _entry(entry: Any) -> SafeString:
+    if not isinstance(entry, dict):
+        return format_html(
+            '<div class="pgqueue-error"><p>{}</p>{}</div>',
+            "not an error entry:",
+            pretty_json(entry),
+        )
+    at = entry.get("time", entry.get("at"))  # "at" before 0013
+    traceback = entry.get("traceback")
+    return format_html(
         '<div class="pgqueue-error"><p><strong>Attempt {}</strong> at {}: '
         "<code>{}: {}</code></p>{}</div>",
-        (
-            (
-                entry.get("attempt", "?"),
-                moment(entry.get("time", entry.get("at"))),  # "at" before 0013
-                entry.get("exception", "?"),
-                entry.get("message", ""),
-                format_html(
-                    '<pre class="pgqueue-pre pgqueue-traceback">{}</pre>', entry["traceback"]
-                )
-                if entry.get("traceback")
-                else "",
-            )
-            for entry in errors
-        ),
+        entry.get("attempt", "?"),
+        moment(at) if at is None or isinstance(at, str) else at,  # a time written by hand
+        entry.get("exception", "?"),
+        entry.get("message", ""),
+        format_html('<pre class="pgqueue-pre pgqueue-traceback">{}</pre>', traceback)
+        if traceback
+        else "",
     )
 
 

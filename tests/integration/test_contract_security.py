@@ -142,6 +142,22 @@ def test_the_worker_and_schedule_pages_escape_what_a_row_carries(
     assert_escaped(admin_client, f"{SCHEDULES}{quote(HOSTILE[:64])}/change/")
 
 
+def test_a_hand_written_error_entry_that_is_not_an_object_hides_no_other_entry(
+    admin_client: Client,
+) -> None:
+    # Django's read-only field shows "-" for a field that raises AttributeError: one
+    # such entry hid the whole history, the well-formed entries with it.
+    real = {"attempt": 1, "exception": "ValueError", "message": "the real one", "traceback": ""}
+    odd_time = {"attempt": 2, "time": 5, "exception": "KeyError", "message": "odd time"}
+    errors = [real, HOSTILE, 7, None, odd_time]
+    job = plant(status="dead", errors=errors, error_count=5, last_error="x")
+    html = assert_escaped(admin_client, f"{JOBS}{job.pk}/change/")
+    assert "<code>ValueError: the real one</code>" in html
+    assert "&lt;script&gt;alert(\\&quot;pgq\\&quot;)&lt;/script&gt;" in html  # as JSON
+    assert html.count("not an error entry") == 3
+    assert "<strong>Attempt 2</strong> at 5: <code>KeyError: odd time</code>" in html
+
+
 # -- permissions and CSRF ---------------------------------------------------------------
 
 

@@ -1,0 +1,66 @@
+"""The worker's metrics port as something any local process (or, with
+``--metrics-addr 0.0.0.0``, anyone on the network) can connect to: idle and
+half-sent requests, oversized headers, and what a scrape shows of the jobs."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from django_pgqueue.models import Job
+from tests.testapp.tasks import mark
+from tests.worker.conftest import wait_for
+from tests.worker.test_exporter import exported, fetch
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def connect(base: str) -> socket.socket:
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def test_idle_and_half_sent_connections_do_not_hold_up_a_scrape() -> None:
+    with exported(poll_interval=0.1) as (_running, _exporter, base):
+        idle = [connect(base) for _ in range(3)]
+        half = connect(base)
+        half.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finished
+        try:
+            for path in ("/metrics", "/healthz"):
+                started = time.monotonic()
+                status, _ = fetch(f"{base}{path}")
+                assert status == 200, path
+                assert time.monotonic() - started < 3, path
+        finally:
+            for conn in (*idle, half):
+                conn.close()
+
+
+def test_oversized_headers_are_refused_and_the_server_keeps_serving() -> None:
+    with exported(poll_interval=0.1) as (_running, _exporter, base):
+        many = connect(base)
+        many.sendall(
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+            + b"".join(b"X-%d: y\r\n" % i for i in range(200))
+            + b"\r\n"
+        )
+        assert many.recv(64).startswith(b"HTTP/1.0 431")
+        many.close()
+        long_line = connect(base)
+        long_line.sendall(b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n")
+        assert long_line.recv(64).startswith(b"HTTP/1.0 414")
+        long_line.close()
+        assert fetch(f"{base}/healthz")[0] == 200
+
+
+def test_a_scrape_shows_no_job_arguments_or_results() -> None:
+    with exported(poll_interval=0.1) as (_running, _exporter, base):
+        job = mark.enqueue("pgq-secret-argument")
+        wait_for(lambda: Job.objects.filter(pk=int(job.id), status="done").exists(), 20, "the job")
+        status, text = fetch(f"{base}/metrics")
+        assert status == 200
+        assert "tests.testapp.tasks.mark" in text  # the task is named, as a label
+        assert "pgq-secret-argument" not in text
+        assert "pgq-secret-argument" not in fetch(f"{base}/healthz")[1]

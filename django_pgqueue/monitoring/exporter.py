@@ -10,6 +10,7 @@ heartbeat thread go round, 503 when either is stuck. Imported only with a port.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
@@ -38,6 +39,10 @@ logger = logging.getLogger("django_pgqueue")
 
 #: Seconds a scrape waits for its read of the pause table before it serves the last.
 PAUSES_WAIT = 1.0
+#: Seconds a connection may wait between two reads of its request, or two writes of
+#: the response, before the server closes it: each connection holds a thread, and
+#: the connections a client opened and forgot must not hold theirs for ever.
+IDLE_TIMEOUT = 10.0
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -95,6 +100,16 @@ class _Server6(_Server):
 
 
 class _QuietHandler(WSGIRequestHandler):
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(IDLE_TIMEOUT)  # read here, so that a test can shorten it
+
+    def handle(self) -> None:
+        # A client that went quiet or away is no error of ours: the connection is
+        # closed without the traceback socketserver would print.
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            super().handle()
+
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes every few seconds are not worth a log line each."""
 

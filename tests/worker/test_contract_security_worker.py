@@ -10,6 +10,7 @@ import time
 import pytest
 
 from django_pgqueue.models import Job
+from django_pgqueue.monitoring import exporter
 from tests.testapp.tasks import mark
 from tests.worker.conftest import wait_for
 from tests.worker.test_exporter import exported, fetch
@@ -64,3 +65,27 @@ def test_a_scrape_shows_no_job_arguments_or_results() -> None:
         assert "tests.testapp.tasks.mark" in text  # the task is named, as a label
         assert "pgq-secret-argument" not in text
         assert "pgq-secret-argument" not in fetch(f"{base}/healthz")[1]
+
+
+def test_an_idle_connection_is_closed_after_the_idle_timeout(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Each connection holds a thread of the server: never closed, the idle
+    # connections of a client that opens and forgets them pile up threads for ever.
+    monkeypatch.setattr(exporter, "IDLE_TIMEOUT", 0.5, raising=False)
+    with exported(poll_interval=0.1) as (_running, _exporter, base):
+        idle = [connect(base) for _ in range(5)]
+        half = connect(base)
+        half.sendall(b"GET /metrics HTTP/1.1\r\n")
+        started = time.monotonic()
+        for conn in (*idle, half):
+            conn.settimeout(5)
+            try:
+                assert conn.recv(1) == b"", "the server wrote to an idle connection"
+            except TimeoutError:
+                pytest.fail("the server kept an idle connection open for 5 s")
+            finally:
+                conn.close()
+        assert 0.4 < time.monotonic() - started < 3
+        assert fetch(f"{base}/healthz")[0] == 200
+    assert "Traceback" not in capfd.readouterr().err

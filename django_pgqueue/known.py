@@ -38,6 +38,10 @@ def find_or_refuse(path: str) -> Any | None:
     module = path.rpartition(".")[0]
     try:
         spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError as exc:
+        if not _missing_on_the_path(exc, module):
+            return None  # what a package above it imports is missing: the workers' to say
+        spec = None  # the module, or a package above it, is not there (nor a package)
     except Exception:  # a package above it fails to import: the workers' to say
         return None
     if spec is None:
@@ -50,6 +54,12 @@ def find_or_refuse(path: str) -> Any | None:
         return None
     except Exception:  # the import failed here: the workers' to say
         return None
+
+
+def _missing_on_the_path(exc: ModuleNotFoundError, module: str) -> bool:
+    """Whether ``exc`` says that ``module`` itself, or a package above it, does not
+    exist (or is a module, which holds no submodule): not that a dependency is."""
+    return exc.name is not None and (exc.name == module or module.startswith(exc.name + "."))
 
 
 #: What a worker runs, said where a path names something else.

@@ -4,6 +4,7 @@ can make the admin show, and who may change jobs through it."""
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 
 import pytest
 from django.contrib.admin.utils import quote
@@ -12,7 +13,11 @@ from django.contrib.contenttypes.models import ContentType
 from django.test import Client
 from django.utils import timezone
 
+from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.models import Job, Queue, RegisteredWorker, Schedule
+from django_pgqueue.records import Failure
+from django_pgqueue.worker.executor import execute
+from tests.conftest import run_counts
 from tests.testapp.tasks import add
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -209,3 +214,42 @@ def test_the_custom_urls_send_an_anonymous_user_to_the_login_page() -> None:
         assert response.status_code == 302, url
         assert response["Location"].startswith("/admin/login/"), url
     assert Job.objects.get(pk=dead.pk).status == "dead"
+
+
+# -- the registry ------------------------------------------------------------------------
+
+#: Paths a row could name to reach code no one declared a task: a plain function of an
+#: installed app's tasks module (it records a run, so a call would show), the shell,
+#: builtins, a module reached through another's attribute, and the decorator itself.
+NOT_TASKS = (
+    "tests.testapp.tasks.record",
+    "os.system",
+    "builtins.eval",
+    "tests.testapp.tasks.os.system",
+    "tests.testapp.tasks.record.__globals__",
+    "tests.testapp.nothere.tasks.send",
+    "django_pgqueue.task",
+    "subprocess.run",
+)
+
+
+@pytest.mark.parametrize("path", NOT_TASKS)
+def test_enqueue_refuses_a_path_that_names_no_task(path: str) -> None:
+    # A module under one that is not a package, or under a package that does not
+    # exist, was taken for a module failing to import here, and left to the workers.
+    with pytest.raises(InvalidJob, match=r"is not a|there is no module|not in an installed"):
+        Job.objects.enqueue(path, ["pgq-pwned"])
+    assert not Job.objects.exists()
+
+
+def test_a_planted_row_naming_no_task_is_buried_without_calling_anything() -> None:
+    ids = [plant(task=path, args=["pgq-pwned"]).pk for path in NOT_TASKS]
+    claimed = Job.objects.claim("w", limit=len(ids))
+    assert sorted(job.id for job in claimed) == sorted(ids)
+    outcomes = [execute(job) for job in claimed]
+    assert all(isinstance(outcome, Failure) for outcome in outcomes)
+    Job.objects.fail("w", outcomes)
+    assert run_counts("pgq-pwned") == Counter()
+    for job in Job.objects.filter(pk__in=ids):
+        assert job.status == "dead", job.task
+        assert job.last_error.startswith("django_pgqueue.exceptions.UnknownTask: "), job.last_error

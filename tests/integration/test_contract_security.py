@@ -247,8 +247,9 @@ def test_a_planted_row_naming_no_task_is_buried_without_calling_anything() -> No
     claimed = Job.objects.claim("w", limit=len(ids))
     assert sorted(job.id for job in claimed) == sorted(ids)
     outcomes = [execute(job) for job in claimed]
-    assert all(isinstance(outcome, Failure) for outcome in outcomes)
-    Job.objects.fail("w", outcomes)
+    failures = [outcome for outcome in outcomes if isinstance(outcome, Failure)]
+    assert len(failures) == len(outcomes)
+    Job.objects.fail("w", failures)
     assert run_counts("pgq-pwned") == Counter()
     for job in Job.objects.filter(pk__in=ids):
         assert job.status == "dead", job.task

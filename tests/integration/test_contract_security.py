@@ -180,6 +180,12 @@ def test_a_view_only_user_cannot_retry_cancel_delete_or_pause() -> None:
         # The changelist refuses an action the user does not have as "no action".
         assert response.status_code in (200, 302), action
     assert viewer.post(f"{JOBS}{dead.pk}/delete/").status_code == 403
+    Schedule.objects.create(name="nightly", task="tests.testapp.tasks.noop", expression="@daily")
+    viewer.post(SCHEDULES, {"action": "disable_schedules", "_selected_action": ["nightly"]})
+    assert Schedule.objects.get(pk="nightly").enabled
+    toggler = staff("toggler", "view_schedule", "toggle_schedule")  # the same post, allowed
+    toggler.post(SCHEDULES, {"action": "disable_schedules", "_selected_action": ["nightly"]})
+    assert not Schedule.objects.get(pk="nightly").enabled
     assert viewer.post(f"{JOBS}queues/default/pause/").status_code == 403
     assert not Queue.objects.filter(paused_at__isnull=False).exists()
     assert Job.objects.get(pk=dead.pk).status == "dead"

@@ -6,11 +6,8 @@ takes ``max_attempts``, ``unique_key``, ``concurrency_key``, ``backoff``,
 ``retry_on`` and ``discard_on`` beside Django's four. :func:`options` sets the
 same on any Task, whatever its backend class.
 
-``retry_on`` and ``discard_on`` are the retry policy. Each job keeps its own on
-its row, as the exceptions' class paths, so the worker applies what the enqueue
-asked for (set with the task for all its jobs, ``charge = options(charge,
-retry_on=(Timeout,))`` in its module, or per enqueue) and never imports anything
-a row names.
+``retry_on`` and ``discard_on`` are the retry policy, kept on each job's row (as
+class paths) so that the worker never imports anything a row names.
 """
 
 from __future__ import annotations
@@ -66,13 +63,10 @@ def backend_named(alias: str) -> BaseTaskBackend:
     """``task_backends[alias]``; a pgqueue backend is kept per thread until ``TASKS``
     changes.
 
-    Django's handler keeps its backends behind an asgiref ``Local``, which costs
-    a few microseconds a lookup, and a task's every enqueue and a worker's every
-    run look theirs up. The ``Local`` may give each async context its own
-    instance; a pgqueue backend keeps no state of its own (its options are read
-    when used), so one per thread serves them all. Any other backend is looked
-    up Django's way every time: it may keep state per instance, as the dummy
-    backend keeps its results.
+    Django's handler keeps its backends behind an asgiref ``Local`` (a few
+    microseconds a lookup, on every enqueue and run); a pgqueue backend keeps no
+    state of its own, so one per thread serves them all. Any other backend is
+    looked up Django's way: it may keep state (the dummy backend's results).
     """
     kept = _thread_backends
     if kept.generation != _generation:
@@ -102,8 +96,7 @@ class PgQueueTask(_TaskBase):
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> PgQueueTask:
-        # Django's @task passes its unknown keywords here: name them, with the fix,
-        # where the task is declared (a bare dataclass TypeError would not).
+        # Django's @task passes its unknown keywords here: name them where it is declared.
         if not kwargs.keys() <= _FIELDS:
             raise TypeError(_unknown_declared(kwargs.keys() - _FIELDS))
         # object's: slots=True makes a new class, which super() here would not see.
@@ -112,13 +105,20 @@ class PgQueueTask(_TaskBase):
     max_attempts: int | None = dataclasses.field(default=None, compare=False)
     unique_key: str | None = dataclasses.field(default=None, compare=False)
     concurrency_key: str | None = dataclasses.field(default=None, compare=False)
-    #: Seconds before the first retry, doubling after each (default: OPTIONS["BACKOFF"],
-    #: else PGQUEUE["BACKOFF_BASE"]).
+    #: Seconds before the first retry, doubling (default: OPTIONS["BACKOFF"], BACKOFF_BASE).
     backoff: float | None = dataclasses.field(default=None, compare=False)
     #: Only these exceptions are retried (None: every exception).
     retry_on: Classes | None = dataclasses.field(default=None, compare=False)
     #: These bury the job at once (they win over retry_on).
     discard_on: Classes = dataclasses.field(default=(), compare=False)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Never:
+        # Django's Task is not callable; the direct API's is (tasks.md): say what to do.
+        raise TypeError(
+            f"{self.module_path} is a django.tasks Task, which is not called directly: run "
+            "it here with .call(...) (as in a unit test of its body), or queue it with "
+            ".enqueue(...)"
+        )
 
     def get_backend(self) -> BaseTaskBackend:
         """The backend this task is enqueued on (``enqueue()`` asks on every call)."""

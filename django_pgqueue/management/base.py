@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import difflib
 import math
 import sys
 import types
@@ -46,6 +47,13 @@ def _one_line_error(parser: CommandParser, message: str) -> NoReturn:
         message += (
             " (queues are given with --queues, several as one comma-separated list: --queues a,b)"
         )
+    elif extras != message:  # a misspelt flag (--brust): name the one meant
+        flags = [flag for flag in parser._option_string_actions if flag.startswith("--")]
+        for word in extras.split():
+            meant = difflib.get_close_matches(word.partition("=")[0], flags, n=1, cutoff=0.85)
+            if word.startswith("--") and meant:
+                message += f" (did you mean {meant[0]}?)"
+                break
     raise usage_error(parser.prog.split()[-1], message)
 
 

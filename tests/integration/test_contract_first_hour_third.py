@@ -16,6 +16,7 @@ import pytest
 
 from django_pgqueue.models import Job
 from tests.testapp import djtasks
+from tests.worker.conftest import django_command
 
 pytestmark = pytest.mark.django_db
 
@@ -38,3 +39,37 @@ def test_calling_a_tasks_framework_task_says_to_use_call_or_enqueue() -> None:
     )
     assert djtasks.echo.call(1, k="v") == {"args": (1,), "kwargs": {"k": "v"}}
     assert Job.objects.count() == 0
+
+
+# -- a typo in a runworker flag ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("--concurency=2", "--concurrency"),
+        ("--brust", "--burst"),
+        ("--job-timout", "--job-timeout"),
+        ("--nolisten", "--no-listen"),
+    ],
+)
+def test_a_misspelt_runworker_flag_names_the_one_meant(db_url: str, typed: str, meant: str) -> None:
+    """argparse said "unrecognized arguments: --brust" and no more."""
+    done = django_command(db_url, "runworker", typed)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"CommandError: runworker: unrecognized arguments: {typed} (did you mean {meant}?)\n"
+    )
+
+
+def test_every_command_names_the_flag_meant_and_guesses_no_further(db_url: str) -> None:
+    done = django_command(db_url, "prunejobs", "--older-than", "7d", "--dryrun")
+    assert (done.returncode, done.stderr) == (
+        2,
+        "CommandError: prunejobs: unrecognized arguments: --dryrun (did you mean --dry-run?)\n",
+    )
+    done = django_command(db_url, "runworker", "--debug")  # like no flag of runworker's
+    assert (done.returncode, done.stderr) == (
+        2,
+        "CommandError: runworker: unrecognized arguments: --debug\n",
+    )

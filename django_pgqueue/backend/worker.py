@@ -192,11 +192,17 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
         # class normalize_json raised (TypeError; ValueError for bytes that are not
         # UTF-8), its words after ours, which name the part.
         refusal = exc if django_says is None else _as_django_says(exc, django_says)
+    else:
+        object.__setattr__(result, "_return_value", value)
+        _finished(backend, result, None)
+        return Encoded(encoded)  # checked and encoded once: the executor stores the text
+    trace = refusal.__traceback__
+    try:  # handled while task_finished is sent: Django's log line prints the refusal
+        raise refusal  # (its words too), and the console does not print it twice
+    except (TypeError, ValueError):
+        refusal.__traceback__ = trace  # none when nothing raised it
         _finished(backend, result, refusal)
-        return Refused(refusal)
-    object.__setattr__(result, "_return_value", value)
-    _finished(backend, result, None)
-    return Encoded(encoded)  # checked and encoded once: the executor stores the text
+    return Refused(refusal)
 
 
 _TASK_CALL = Task.call

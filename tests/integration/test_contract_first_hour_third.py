@@ -10,13 +10,16 @@ lines of a task whose return value is not JSON.
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import pytest
 
 from django_pgqueue.models import Job
+from tests.conftest import status_counts
 from tests.testapp import djtasks
-from tests.worker.conftest import django_command
+from tests.worker.conftest import ROOT, django_command
 
 pytestmark = pytest.mark.django_db
 
@@ -73,3 +76,41 @@ def test_every_command_names_the_flag_meant_and_guesses_no_further(db_url: str) 
         2,
         "CommandError: runworker: unrecognized arguments: --debug\n",
     )
+
+
+# -- a return value that is not JSON, on the console --------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_non_json_return_value_is_printed_once_with_djangos_words(
+    db_url: str, tmp_path: Path
+) -> None:
+    """commands.md: the console prints a failed run's error once, under Django's
+    line, and the worker's line just after it without it. For a return value that is
+    not JSON, Django's line showed an error without Django's own words, and the
+    worker's line was followed by a second copy of the error, with them."""
+    (tmp_path / "fht_settings.py").write_text(
+        "from tests.settings import *  # noqa\nLOGGING = {}\n"
+    )
+    env = {
+        "DJANGO_SETTINGS_MODULE": "fht_settings",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+    }
+    bad = djtasks.complex_return_value.enqueue()
+    done = django_command(db_url, "runworker", "--burst", "--no-listen", env=env)
+    assert done.returncode == 0, done.stderr
+    assert status_counts() == {"dead": 1}
+    lines = done.stderr.splitlines()
+    errors = [n for n, line in enumerate(lines) if " ERROR " in line]
+    assert [lines[n].split(" ERROR ")[1].split(":")[0] for n in errors] == [
+        f"Task id={bad.id} path=tests.testapp.djtasks.complex_return_value state=FAILED",
+        f"job {bad.id} (tests.testapp.djtasks.complex_return_value) buried dead",
+    ]
+    django_line, ours = errors
+    between = lines[django_line + 1 : ours]
+    (error,) = [line for line in between if line.startswith("TypeError: ")]
+    assert error.startswith("TypeError: the return value is builtins.function ")
+    assert error.endswith("(Unsupported type: <class 'function'>)")  # Django's own words
+    assert STAMPED.match(lines[ours + 1]), done.stderr  # ours: no second copy after it
+    stored = Job.objects.get(pk=int(bad.id)).last_error
+    assert stored == error  # the line printed is the error stored

@@ -1,0 +1,275 @@
+"""The upgrade path as a user upgrading a live project meets it: rows written by
+the schema of each earlier migration keep their meaning after ``migrate``, every
+migration reverses to the same schema it came from, and no migration after the
+first version holds the job table locked for a scan."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from django_pgqueue.models import Job, RegisteredWorker, Schedule
+from tests.integration.migrating import migrate
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+APP = "django_pgqueue"
+
+
+def _names() -> list[str]:
+    executor = MigrationExecutor(connection)
+    nodes = [n for n in executor.loader.graph.forwards_plan(_latest()) if n[0] == APP]
+    return [name for _, name in nodes]
+
+
+def _latest() -> tuple[str, str]:
+    (leaf,) = MigrationExecutor(connection).loader.graph.leaf_nodes(APP)
+    return (str(leaf[0]), str(leaf[1]))
+
+
+NAMES = [
+    "0001_initial",
+    "0002_autovacuum",
+    "0003_job_permissions",
+    "0004_dead_index",
+    "0005_job_backoff",
+    "0006_lease_token_and_error_cap",
+    "0007_ready_by_queue_index",
+    "0008_job_control",
+    "0009_job_retry_policy",
+    "0010_observability",
+    "0011_schedule",
+    "0012_worker_schedules",
+    "0013_error_entry_time",
+    "0014_schedule_settings_enabled",
+    "0015_schedule_restarted_at",
+    "0016_json_column_defaults",
+    "0017_worker_schedule_names",
+    "0018_worker_lock_key",
+]
+
+
+def test_the_list_of_migrations_is_the_apps() -> None:
+    """The parametrized tests below cover every migration: a new one is added here."""
+    assert _names() == NAMES
+
+
+@pytest.fixture
+def back_to_latest() -> Iterator[None]:
+    yield
+    migrate(_latest())
+
+
+def _execute(
+    sql: str, params: list[str | int | float | None] | None = None
+) -> list[tuple[object, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall()) if cursor.description else []
+
+
+# Columns every version of pgqueue_job has (0001's), so the rows below can be
+# written at any migration. The JSON columns are given: before 0016 they have no
+# database default.
+PLANT = """
+INSERT INTO pgqueue_job (task, args, kwargs, status, attempts, max_attempts, run_at,
+                         locked_until, locked_by, started_at, attempted_at, done_at,
+                         last_error, errors, worker_ids)
+VALUES (%s, '[1]', '{}', %s, %s, 3, now() + make_interval(secs => %s),
+        CASE WHEN %s::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => %s) END,
+        CASE WHEN %s = 'running' THEN 'old-worker' END,
+        CASE WHEN %s > 0 THEN now() - interval '1 hour' END,
+        CASE WHEN %s > 0 THEN now() - interval '1 hour' END,
+        CASE WHEN %s IN ('done', 'dead') THEN now() - interval '1 hour' END,
+        %s, %s::jsonb, CASE WHEN %s > 0 THEN '["old-worker"]' ELSE '[]' END::jsonb)
+RETURNING id
+"""
+
+
+def _plant(
+    status: str,
+    *,
+    attempts: int = 0,
+    run_in: float = -60.0,
+    lease_in: float | None = None,
+    exception: str | None = None,
+) -> int:
+    errors = (
+        "[]"
+        if exception is None
+        else f'[{{"attempt": {attempts}, "at": "2026-01-01T00:00:00+00:00", '
+        f'"exception": "{exception}", "message": "why", "traceback": ""}}]'
+    )
+    last_error = "" if exception is None else f"{exception}: why"
+    ((job_id,),) = _execute(
+        PLANT,
+        [
+            "tests.testapp.tasks.add",
+            status,
+            attempts,
+            run_in,
+            lease_in,
+            lease_in,
+            status,
+            attempts,
+            attempts,
+            status,
+            last_error,
+            errors,
+            attempts,
+        ],
+    )
+    assert isinstance(job_id, int)
+    return job_id
+
+
+@pytest.mark.parametrize("start", NAMES[:-1])
+def test_rows_of_every_earlier_schema_keep_their_meaning(start: str, back_to_latest: None) -> None:
+    """Jobs in every status, workers and schedules written at ``start`` are claimed,
+    reaped, retried and pruned through the public API after ``migrate``."""
+    migrate((APP, start))
+    at = NAMES.index(start)
+    queued = _plant("queued")
+    later = _plant("queued", run_in=3600.0)
+    expired = _plant("running", attempts=1, lease_in=-60.0)
+    held = _plant("running", attempts=1, lease_in=3600.0)
+    done = _plant("done", attempts=1)
+    dead = _plant("dead", attempts=3, exception="ValueError")
+    # The first version's cancel buried the job with a "Cancelled" entry; from 0008
+    # on it is a status of its own.
+    cancelled = (
+        _plant("dead", attempts=1, exception="Cancelled")
+        if at < NAMES.index("0008_job_control")
+        else _plant("cancelled", attempts=1, exception="Cancelled")
+    )
+    if at >= NAMES.index("0010_observability"):
+        _execute(
+            "INSERT INTO pgqueue_worker (id, hostname, pid, queues, concurrency, version, "
+            "alive_until) VALUES ('old-worker', 'h', 1, NULL, 4, '0.1', "
+            "now() + interval '1 hour')"
+        )
+    if at >= NAMES.index("0011_schedule"):
+        _execute(
+            "INSERT INTO pgqueue_schedule (name, task, expression, timezone, last_tick, ticks) "
+            "VALUES ('nightly', 'tests.testapp.tasks.add', '0 3 * * *', 'UTC', "
+            "'2026-01-01 03:00+00', 5)"
+        )
+    migrate(_latest())
+
+    assert dict(Job.objects.values_list("id", "status")) == {
+        queued: "queued",
+        later: "queued",
+        expired: "running",
+        held: "running",
+        done: "done",
+        dead: "dead",
+        cancelled: "cancelled",
+    }
+    # A queued job is claimed, one scheduled later is not.
+    assert [job.id for job in Job.objects.claim("new-worker", limit=10)] == [queued]
+    # Dead and cancelled jobs are retried, and claimed at once.
+    assert sorted(Job.objects.retry([dead, cancelled])) == sorted([dead, cancelled])
+    claimed = Job.objects.claim("new-worker", limit=10)
+    assert sorted(job.id for job in claimed) == sorted([dead, cancelled])
+    assert all(job.run > 0 for job in claimed)
+    # The expired lease is reaped (back to queued: its attempt 1 of 3), the live one
+    # is left alone.
+    reaped = Job.objects.reap()
+    assert (reaped.returned, reaped.buried, reaped.cancelled) == (1, 0, 0)
+    assert [r.id for r in reaped.returned_jobs] == [expired]
+    assert Job.objects.get(pk=expired).status == "queued"
+    assert Job.objects.get(pk=held).status == "running"
+    # The done job is pruned; nothing else is finished.
+    assert Job.objects.prune(0) == 1
+    assert not Job.objects.filter(pk=done).exists()
+    if at >= NAMES.index("0010_observability"):
+        worker = RegisteredWorker.objects.get(pk="old-worker")
+        assert (worker.schedules, worker.schedule_names, worker.lock_key) == (True, [], None)
+    if at >= NAMES.index("0011_schedule"):
+        schedule = Schedule.objects.get(pk="nightly")
+        assert (schedule.last_tick, schedule.ticks, schedule.restarted_at) == (
+            dt.datetime(2026, 1, 1, 3, tzinfo=dt.UTC),
+            5,
+            None,
+        )
+        assert (schedule.enabled, schedule.settings_enabled) == (True, True)
+
+
+SCHEMA = """
+SELECT 'column', table_name || '.' || column_name,
+       concat_ws(' ', data_type, character_maximum_length, is_nullable, column_default)
+FROM information_schema.columns
+WHERE table_schema = current_schema() AND table_name LIKE 'pgqueue%%'
+UNION ALL
+SELECT 'index', indexname, indexdef FROM pg_indexes
+WHERE schemaname = current_schema() AND tablename LIKE 'pgqueue%%'
+UNION ALL
+SELECT 'constraint', c.conrelid::regclass || '.' || c.conname,
+       pg_get_constraintdef(c.oid) || CASE WHEN c.convalidated THEN '' ELSE ' NOT VALIDATED' END
+FROM pg_constraint AS c JOIN pg_class AS t ON t.oid = c.conrelid
+WHERE t.relname LIKE 'pgqueue%%' AND t.relnamespace = current_schema()::regnamespace
+UNION ALL
+SELECT 'table', relname, coalesce(array_to_string(reloptions, ','), '')
+FROM pg_class WHERE relname LIKE 'pgqueue%%' AND relkind = 'r'
+  AND relnamespace = current_schema()::regnamespace
+UNION ALL
+SELECT 'function', p.oid::regprocedure::text, pg_get_functiondef(p.oid)
+FROM pg_proc AS p WHERE p.proname LIKE 'pgqueue%%'
+  AND p.pronamespace = current_schema()::regnamespace
+"""
+
+
+def _schema() -> dict[tuple[str, str], str]:
+    return {(str(kind), str(name)): str(definition) for kind, name, definition in _execute(SCHEMA)}
+
+
+def _difference(
+    before: dict[tuple[str, str], str], after: dict[tuple[str, str], str]
+) -> dict[tuple[str, str], tuple[str | None, str | None]]:
+    return {
+        key: (before.get(key), after.get(key))
+        for key in before.keys() | after.keys()
+        if before.get(key) != after.get(key)
+    }
+
+
+def test_zero_removes_everything_and_forwards_again_rebuilds_the_same_schema(
+    back_to_latest: None,
+) -> None:
+    """``migrate django_pgqueue zero`` reverses every migration, on a table with rows,
+    and leaves none of the app's tables, functions or rows behind."""
+    latest = _schema()
+    assert ("table", "pgqueue_job") in latest
+    _plant("queued")
+    _plant("dead", attempts=3, exception="ValueError")
+    _plant("cancelled", attempts=1, exception="Cancelled")
+    call_command("migrate", APP, "zero", verbosity=0)
+    assert _schema() == {}
+    call_command("migrate", APP, verbosity=0)
+    assert _difference(latest, _schema()) == {}
+
+
+@pytest.mark.parametrize("name", NAMES[1:])
+def test_each_migration_reverses_to_the_schema_it_came_from(
+    name: str, back_to_latest: None
+) -> None:
+    """Back one step from ``name`` gives the schema forwards to the step before had,
+    and forwards again the schema ``name`` made, with rows in the table."""
+    before = NAMES[NAMES.index(name) - 1]
+    migrate((APP, before))
+    expected_before = _schema()
+    migrate((APP, name))
+    expected_after = _schema()
+    _plant("queued")
+    _plant("running", attempts=1, lease_in=60.0)
+    _plant("dead", attempts=3, exception="Cancelled")
+    migrate((APP, before))
+    assert _difference(expected_before, _schema()) == {}
+    migrate((APP, name))
+    assert _difference(expected_after, _schema()) == {}
+

@@ -6,6 +6,7 @@ first version holds the job table locked for a scan."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -273,3 +274,47 @@ def test_each_migration_reverses_to_the_schema_it_came_from(
     migrate((APP, name))
     assert _difference(expected_after, _schema()) == {}
 
+
+#: The first version's last migration: from here on, a migration runs on the job
+#: table of a live project, whose web processes enqueue while it runs.
+FIRST_VERSION = "0005_job_backoff"
+
+#: Statements that read every row of pgqueue_job, or write it again, under a lock
+#: that blocks enqueues and claims: a CHECK added valid (ACCESS EXCLUSIVE for the
+#: scan), an index built without CONCURRENTLY (SHARE), a column's type changed or a
+#: column added with a volatile default (a rewrite under ACCESS EXCLUSIVE).
+BLOCKING = (
+    re.compile(r"ADD CONSTRAINT \S+ CHECK (?!.*NOT VALID)", re.S),
+    re.compile(r"CREATE (UNIQUE )?INDEX (?!CONCURRENTLY)", re.S),
+    re.compile(r"ALTER COLUMN \S+ TYPE", re.S),
+    re.compile(r"ADD COLUMN .* DEFAULT .*\(", re.S),
+)
+
+
+def test_no_migration_after_the_first_version_blocks_enqueues_for_a_scan(
+    back_to_latest: None,
+) -> None:
+    """Upgrading a live project, each migration on pgqueue_job blocks its writers for
+    a moment only: a check constraint is added NOT VALID and validated in a
+    transaction of its own (VALIDATE takes SHARE UPDATE EXCLUSIVE, which lets
+    enqueues and claims through), indexes are built concurrently."""
+    migrate((APP, FIRST_VERSION))
+    statements: list[tuple[str, bool]] = []
+
+    def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        statements.append((sql, connection.in_atomic_block))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        migrate(_latest())
+    job_table = [
+        (sql, atomic)
+        for sql, atomic in statements
+        if re.search(r'(ALTER TABLE|ON) "?pgqueue_job"? ', sql)
+    ]
+    assert job_table  # the wrapper saw the migrations' statements
+    blocking = [sql for sql, _ in job_table if any(p.search(sql) for p in BLOCKING)]
+    assert blocking == []
+    # A VALIDATE inside the transaction that added the constraint would keep that
+    # ALTER TABLE's ACCESS EXCLUSIVE lock for the whole scan.
+    assert [sql for sql, atomic in job_table if "VALIDATE CONSTRAINT" in sql and atomic] == []

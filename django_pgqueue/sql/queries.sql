@@ -976,7 +976,13 @@ frequencies AS (
     FROM pg_stats AS s
     CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs)
         AS m (value, freq)
-    WHERE s.schemaname = current_schema() AND s.tablename = 'pgqueue_job'
+    -- The statistics of the table read above, in whichever schema of the search
+    -- path it is: current_schema() is the path's first schema, which may hold no
+    -- such table (tenant, public).
+    WHERE s.schemaname = (SELECT n.nspname FROM pg_class AS c
+                          JOIN pg_namespace AS n ON n.oid = c.relnamespace
+                          WHERE c.oid = 'pgqueue_job'::regclass)
+      AND s.tablename = 'pgqueue_job'
       AND s.attname IN ('queue', 'status') AND NOT (SELECT few FROM few_finished)
       AND EXISTS (SELECT 1 FROM due)
 ),

@@ -15,6 +15,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from django_pgqueue.models import Job, RegisteredWorker, Schedule
+from django_pgqueue.queue import gauges
 from tests.integration.migrating import migrate
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -318,3 +319,36 @@ def test_no_migration_after_the_first_version_blocks_enqueues_for_a_scan(
     # A VALIDATE inside the transaction that added the constraint would keep that
     # ALTER TABLE's ACCESS EXCLUSIVE lock for the whole scan.
     assert [sql for sql, atomic in job_table if "VALIDATE CONSTRAINT" in sql and atomic] == []
+
+
+@pytest.fixture
+def tenant_first_on_the_path() -> Iterator[None]:
+    """A search_path whose first schema exists but holds none of the queue's tables
+    (django-tenants and the like: ``tenant, public``, the app's tables in public)."""
+    _execute("CREATE SCHEMA pgq_tenant")
+    _execute("SET search_path TO pgq_tenant, public")
+    try:
+        yield
+    finally:
+        _execute("RESET search_path")
+        _execute("DROP SCHEMA pgq_tenant CASCADE")
+        _execute("DELETE FROM pgqueue_job")
+        _execute("ANALYZE pgqueue_job")  # later tests' plans see an empty table again
+
+
+def test_the_gauges_estimate_finished_jobs_whatever_schema_comes_first_on_the_path(
+    tenant_first_on_the_path: None,
+) -> None:
+    """The estimate reads the statistics of the table the statement reads, wherever
+    the search path finds it, not those of a table of the first schema on the path."""
+    assert _execute("SELECT current_schema()") == [("pgq_tenant",)]
+    _execute(
+        "INSERT INTO pgqueue_job (task, queue, status, attempts, done_at) "
+        "SELECT 'tests.testapp.tasks.noop', 'bulk', 'done', 1, now() "
+        "FROM generate_series(1, 3000)"
+    )
+    _execute("ANALYZE pgqueue_job")
+    rows = gauges.compute("default", exact_limit=500)
+    estimated = {(r.queue, r.status): r.jobs for r in rows if r.estimated}
+    assert set(estimated) == {("bulk", "done"), (gauges.NOT_COUNTED, "done")}
+    assert estimated[("bulk", "done")] == pytest.approx(3000, rel=0.05)

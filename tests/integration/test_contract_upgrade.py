@@ -6,9 +6,11 @@ first version holds the job table locked for a scan."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.db import connection
@@ -16,7 +18,10 @@ from django.db.migrations.executor import MigrationExecutor
 
 from django_pgqueue.models import Job, RegisteredWorker, Schedule
 from django_pgqueue.queue import gauges
+from django_pgqueue.records import Failure
 from tests.integration.migrating import migrate
+from tests.testapp.tasks import add
+from tests.worker.conftest import django_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -352,3 +357,124 @@ def test_the_gauges_estimate_finished_jobs_whatever_schema_comes_first_on_the_pa
     estimated = {(r.queue, r.status): r.jobs for r in rows if r.estimated}
     assert set(estimated) == {("bulk", "done"), (gauges.NOT_COUNTED, "done")}
     assert estimated[("bulk", "done")] == pytest.approx(3000, rel=0.05)
+
+
+@pytest.fixture
+def a_schema_of_its_own() -> Iterator[None]:
+    """The queue migrated into a schema of its own, the only one on the search path
+    (its tables, functions and django_migrations there; public's are not seen)."""
+    _execute("CREATE SCHEMA pgq_own")
+    _execute("SET search_path TO pgq_own")
+    try:
+        yield
+    finally:
+        _execute("RESET search_path")
+        _execute("DROP SCHEMA pgq_own CASCADE")
+
+
+def test_the_queue_works_in_a_schema_of_its_own(a_schema_of_its_own: None) -> None:
+    migrate(_latest())
+    assert _execute(
+        "SELECT n.nspname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace "
+        "WHERE c.oid = 'pgqueue_job'::regclass"
+    ) == [("pgq_own",)]
+    job = add.enqueue(1, 2)
+    (claimed,) = Job.objects.claim("w", limit=5, lease=30)
+    assert claimed.id == job.pk
+    failed = Job.objects.fail(
+        "w", [Failure(job.pk, claimed.run, "ValueError", "no", "", delay=0.0, final=True)]
+    )
+    assert failed == {job.pk: "dead"}
+    assert Job.objects.retry([job.pk]) == [job.pk]
+    assert [j.id for j in Job.objects.claim("w", limit=5, lease=30)] == [job.pk]
+    _execute("UPDATE pgqueue_job SET locked_until = now() - interval '1 minute'")
+    assert Job.objects.reap().returned == 1
+    _execute(
+        "INSERT INTO pgqueue_job (task, queue, status, attempts, done_at) "
+        "SELECT 'tests.testapp.tasks.noop', 'bulk', 'done', 1, now() - interval '2 days' "
+        "FROM generate_series(1, 3000)"
+    )
+    _execute("ANALYZE pgqueue_job")
+    rows = gauges.compute("default", exact_limit=500)
+    assert {(r.queue, r.status) for r in rows if r.estimated} >= {("bulk", "done")}
+    assert Job.objects.prune(dt.timedelta(days=1)) == 3000
+    assert list(Job.objects.values_list("id", "status")) == [(job.pk, "queued")]
+
+
+@pytest.fixture
+def two_databases(db_url: str) -> Iterator[tuple[str, str, dict[str, str]]]:
+    """Two empty databases, ``default`` and ``queue``, and the environment of a
+    subprocess whose settings route the queue to the second."""
+    names = [f"{connection.settings_dict['NAME']}_{alias}" for alias in ("web", "queue")]
+    server = db_url.rsplit("/", 1)[0]
+    with psycopg.connect(server + "/postgres", autocommit=True) as admin:
+        for name in names:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            admin.execute(f'CREATE DATABASE "{name}"')
+    env = {
+        "DJANGO_SETTINGS_MODULE": "tests.integration.queue_router",
+        "PGQUEUE_TEST_DATABASES": json.dumps(
+            {"default": {"NAME": names[0]}, "queue": {"NAME": names[1]}}
+        ),
+        "PGQUEUE_TEST_PGQUEUE": json.dumps({"DATABASE": "queue"}),
+    }
+    try:
+        yield server + "/" + names[0], server + "/" + names[1], env
+    finally:
+        with psycopg.connect(server + "/postgres", autocommit=True) as admin:
+            for name in names:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _objects(url: str) -> list[str]:
+    """The tables and functions of a database's public schema, sorted."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' UNION ALL "
+            "SELECT proname || '()' FROM pg_proc WHERE pronamespace = 'public'::regnamespace"
+        ).fetchall()
+    return sorted(name for (name,) in rows)
+
+
+def test_migrate_database_queue_creates_the_queue_there_and_nowhere_else(
+    db_url: str, two_databases: tuple[str, str, dict[str, str]]
+) -> None:
+    web, queue, env = two_databases
+    migrated = django_command(db_url, "migrate", "-v", "0", env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    ours = [name for name in _objects(web) if name.startswith("pgqueue")]
+    assert ours == []
+    assert _objects(queue) == []
+    migrated = django_command(db_url, "migrate", "--database", "queue", "-v", "0", env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    assert [name for name in _objects(web) if name.startswith("pgqueue")] == []
+    assert _objects(queue) == [
+        "django_migrations",
+        "pgqueue_error_entry()",
+        "pgqueue_error_line()",
+        "pgqueue_job",
+        "pgqueue_push_error()",
+        "pgqueue_queue",
+        "pgqueue_queue_gauge",
+        "pgqueue_schedule",
+        "pgqueue_worker",
+    ]
+    # The commands act there: a job enqueued, reaped, counted and pruned.
+    enqueued = django_command(
+        db_url,
+        "shell",
+        "-c",
+        "from tests.testapp.tasks import add; print(add.enqueue(1, 2).pk)",
+        env=env,
+    )
+    assert enqueued.returncode == 0, enqueued.stderr
+    with psycopg.connect(queue, autocommit=True) as conn:
+        conn.execute("UPDATE pgqueue_job SET status = 'done', done_at = now() - interval '2 days'")
+    stats = django_command(db_url, "queuestats", env=env)
+    assert stats.returncode == 0, stats.stderr
+    assert "done" in stats.stdout
+    for command in (("reapjobs",), ("prunejobs", "--older-than", "1d")):
+        ran = django_command(db_url, *command, env=env)
+        assert ran.returncode == 0, ran.stderr
+    with psycopg.connect(queue) as conn:
+        assert conn.execute("SELECT count(*) FROM pgqueue_job").fetchone() == (0,)

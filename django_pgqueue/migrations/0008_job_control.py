@@ -5,7 +5,10 @@
 - ``status`` may be ``cancelled``. The check constraint is replaced ``NOT VALID``
   and then validated, which reads the table without blocking enqueues and
   claims (a plain ``ADD CONSTRAINT`` would block both for the whole scan); the
-  new ``snoozes`` check likewise.
+  new ``snoozes`` check likewise. Each is a statement of its own, which this
+  non-atomic migration commits apart: RunSQL sends a string whole on PostgreSQL,
+  and the server runs its statements as one transaction, which would keep the
+  ``ALTER TABLE``'s lock through the scan.
 - Dead jobs that the old ``cancel`` buried (their newest error entry is
   ``Cancelled``) become ``cancelled``; migrating back turns every ``cancelled``
   job into ``dead`` again, as the old code would have left it.
@@ -18,18 +21,22 @@
 from django.contrib.postgres.operations import AddIndexConcurrently, RemoveIndexConcurrently
 from django.db import migrations, models
 
-STATUS_CHECK = """
-ALTER TABLE pgqueue_job DROP CONSTRAINT pgqueue_job_status_valid,
-    ADD CONSTRAINT pgqueue_job_status_valid CHECK ("status" IN ({states})) NOT VALID;
-ALTER TABLE pgqueue_job VALIDATE CONSTRAINT pgqueue_job_status_valid;
-"""
+
+def status_check(states: str) -> tuple[str, str]:
+    return (
+        "ALTER TABLE pgqueue_job DROP CONSTRAINT pgqueue_job_status_valid, "
+        f'ADD CONSTRAINT pgqueue_job_status_valid CHECK ("status" IN ({states})) NOT VALID',
+        "ALTER TABLE pgqueue_job VALIDATE CONSTRAINT pgqueue_job_status_valid",
+    )
+
+
 OLD_STATES = "'queued', 'running', 'done', 'dead'"
 NEW_STATES = OLD_STATES + ", 'cancelled'"
-SNOOZES_CHECK = """
-ALTER TABLE pgqueue_job ADD CONSTRAINT pgqueue_job_snoozes_range
-    CHECK ("snoozes" >= 0 AND "snoozes" <= 1000000000) NOT VALID;
-ALTER TABLE pgqueue_job VALIDATE CONSTRAINT pgqueue_job_snoozes_range;
-"""
+SNOOZES_CHECK = (
+    "ALTER TABLE pgqueue_job ADD CONSTRAINT pgqueue_job_snoozes_range "
+    'CHECK ("snoozes" >= 0 AND "snoozes" <= 1000000000) NOT VALID',
+    "ALTER TABLE pgqueue_job VALIDATE CONSTRAINT pgqueue_job_snoozes_range",
+)
 CANCELLED_ROWS = """
 UPDATE pgqueue_job SET status = 'cancelled'
 WHERE status = 'dead' AND errors -> -1 ->> 'exception' = 'Cancelled';
@@ -124,8 +131,8 @@ class Migration(migrations.Migration):
             ],
             database_operations=[
                 migrations.RunSQL(
-                    STATUS_CHECK.format(states=NEW_STATES),
-                    reverse_sql=STATUS_CHECK.format(states=OLD_STATES),
+                    status_check(NEW_STATES),
+                    reverse_sql=status_check(OLD_STATES),
                 ),
             ],
         ),

@@ -322,8 +322,16 @@ def test_no_migration_after_the_first_version_blocks_enqueues_for_a_scan(
     blocking = [sql for sql, _ in job_table if any(p.search(sql) for p in BLOCKING)]
     assert blocking == []
     # A VALIDATE inside the transaction that added the constraint would keep that
-    # ALTER TABLE's ACCESS EXCLUSIVE lock for the whole scan.
-    assert [sql for sql, atomic in job_table if "VALIDATE CONSTRAINT" in sql and atomic] == []
+    # ALTER TABLE's ACCESS EXCLUSIVE lock for the whole scan: in an atomic block, or
+    # sent in one string with it (RunSQL does not split a script on PostgreSQL, and
+    # the server runs a string of several statements as one transaction).
+    validated = [(sql, atomic) for sql, atomic in job_table if "VALIDATE CONSTRAINT" in sql]
+    assert len(validated) == 7  # 0006's five, 0008's two
+    assert [
+        sql
+        for sql, atomic in validated
+        if atomic or len([s for s in sql.split(";") if s.strip()]) > 1
+    ] == []
 
 
 @pytest.fixture

@@ -9,16 +9,18 @@ import datetime as dt
 import json
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
 from django_pgqueue.models import Job, RegisteredWorker, Schedule
 from django_pgqueue.queue import gauges
 from django_pgqueue.records import Failure
+from django_pgqueue.sql import query
 from tests.integration.migrating import migrate
 from tests.testapp.tasks import add
 from tests.worker.conftest import django_command
@@ -486,3 +488,63 @@ def test_migrate_database_queue_creates_the_queue_there_and_nowhere_else(
         assert ran.returncode == 0, ran.stderr
     with psycopg.connect(queue) as conn:
         assert conn.execute("SELECT count(*) FROM pgqueue_job").fetchone() == (0,)
+
+
+@pytest.fixture
+def a_big_finished_table() -> Iterator[None]:
+    """100,000 finished jobs (1 in 100 dead), analyzed; emptied and analyzed again
+    after, so that later tests' plans see an empty table."""
+    _execute(
+        "INSERT INTO pgqueue_job (task, status, attempts, done_at) "
+        "SELECT 'tests.testapp.tasks.noop', CASE WHEN i % 100 = 0 THEN 'dead' ELSE 'done' END, "
+        "1, now() - make_interval(secs => i) FROM generate_series(1, 100000) AS i"
+    )
+    _execute("ANALYZE pgqueue_job")
+    try:
+        yield
+    finally:
+        _execute("DELETE FROM pgqueue_job")
+        _execute("ANALYZE pgqueue_job")
+
+
+#: The parameters of the statements below: a few ids, a bound a day back.
+PARAMS: dict[str, Any] = {
+    "worker": "w",
+    "commit": None,
+    "ids": [5, 6, 7],
+    "runs": [1, 1, 1],
+    "results": ["1", "1", "1"],
+    "beyond": 1e9,
+    "statuses": ["done", "dead", "cancelled"],
+    "before": dt.datetime.now(dt.UTC) - dt.timedelta(days=1),
+    "channel": "pgqueue",
+    "notify": False,
+    "reason": "r",
+    "limit": 1000,
+    "seconds": 86400.0,
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "index"),
+    [
+        ("complete", "pgqueue_job_pkey"),
+        ("retry", "pgqueue_job_pkey"),
+        ("cancel", "pgqueue_job_pkey"),
+        ("prune", "pgqueue_job_finished"),
+        ("count_prunable", "pgqueue_job_finished"),
+        ("dead_since", "pgqueue_job_dead"),
+    ],
+)
+def test_the_statements_read_their_index_on_a_big_table(
+    name: str, index: str, a_big_finished_table: None
+) -> None:
+    """Each statement reads the index migrations create for it, not the table (the
+    claim's and the reaper's plans have tests of their own: test_claim, test_contract_core)."""
+    text = query(name)
+    params = {key: PARAMS[key] for key in re.findall(r"%\((\w+)\)s", text)}
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + text, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert index in plan, plan
+    assert "Seq Scan on pgqueue_job" not in plan, plan

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.apps import apps
-from django.db import DataError, transaction
+from django.db import DatabaseError, DataError, transaction
 
 from django_pgqueue import conf, validation, wording
 from django_pgqueue.backend.checks import (
@@ -33,7 +33,7 @@ from django_pgqueue.backend.compat import (
 from django_pgqueue.backend.enqueueing import check_call, checked, encode, pair_at, plan
 from django_pgqueue.backend.results import build_result, job_result
 from django_pgqueue.backend.task import PgQueueTask, validate_extras
-from django_pgqueue.dberrors import first_line
+from django_pgqueue.dberrors import first_line, schema_problem
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.installed import NOT_INSTALLED, job_model
 
@@ -320,6 +320,10 @@ def load_job(result_id: object, database: str) -> Job:
             f"job {job_id} holds {what} that Python cannot read ({first_line(exc)}), so "
             "there is no TaskResult for it (the admin shows the row as stored)"
         ) from None
+    except DatabaseError as exc:  # a missing table: say "migrate", as enqueue does
+        if (problem := schema_problem(exc, database)) is not None:
+            exc.add_note(problem)
+        raise
     if job is None:
         raise TaskResultDoesNotExist(result_id)
     return job

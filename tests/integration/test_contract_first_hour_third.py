@@ -114,3 +114,22 @@ def test_a_non_json_return_value_is_printed_once_with_djangos_words(
     assert STAMPED.match(lines[ours + 1]), done.stderr  # ours: no second copy after it
     stored = Job.objects.get(pk=int(bad.id)).last_error
     assert stored == error  # the line printed is the error stored
+
+
+# -- get_result() before migrate ---------------------------------------------------------------
+
+
+def test_before_migrate_get_result_says_to_migrate() -> None:
+    """enqueue() says to run migrate when the job table is missing; a page that only
+    reads a result (get_result) gave the bare ProgrammingError."""
+    from django.db import DatabaseError, connection, transaction
+
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE pgqueue_job RENAME TO pgqueue_job_away")
+    try:
+        with pytest.raises(DatabaseError, match="pgqueue_job") as raised, transaction.atomic():
+            djtasks.echo.get_backend().get_result("1")
+        assert any("run `manage.py migrate`" in note for note in raised.value.__notes__)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE pgqueue_job_away RENAME TO pgqueue_job")

@@ -99,8 +99,7 @@ class PgQueueTask(_TaskBase):
         # Django's @task passes its unknown keywords here: name them where it is declared.
         if not kwargs.keys() <= _FIELDS:
             raise TypeError(_unknown_declared(kwargs.keys() - _FIELDS))
-        # object's: slots=True makes a new class, which super() here would not see.
-        return object.__new__(cls)
+        return object.__new__(cls)  # object's: slots=True makes a class super() misses
 
     max_attempts: int | None = dataclasses.field(default=None, compare=False)
     unique_key: str | None = dataclasses.field(default=None, compare=False)
@@ -111,9 +110,10 @@ class PgQueueTask(_TaskBase):
     retry_on: Classes | None = dataclasses.field(default=None, compare=False)
     #: These bury the job at once (they win over retry_on).
     discard_on: Classes = dataclasses.field(default=(), compare=False)
+    #: Django's templates call what is callable: a Task in a context is shown, not run.
+    do_not_call_in_templates = True
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Never:
-        # Django's Task is not callable; the direct API's is (tasks.md): say what to do.
+    def __call__(self, *args: Any, **kwargs: Any) -> Never:  # the direct API's is callable
         raise TypeError(
             f"{self.module_path} is a django.tasks Task, which is not called directly: run "
             "it here with .call(...) (as in a unit test of its body), or queue it with "

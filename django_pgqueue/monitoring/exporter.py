@@ -11,6 +11,7 @@ heartbeat thread go round, 503 when either is stuck. Imported only with a port.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import socket
@@ -99,10 +100,33 @@ class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
+class _PacedWriter(io.BufferedIOBase):
+    """Writes all it is given, each ``send()`` waiting at most the socket's timeout:
+    ``sendall()``'s timeout bounds the whole write, which cut a big page to a slow
+    but steady reader (a scrape) once it took longer than IDLE_TIMEOUT."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        with memoryview(b) as view, view.cast("B") as data:
+            sent = 0
+            while sent < len(data):
+                sent += self._sock.send(data[sent:])
+            return sent
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+
 class _QuietHandler(WSGIRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.connection.settimeout(IDLE_TIMEOUT)  # read here, so that a test can shorten it
+        self.wfile = _PacedWriter(self.connection)
 
     def handle(self) -> None:
         # A client that went quiet or away is no error of ours: the connection is

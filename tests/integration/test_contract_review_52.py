@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from django.template import Context, Template
+import socket
+import time
+from collections.abc import Iterator
 
+import pytest
+from django.template import Context, Template
+from prometheus_client.core import GaugeMetricFamily
+
+from django_pgqueue.monitoring import exporter
 from tests.testapp import djtasks
+from tests.worker.test_exporter import exported
 
 
 def test_a_tasks_framework_task_passed_to_a_template_renders_as_before() -> None:
@@ -15,3 +23,49 @@ def test_a_tasks_framework_task_passed_to_a_template_renders_as_before() -> None
         Context({"t": task})
     )
     assert rendered == "noop_task|yes|default"
+
+
+class _Big:
+    """A collector whose exposition is ``size`` bytes of one gauge's labels."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("pgq_review_big", "A large page.", labels=["v"])
+        line = "x" * 1000
+        for n in range(self.size // 1030):
+            family.add_metric([f"{n}{line}"], n)
+        yield family
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_big_metrics_page_to_a_slow_but_steady_reader_is_served_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # IDLE_TIMEOUT bounds a wait between two writes; sendall's timeout bounds the
+    # whole page, so a page that takes longer than it to read was cut mid-way.
+    monkeypatch.setattr(exporter, "IDLE_TIMEOUT", 0.5)
+    with exported(poll_interval=0.1) as (_running, served, base):
+        served.registry.register(_Big(12_000_000))
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        conn = socket.socket()
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16_384)
+        conn.settimeout(10)
+        conn.connect((host, int(port)))
+        conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        received = bytearray()
+        started = time.monotonic()
+        while chunk := conn.recv(65_536):
+            received += chunk
+            time.sleep(0.002)  # a slow reader: never idle near IDLE_TIMEOUT
+        conn.close()
+        took = time.monotonic() - started
+    head, _, body = bytes(received).partition(b"\r\n\r\n")
+    length = int(
+        next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[
+            1
+        ]
+    )
+    assert took > 0.5, "the reader was not slower than IDLE_TIMEOUT: the test proves nothing"
+    assert len(body) == length

@@ -15,7 +15,10 @@ a transaction of its own (hence ``atomic = False``): a plain ``ADD CONSTRAINT``
 holds the table's ACCESS EXCLUSIVE lock while it reads every row, and five of them
 in one transaction blocked every enqueue of the web processes for five scans of
 the table (2 to 4 s for 2 million jobs). ``VALIDATE CONSTRAINT`` reads the table
-without blocking enqueues and claims.
+without blocking enqueues and claims. A row the checks refuse (written by hand) is
+looked for first, before anything changes: found by a VALIDATE, it would have left
+the new columns behind a migration not recorded, which no later ``migrate`` could
+then run again.
 """
 
 import django.db.models.lookups
@@ -25,6 +28,29 @@ from django.db import migrations, models
 KEPT = 20
 MESSAGE_CHARS = 2000
 TRACEBACK_CHARS = 10000
+
+REFUSED_ROW = """
+DO $$
+DECLARE
+    refused record;
+BEGIN
+    SELECT id, CASE WHEN NOT attempts <= max_attempts THEN 'pgqueue_job_attempts_lte_max'
+                    WHEN NOT max_attempts <= 1000000 THEN 'pgqueue_job_max_attempts_lte_limit'
+                    WHEN NOT jsonb_typeof(errors) = 'array' THEN 'pgqueue_job_errors_is_list'
+                    ELSE 'pgqueue_job_worker_ids_is_list' END AS name
+    INTO refused
+    FROM pgqueue_job
+    WHERE NOT (attempts <= max_attempts AND max_attempts <= 1000000
+               AND jsonb_typeof(errors) = 'array' AND jsonb_typeof(worker_ids) = 'array')
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'check constraint "%" of relation "pgqueue_job" is violated by '
+                        'job %: fix the row (or delete it), then run migrate again',
+                        refused.name, refused.id
+            USING ERRCODE = 'check_violation';
+    END IF;
+END $$;
+"""
 
 FUNCTIONS = f"""
 CREATE OR REPLACE FUNCTION pgqueue_error_entry(attempt integer, exception text, message text,
@@ -72,6 +98,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.RunSQL(REFUSED_ROW, reverse_sql=migrations.RunSQL.noop),
         migrations.RunSQL(FUNCTIONS, reverse_sql=DROP_FUNCTIONS),
         migrations.AddField(
             model_name="job",

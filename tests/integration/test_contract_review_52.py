@@ -7,10 +7,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from django.db import IntegrityError, connection
 from django.template import Context, Template
 from prometheus_client.core import GaugeMetricFamily
 
+from django_pgqueue.models import Job
 from django_pgqueue.monitoring import exporter
+from tests.integration.migrating import migrate
+from tests.integration.test_contract_upgrade import _latest, back_to_latest  # noqa: F401
 from tests.testapp import djtasks
 from tests.worker.test_exporter import exported
 
@@ -69,3 +73,31 @@ def test_a_big_metrics_page_to_a_slow_but_steady_reader_is_served_whole(
     )
     assert took > 0.5, "the reader was not slower than IDLE_TIMEOUT: the test proves nothing"
     assert len(body) == length
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("back_to_latest")
+def test_an_upgrade_stopped_by_a_row_0006_refuses_runs_again_once_the_row_is_fixed() -> None:
+    # 0006 was atomic: a row its checks refuse rolled it all back, and migrate ran
+    # again once the row was fixed. Non-atomic, its columns stayed without the
+    # migration recorded, and every later migrate failed on "already exists".
+    migrate(("django_pgqueue", "0005_job_backoff"))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_job (task, args, kwargs, errors, worker_ids) "
+            "VALUES ('tests.testapp.tasks.add', '[1]', '{}', '{\"by\": \"hand\"}', '[]') "
+            "RETURNING id"
+        )
+        ((job_id,),) = cursor.fetchall()
+    with pytest.raises(IntegrityError, match=f'"pgqueue_job_errors_is_list" .* job {job_id}:'):
+        migrate(_latest())
+    with connection.cursor() as cursor:  # nothing changed: 0006 can run again
+        cursor.execute(
+            "SELECT count(*) FROM pg_attribute WHERE attrelid = 'pgqueue_job'::regclass "
+            "AND attname IN ('error_count', 'lease_token')"
+        )
+        assert cursor.fetchall() == [(0,)]
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE pgqueue_job SET errors = '[]' WHERE id = %s", [job_id])
+    migrate(_latest())
+    assert Job.objects.get(pk=job_id).errors == []

@@ -50,7 +50,10 @@ def moment(value: dt.datetime | str | None) -> str:
         when = value
     if isinstance(value, str) and timezone.is_naive(when):
         when = when.replace(tzinfo=dt.UTC)  # an entry's own text: written in UTC
-    return timezone.localtime(aware(when)).strftime(MOMENT)
+    try:
+        return timezone.localtime(aware(when)).strftime(MOMENT)
+    except OverflowError:  # past year 9999 (or before 1) in the local time zone
+        return value if isinstance(value, str) else value.isoformat()  # as it is
 
 
 def moment_field(field: str) -> Callable[[Any, Any], str]:

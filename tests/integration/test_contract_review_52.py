@@ -9,11 +9,13 @@ from collections.abc import Iterator
 import pytest
 from django.db import IntegrityError, connection
 from django.template import Context, Template
+from django.test import Client, override_settings
 from prometheus_client.core import GaugeMetricFamily
 
 from django_pgqueue.models import Job
 from django_pgqueue.monitoring import exporter
 from tests.integration.migrating import migrate
+from tests.integration.test_contract_security import JOBS, plant
 from tests.integration.test_contract_upgrade import _latest, back_to_latest  # noqa: F401
 from tests.testapp import djtasks
 from tests.worker.test_exporter import exported
@@ -101,3 +103,20 @@ def test_an_upgrade_stopped_by_a_row_0006_refuses_runs_again_once_the_row_is_fix
         cursor.execute("UPDATE pgqueue_job SET errors = '[]' WHERE id = %s", [job_id])
     migrate(_latest())
     assert Job.objects.get(pk=job_id).errors == []
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(TIME_ZONE="Europe/Berlin")
+def test_an_error_entry_whose_time_is_out_of_the_local_range_hides_no_other_entry(
+    admin_client: Client,
+) -> None:
+    # The last moment UTC holds is past the year 9999 in Berlin: converting it
+    # raised OverflowError, and the read-only field showed "-" for the whole history.
+    real = {"attempt": 1, "exception": "ValueError", "message": "the real one", "traceback": ""}
+    late = {"attempt": 2, "time": "9999-12-31T23:59:59+00:00", "exception": "KeyError"}
+    job = plant(status="dead", errors=[real, late], error_count=2, last_error="x")
+    html = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
+    assert "<code>ValueError: the real one</code>" in html
+    assert (
+        "<strong>Attempt 2</strong> at 9999-12-31T23:59:59+00:00: <code>KeyError: </code>" in html
+    )

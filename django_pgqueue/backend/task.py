@@ -110,15 +110,6 @@ class PgQueueTask(_TaskBase):
     retry_on: Classes | None = dataclasses.field(default=None, compare=False)
     #: These bury the job at once (they win over retry_on).
     discard_on: Classes = dataclasses.field(default=(), compare=False)
-    #: Django's templates call what is callable: a Task in a context is shown, not run.
-    do_not_call_in_templates = True
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Never:  # the direct API's is callable
-        raise TypeError(
-            f"{self.module_path} is a django.tasks Task, which is not called directly: run "
-            "it here with .call(...) (as in a unit test of its body), or queue it with "
-            ".enqueue(...)"
-        )
 
     def get_backend(self) -> BaseTaskBackend:
         """The backend this task is enqueued on (``enqueue()`` asks on every call)."""

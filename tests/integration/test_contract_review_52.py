@@ -22,8 +22,9 @@ from tests.worker.test_exporter import exported
 
 
 def test_a_tasks_framework_task_passed_to_a_template_renders_as_before() -> None:
-    # Django's templates call what is callable; a Task raising TypeError with no
-    # argument bound re-raised it, failing the whole page (it rendered before).
+    # Django's templates call what is callable: a Task that raised TypeError when
+    # called (briefly, this stop) failed the whole page. It is not callable, as
+    # Django's own Task is not, and renders as before.
     task = djtasks.noop_task
     rendered = Template("{{ t.name }}|{% if t %}yes{% endif %}|{{ t.queue_name }}").render(
         Context({"t": task})

@@ -38,9 +38,11 @@ def kill_the_latest_enqueuer(
     survivors, the ticks enqueued by then)."""
     latest = Job.objects.filter(schedule=name).order_by("-run_at").first()
     assert latest is not None
-    # Its log line follows the commit that made the row: wait for it.
+    # Its log line follows the commit that made the row: wait for it, as long as for
+    # a tick (the workers are subprocesses on a loaded machine, which may not run for
+    # seconds).
     said = f"enqueued job {latest.id} "
-    wait_for(lambda: any(said in w.output for w in workers), 10, f"the line {said!r}")
+    wait_for(lambda: any(said in w.output for w in workers), 30, f"the line {said!r}")
     (taker,) = [w for w in workers if said in w.output]
     taker.signal(signal.SIGKILL)
     taker.wait(10)

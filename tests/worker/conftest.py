@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,7 +12,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from django_pgqueue.models import Job
 
@@ -147,39 +145,3 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
 
 def running_count() -> int:
     return Job.objects.running().count()
-
-
-def restart_database(down_for: float, mode: str = "fast") -> bool:
-    """Stop the test database's server, wait, start it again; False if we cannot.
-
-    ``mode`` is pg_ctl's: ``fast`` cuts the connections, ``immediate`` crashes the
-    server (no checkpoint; it recovers from its WAL on the way up). The embedded
-    server is ours to restart. A DATABASE_URL server is restarted only when it is
-    a local Debian cluster (pg_ctlcluster) and we are root, as in CI.
-    """
-    from devtools import embedded_pg
-
-    server = embedded_pg.current()
-    if server is not None:
-        server.restart(down_for=down_for, mode=mode)
-        return True
-    port = str(connection.settings_dict.get("PORT") or 5432)
-    host = connection.settings_dict.get("HOST") or ""
-    if (
-        os.geteuid() != 0
-        or host not in ("127.0.0.1", "localhost", "")
-        or not shutil.which("pg_lsclusters")
-    ):
-        return False
-    clusters = subprocess.run(
-        ["pg_lsclusters", "--no-header"], capture_output=True, text=True, check=True
-    ).stdout.split("\n")
-    match = [line.split()[:2] for line in clusters if line.split()[2:3] == [port]]
-    if not match:
-        return False
-    version, name = match[0]
-    ctl = ["pg_ctlcluster", "--skip-systemctl-redirect", version, name]
-    subprocess.run([*ctl, "stop", "-m", mode], check=True, capture_output=True)
-    time.sleep(down_for)
-    subprocess.run([*ctl, "start"], check=True, capture_output=True)
-    return True

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.utils import timezone
 
-from django_pgqueue import registry, validation
+from django_pgqueue import conf, registry, validation
 from django_pgqueue.backend.compat import (
     Task,
     TaskError,
@@ -22,6 +22,7 @@ from django_pgqueue.backend.compat import (
 from django_pgqueue.backend.task import PgQueueTask
 from django_pgqueue.backend.taskerrors import task_errors
 from django_pgqueue.exceptions import UnknownTask
+from django_pgqueue.installed import job_model
 from django_pgqueue.records import JobStatus
 from django_pgqueue.retrypolicy import RetryPolicy, classes_named, stored_policy
 
@@ -136,10 +137,14 @@ def _local_moment(epoch: float) -> datetime:
 
 
 def running_result(task: Task[Any, Any], job: ClaimedJob, alias: str) -> TaskResult[Any, Any]:
-    """The RUNNING TaskResult of a run this worker just claimed, built from the claim
-    alone: no read of the row."""
+    """The RUNNING TaskResult of a run this worker just claimed, built from the claim:
+    no read of the row, but for a ``run_at`` the claim's float cannot give exactly."""
     moment = _moment if settings.USE_TZ else _local_moment  # read once: not free
-    run_after = moment(job.run_at) if job.run_at != job.enqueued_at else None
+    run_after = None
+    if job.run_at != job.enqueued_at:  # a deferred job, or a retry
+        run_after = moment(job.run_at)
+        if not -_EXACT_EPOCH < job.run_at < _EXACT_EPOCH:
+            run_after = _stored_run_at(job.id, run_after)
     return build_result(
         task_with(
             task,
@@ -164,6 +169,22 @@ def running_result(task: Task[Any, Any], job: ClaimedJob, alias: str) -> TaskRes
         task_errors(_decoded(job.errors)) if job.errors else [],
         list(_worker_ids(job.worker_ids)),
     )
+
+
+#: Epoch seconds (float8) within this bound hold a time to the microsecond: from
+#: 1833-11-24 to 2106-02-07 UTC. Farther out (a run_after Django accepted, such as
+#: one in the year 1500), a float cannot tell microseconds apart.
+_EXACT_EPOCH = 2.0**32
+
+
+def _stored_run_at(job_id: int, rounded: datetime) -> datetime:
+    """The job's ``run_at`` as its row holds it, for one the claim's float cannot give
+    to the microsecond, so the running result's ``run_after`` is what ``get_result()``
+    reads (``rounded`` if the row is not found in the queue's database)."""
+    stored = (
+        job_model().objects.using(conf.database()).filter(id=job_id).values_list("run_at")
+    ).first()
+    return rounded if stored is None else stored[0]
 
 
 def _decoded(text: str) -> Any:

@@ -37,10 +37,10 @@ def task_error(entry: dict[str, Any]) -> TaskError:
     as their classes in ``django_pgqueue.exceptions``, so that ``exception_class``
     imports.
     """
-    name = str(entry.get("exception") or "Exception")
+    name = _text(entry.get("exception")) or "Exception"
     if name == CANCELLED:
-        before = entry.get("traceback") or ""
-        reason = f"{CANCELLED}: {entry.get('message') or ''}\n"
+        before = _text(entry.get("traceback"))
+        reason = f"{CANCELLED}: {_text(entry.get('message'))}\n"
         return TaskError(
             exception_class_path=CANCEL_PATH,
             traceback=f"{before.rstrip()}\n{reason}" if before else reason,
@@ -50,8 +50,16 @@ def task_error(entry: dict[str, Any]) -> TaskError:
             name = _OURS[name]
         elif isinstance(getattr(builtins, name, None), type):
             name = f"builtins.{name}"
-    trace = entry.get("traceback") or ""
+    trace = _text(entry.get("traceback"))
     if not trace:  # refusals and lease expiries record no traceback: keep the message
-        message = entry.get("message") or ""
+        message = _text(entry.get("message"))
         trace = f"{name.rpartition('.')[2]}: {message}\n" if message else f"{name}\n"
     return TaskError(exception_class_path=name, traceback=trace)
+
+
+def _text(value: Any) -> str:
+    """A field of an entry as text: the queue writes strings, and a row written by
+    hand may hold anything JSON does (a number, a list, null)."""
+    if isinstance(value, str):
+        return value
+    return "" if value is None or value is False else str(value)

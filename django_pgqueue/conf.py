@@ -114,6 +114,8 @@ class Settings:
         return periodic.parse_all(self.PERIODIC)
 
 
+#: The shortest LEASE: a claim must outlast the moment from claiming a job to starting it.
+MIN_LEASE = 0.1
 #: The keys given in seconds, which a timedelta may give too.
 DURATIONS = frozenset(
     {
@@ -177,6 +179,8 @@ def _check(key: str, value: Any) -> None:
             return
         if not _seconds(value, zero=False):
             raise _fail(key, value, "a number of seconds greater than 0 (at most ten years)")
+        if key == "LEASE" and value < MIN_LEASE:  # it would lapse before the job starts
+            raise _fail(key, value, f"at least {MIN_LEASE:g} seconds")
     elif key == "BACKOFF_MAX":
         if not _seconds(value, zero=False) or not validation.BACKOFF.is_valid(value):
             raise _fail(key, value, "a number of seconds above 0 and at most a year")

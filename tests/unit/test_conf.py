@@ -132,3 +132,19 @@ def test_worker_config_overrides_take_lists_and_timedeltas_as_the_settings_do() 
 
     config = WorkerConfig.from_settings(queues=["a", "b", "a"], lease=dt.timedelta(seconds=9))
     assert (config.queues, config.lease, config.heartbeat_interval) == (("a", "b"), 9.0, 3.0)
+
+
+@pytest.mark.parametrize("lease", [1e-300, 1e-6, 0.05, dt.timedelta(microseconds=1)])
+def test_a_lease_too_short_to_start_a_job_is_refused_in_settings(lease: object) -> None:
+    """A lease shorter than the moment between claiming a job and starting it
+    (1e-300 s rounds to no time at all in PostgreSQL) lapsed before every start:
+    a worker gave the job back and claimed it again for ever."""
+    with override_settings(PGQUEUE={"LEASE": lease}), pytest.raises(ImproperlyConfigured) as err:
+        conf.get()
+    assert "PGQUEUE['LEASE']" in str(err.value)
+    assert f"at least {conf.MIN_LEASE:g} seconds" in str(err.value)
+
+
+def test_the_shortest_lease_is_taken() -> None:
+    with override_settings(PGQUEUE={"LEASE": conf.MIN_LEASE}):
+        assert conf.get().LEASE == conf.MIN_LEASE

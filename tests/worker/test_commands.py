@@ -195,6 +195,15 @@ def test_bad_settings_are_a_one_line_error_too() -> None:
         call_command("runworker", "--burst", "--lease", "3")
 
 
+def test_a_lease_too_short_to_start_a_job_is_refused_on_the_command_line() -> None:
+    """A lease of a few microseconds was taken (it is above 0): the lease lapsed before
+    each job could start, and a burst worker gave the job back and claimed it for ever."""
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match=r"lease=0\.05: expected at least 0\.1 seconds"):
+        call_command("runworker", "--burst", "--lease", "0.05")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "args",

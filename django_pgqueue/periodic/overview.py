@@ -103,11 +103,8 @@ def _state(spec: ScheduleSpec | None, row: Schedule | None) -> str:
 
 def _next_tick(spec: ScheduleSpec, after: dt.datetime) -> dt.datetime | None:
     """The schedule's first tick after ``after``; None past what Python's dates hold
-    (a last tick written by hand in year 9999)."""
-    try:
-        return spec.next_after(after)
-    except OverflowError:
-        return None
+    (a last tick written by hand in year 9999), or when none comes."""
+    return spec.next_or_none(after)
 
 
 def describe(

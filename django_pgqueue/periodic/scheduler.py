@@ -234,7 +234,7 @@ class Scheduler(ServiceThread):
                 self.events.emit("scheduled", schedule=plan.spec.name, tick=tick, job_id=job_id)
             plan.cursor = tick
         plan.cursor = max(plan.cursor, now)
-        plan.due = plan.spec.next_after(now)
+        plan.due = plan.spec.next_or_none(now) or NEVER
 
 
 def scheduler_thread(

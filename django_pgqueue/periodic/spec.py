@@ -104,7 +104,16 @@ class ScheduleSpec:
         yield from ticks.at_or_before(expanded(self.cron or ""), self._zone(), moment)
 
     def next_after(self, moment: dt.datetime) -> dt.datetime:
+        """The first tick after ``moment``; StopIteration for none (see :meth:`next_or_none`)."""
         return next(self.after(moment))
+
+    def next_or_none(self, moment: dt.datetime) -> dt.datetime | None:
+        """The first tick after ``moment``; None when none comes (settings refuse such an
+        expression, but the zone's rules may change, or the tick lie past year 9999)."""
+        try:
+            return next(self.after(moment), None)
+        except OverflowError:
+            return None
 
     def between(self, start: dt.datetime, end: dt.datetime, limit: int) -> list[dt.datetime]:
         """The newest ``limit`` ticks in (start, end], oldest first."""
@@ -170,6 +179,15 @@ def _cron(name: str, value: Any, zone: str) -> str:
         CronSim(expanded(value), dt.datetime.now(named_zone(zone)))
     except (CronSimError, ValueError) as exc:
         raise invalid(name, f"'cron' = {value!r} is not a valid cron expression: {exc}") from None
+    # cron reads it, yet its every time may be one the clocks skip: a worker would
+    # look for its next tick for ever.
+    where = named_zone(zone) or dt.UTC
+    if next(ticks.after(expanded(value), where, dt.datetime.now(dt.UTC)), None) is None:
+        raise invalid(
+            name,
+            f"'cron' = {value!r} never ticks in {zone!r}: each time it names is one the "
+            f"clocks skip (none in the next {ticks.HORIZON.days // 366} years)",
+        )
     return value
 
 

@@ -33,6 +33,16 @@ _UTC = dt.UTC
 _SECOND = dt.timedelta(seconds=1)
 _MINUTE = dt.timedelta(minutes=1)
 _MICRO = dt.timedelta(microseconds=1)
+#: How far a walk looks for a tick before it gives up, as cronsim's own walk does:
+#: an expression may match only times the clocks skip (``* 2 * 3 0L`` in Paris, each
+#: minute of the hour the clocks jump over), and never tick.
+HORIZON = dt.timedelta(days=366 * 50)
+
+
+def _gave_up(resume: dt.datetime | None, since: dt.datetime, zone: dt.tzinfo) -> bool:
+    """Whether a walk that found no tick since ``since`` (aware) and goes on at the
+    wall-clock time ``resume`` has gone past :data:`HORIZON`, either way."""
+    return resume is not None and abs(resume - _shown(since, zone)) > HORIZON
 
 
 def fixed(cron: str) -> bool:
@@ -108,9 +118,12 @@ def _repeated(
 
 
 def after(cron: str, zone: dt.tzinfo, moment: dt.datetime) -> Iterator[dt.datetime]:
-    """The ticks strictly after ``moment`` (aware), in order (UTC)."""
+    """The ticks strictly after ``moment`` (aware), in order (UTC); they end where
+    none comes for :data:`HORIZON`."""
     is_fixed, last, resume = fixed(cron), moment, None
     while True:
+        if _gave_up(resume, last, zone):
+            return
         repeated = None if is_fixed else _repeated(zone, last)
         if repeated and last.astimezone(zone).fold == 0:
             # The first showings of the repeated times ahead, then every second one.
@@ -137,9 +150,12 @@ def after(cron: str, zone: dt.tzinfo, moment: dt.datetime) -> Iterator[dt.dateti
 
 
 def at_or_before(cron: str, zone: dt.tzinfo, moment: dt.datetime) -> Iterator[dt.datetime]:
-    """The ticks at or before ``moment`` (aware), newest first (UTC)."""
+    """The ticks at or before ``moment`` (aware), newest first (UTC); they end where
+    none came for :data:`HORIZON`."""
     is_fixed, bound, resume = fixed(cron), moment, None
     while True:
+        if _gave_up(resume, bound, zone):
+            return
         repeated = None if is_fixed else _repeated(zone, bound)
         if repeated and bound.astimezone(zone).fold == 1:
             # The second showings of the repeated times behind, then every first one.

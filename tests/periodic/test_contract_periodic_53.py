@@ -1,0 +1,95 @@
+"""Periodic jobs across deploys, configuration changes and clock edges, with real
+worker processes where it matters: a cron expression that never fires in its time
+zone is refused when settings are read (it used to pass ``manage.py check``, then
+stop the worker's other schedules)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+
+from django_pgqueue.exceptions import InvalidSchedule
+from django_pgqueue.periodic.overview import describe
+from django_pgqueue.periodic.spec import ScheduleSpec, parse
+from tests.worker.conftest import django_command
+from tests.worker.test_periodic import PING, periodic_env
+
+UTC = dt.UTC
+
+#: Each minute of 02:00 on the last Sunday of March, in Paris: the hour the clocks
+#: jump over that very night, every year. cron reads it; it never fires.
+NEVER = {
+    "task": "tests.testapp.tasks.mark",
+    "cron": "* 2 * 3 0L",
+    "timezone": "Europe/Paris",
+    "kwargs": {"label": "never"},
+}
+REFUSED = (
+    "(django_pgqueue.E001) PGQUEUE['PERIODIC']['never']: 'cron' = '* 2 * 3 0L' never "
+    "ticks in 'Europe/Paris': each time it names is one the clocks skip (none in the "
+    "next 50 years)"
+)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cron_that_never_fires_fails_the_check_and_runworker_naming_it(db_url: str) -> None:
+    """Before, it passed the check; a worker then looked for its next tick up to year
+    9999 (two seconds of CPU), failed there, and at each retry again, before any
+    schedule declared after it: those never ticked."""
+    env = periodic_env({"never": NEVER, "ping": PING})
+    checked = django_command(db_url, "check", env=env)
+    assert checked.returncode == 1
+    assert REFUSED in checked.stderr
+    worker = django_command(db_url, "runworker", env=env)
+    assert worker.returncode == 1
+    assert REFUSED in worker.stderr
+    assert "Traceback" not in worker.stderr
+
+
+@pytest.mark.parametrize(
+    ("cron", "zone"),
+    [
+        ("* 2 * 3 0L", "Europe/Paris"),
+        ("*/15 2 * 3 0#2", "America/New_York"),  # the second Sunday of March
+        ("*/10 * 2 * 3 0L", "Europe/Paris"),  # six fields: seconds first
+    ],
+)
+def test_a_cron_whose_every_time_the_clocks_skip_is_refused_at_once(cron: str, zone: str) -> None:
+    entry = {"task": "tests.testapp.tasks.mark", "cron": cron, "timezone": zone}
+    began = time.monotonic()
+    with pytest.raises(InvalidSchedule, match="never ticks in"):
+        parse("x", entry)
+    assert time.monotonic() - began < 1.0
+
+
+@pytest.mark.parametrize(
+    ("cron", "zone", "tick"),
+    [
+        # Rare, not never: Feb 29, Feb 29 on a Monday, a fixed time the clocks skip
+        # (it ticks at the first minute after the jump, as cron does).
+        ("0 0 29 2 *", "Europe/Paris", dt.datetime(2028, 2, 28, 23, tzinfo=UTC)),
+        ("0 0 * 2 1#5", "UTC", dt.datetime(2044, 2, 29, tzinfo=UTC)),
+        ("30 2 * 3 0L", "Europe/Paris", dt.datetime(2027, 3, 28, 1, tzinfo=UTC)),
+    ],
+)
+def test_a_rare_cron_is_accepted_and_ticks_when_it_comes(
+    cron: str, zone: str, tick: dt.datetime
+) -> None:
+    spec = parse("x", {"task": "tests.testapp.tasks.mark", "cron": cron, "timezone": zone})
+    assert spec.next_after(dt.datetime(2026, 12, 7, tzinfo=UTC)) == tick
+
+
+def test_a_schedule_with_no_tick_left_has_no_next_tick_and_costs_no_long_walk() -> None:
+    """Settings refuse such an expression; one held from before (the zone's rules
+    changed under a running worker) gives no next tick, at once, rather than walking
+    to year 9999 and failing there (the scheduler's look, the listing, the admin)."""
+    spec = ScheduleSpec("never", "tests.testapp.tasks.mark", "* 2 * 3 0L", None, "Europe/Paris")
+    now = dt.datetime(2026, 12, 7, 8, tzinfo=UTC)
+    began = time.monotonic()
+    assert spec.next_or_none(now) is None
+    assert spec.between(dt.datetime(2026, 1, 1, tzinfo=UTC), now, 5) == []
+    view = describe("never", spec, None, None, now)
+    assert (view.state, view.next_tick) == ("active", None)
+    assert time.monotonic() - began < 1.0

@@ -17,7 +17,8 @@ env = environ.Env()
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 USE_TZ = True
-TIME_ZONE = "UTC"
+# A worker subprocess of a test may run in another zone (a deploy that changes it).
+TIME_ZONE = env.str("PGQUEUE_TEST_TIME_ZONE", default="UTC")
 ALLOWED_HOSTS = ["*"]
 
 # Without DATABASE_URL (mypy's django-stubs plugin, makemigrations --check) Django's

@@ -1051,7 +1051,9 @@ SELECT 1 AS locked FROM pg_advisory_xact_lock(%(lock)s::bigint);
 -- is taken; last_tick keeps the last real one, for people to read) moves to two
 -- seconds ago, not to now, so that a tick a worker still on older settings (which
 -- tick it) is about to take is not lost: a scheduler looks once a second. The
--- settings' "enabled" is kept in the row for that, and nothing else. Each row
+-- settings' "enabled" is kept in the row for that, and nothing else. The time zone
+-- of an "every Ns" schedule (TIME_ZONE's, recorded for people to read) gives it no
+-- other tick: a new one does not restart it. Each row
 -- comes back with resume_from, the later of the two, where its ticking goes on.
 -- A time no worker writes (a row written by hand: infinity, -infinity, a year BC
 -- or past 9999; outside earliest and latest, the times Python holds, exclusive)
@@ -1077,8 +1079,9 @@ upserted AS (
         settings_enabled = EXCLUDED.settings_enabled,
         restarted_at = CASE WHEN NOT s.configured
                               OR (EXCLUDED.settings_enabled AND NOT s.settings_enabled)
-                              OR (s.expression, s.timezone)
-                                 IS DISTINCT FROM (EXCLUDED.expression, EXCLUDED.timezone)
+                              OR s.expression IS DISTINCT FROM EXCLUDED.expression
+                              OR (s.timezone IS DISTINCT FROM EXCLUDED.timezone
+                                  AND EXCLUDED.expression NOT LIKE 'every %%')
                             THEN GREATEST(CASE WHEN s.restarted_at < %(latest)s::timestamptz
                                                THEN s.restarted_at END,
                                           now() - interval '2 seconds')

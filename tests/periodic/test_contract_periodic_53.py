@@ -6,15 +6,19 @@ stop the worker's other schedules)."""
 from __future__ import annotations
 
 import datetime as dt
+import signal
 import time
+from collections.abc import Callable
 
 import pytest
 
 from django_pgqueue.exceptions import InvalidSchedule
+from django_pgqueue.models import Schedule
 from django_pgqueue.periodic.overview import describe
 from django_pgqueue.periodic.spec import ScheduleSpec, parse
-from tests.worker.conftest import django_command
-from tests.worker.test_periodic import PING, periodic_env
+from tests.worker.conftest import WorkerProcess, django_command, wait_for
+from tests.worker.conftest import start_worker as start_worker  # the fixture
+from tests.worker.test_periodic import PING, periodic_env, ticks
 
 UTC = dt.UTC
 
@@ -93,3 +97,39 @@ def test_a_schedule_with_no_tick_left_has_no_next_tick_and_costs_no_long_walk() 
     view = describe("never", spec, None, None, now)
     assert (view.state, view.next_tick) == ("active", None)
     assert time.monotonic() - began < 1.0
+
+
+#: Seconds every worker stays down: that many ticks of an every-second schedule missed.
+OUTAGE = 4
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_deploy_that_changes_time_zone_does_not_restart_an_every_schedule(
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    """An ``every`` schedule ticks at multiples of its seconds since the epoch, in no
+    time zone: a deploy that changes TIME_ZONE (the zone its row records) gives it
+    no other tick, so after an outage its catch_up brings the missed ticks back, as
+    for any restart with the same schedule. It used to be restarted as one given
+    another expression, and the ticks of the outage were lost."""
+    entry = {**PING, "catch_up": "all"}
+    first = start_worker("--worker-id", "utc", env=periodic_env({"ping": entry}))
+    wait_for(lambda: len(ticks("ping")) >= 2, 30, "2 ticks")
+    first.signal(signal.SIGTERM)
+    assert first.wait(30) == 0, first.output
+    last = ticks("ping")[-1]
+    wait_for(
+        lambda: dt.datetime.now(UTC) > last + dt.timedelta(seconds=OUTAGE + 0.5),
+        30,
+        f"{OUTAGE} ticks with no worker up",
+    )
+    paris = {**periodic_env({"ping": entry}), "PGQUEUE_TEST_TIME_ZONE": "Europe/Paris"}
+    second = start_worker("--worker-id", "paris", env=paris)
+    wait_for(lambda: len([t for t in ticks("ping") if t > last]) >= OUTAGE + 3, 30, "more ticks")
+    second.signal(signal.SIGTERM)
+    assert second.wait(30) == 0, second.output
+    assert Schedule.objects.get(pk="ping").timezone == "Europe/Paris"
+    after = [t for t in ticks("ping") if t > last]
+    # The missed ticks too (catch_up "all"): one job a second, none lost or doubled.
+    assert after == [last + dt.timedelta(seconds=n + 1) for n in range(len(after))]

@@ -170,9 +170,21 @@ def expanded(cron: str) -> str:
     return NICKNAMES.get(cron.strip().lower(), cron)
 
 
+#: Zone names each host reads its own way (links the host's zone files make): workers
+#: on hosts set differently would each tick a cron expression at their own instants.
+HOST_ZONES = frozenset({"localtime", "posixrules"})
+
+
 def _cron(name: str, value: Any, zone: str) -> str:
     if not isinstance(value, str):
         raise invalid(name, f"'cron' = {value!r}: expected a cron expression such as '0 3 * * *'")
+    if zone.lower() in HOST_ZONES:
+        raise invalid(
+            name,
+            f"the time zone {zone!r} is each host's own: workers on hosts set differently "
+            "would each enqueue its ticks at their own instants; give 'timezone' a zone "
+            "name such as 'Europe/Paris'",
+        )
     if len(value) > MAX_EXPRESSION:  # the schedule table's column
         raise invalid(name, f"'cron' = {value!r} is longer than {MAX_EXPRESSION} chars")
     try:
@@ -189,6 +201,16 @@ def _cron(name: str, value: Any, zone: str) -> str:
             f"clocks skip (none in the next {ticks.HORIZON.days // 366} years)",
         )
     return value
+
+
+def default_zone() -> str:
+    """The zone of an entry without ``timezone``: TIME_ZONE's, by the name Django gives
+    it, or by TIME_ZONE itself where that is a host's own zone (Django names the
+    ``localtime`` of a host set to UTC ``UTC``: another host would not)."""
+    key = getattr(timezone.get_default_timezone(), "key", None)
+    if key and key.lower() in HOST_ZONES:
+        return str(key)
+    return timezone.get_default_timezone_name()
 
 
 def _zone(name: str, value: Any) -> str:
@@ -238,7 +260,7 @@ def parse(name: Any, entry: Any) -> ScheduleSpec:
         raise invalid(name, f"'task' = {task!r}: expected the dotted path of a task")
     if ("cron" in entry) == ("every" in entry):
         raise invalid(name, "give one of 'cron' (an expression) or 'every' (seconds)")
-    zone = _zone(name, entry.get("timezone", timezone.get_default_timezone_name()))
+    zone = _zone(name, entry.get("timezone", default_zone()))
     args, kwargs = entry.get("args", ()), entry.get("kwargs", {})
     if isinstance(args, str | bytes) or not isinstance(args, list | tuple):
         raise invalid(name, f"'args' = {args!r}: expected a list")

@@ -133,3 +133,38 @@ def test_a_deploy_that_changes_time_zone_does_not_restart_an_every_schedule(
     after = [t for t in ticks("ping") if t > last]
     # The missed ticks too (catch_up "all"): one job a second, none lost or doubled.
     assert after == [last + dt.timedelta(seconds=n + 1) for n in range(len(after))]
+
+
+LOCAL = {
+    "task": "tests.testapp.tasks.mark",
+    "cron": "*/20 * * * * *",
+    "timezone": "localtime",
+    "kwargs": {"label": "local"},
+}
+HOST_ZONE = (
+    "(django_pgqueue.E001) PGQUEUE['PERIODIC']['local']: the time zone 'localtime' is "
+    "each host's own: workers on hosts set differently would each enqueue its ticks at "
+    "their own instants; give 'timezone' a zone name such as 'Europe/Paris'"
+)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("where", ["entry", "TIME_ZONE"])
+def test_a_cron_in_each_hosts_own_time_zone_is_refused(db_url: str, where: str) -> None:
+    """'localtime' names each host's /etc/localtime: it passed the check, and two
+    workers on hosts set to other zones each enqueued every tick at their own
+    instant (seen with PYTHONTZPATH giving one worker another 'localtime': a
+    schedule of every 20 s got a job every 10 s). An ``every`` schedule ticks in no
+    zone: it is not refused."""
+    env = periodic_env({"local": LOCAL, "ping": PING})
+    if where == "TIME_ZONE":  # the entries' default
+        entry = {key: value for key, value in LOCAL.items() if key != "timezone"}
+        env = {
+            **periodic_env({"local": entry, "ping": PING}),
+            "PGQUEUE_TEST_TIME_ZONE": "localtime",
+        }
+    for command in ("check", "runworker"):
+        ran = django_command(db_url, command, env=env)
+        assert ran.returncode == 1, ran.stderr
+        assert HOST_ZONE in ran.stderr
+        assert "['ping']" not in ran.stderr

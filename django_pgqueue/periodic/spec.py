@@ -205,12 +205,15 @@ def _cron(name: str, value: Any, zone: str) -> str:
 
 def default_zone() -> str:
     """The zone of an entry without ``timezone``: TIME_ZONE's, by the name Django gives
-    it, or by TIME_ZONE itself where that is a host's own zone (Django names the
-    ``localtime`` of a host set to UTC ``UTC``: another host would not)."""
+    it, or by TIME_ZONE itself where that name is no zone (Django names a zone of one
+    fixed offset by its abbreviation: ``Etc/GMT+5`` is ``-05``) or that is a host's
+    own zone (Django names the ``localtime`` of a host set to UTC ``UTC``: another
+    host would not)."""
     key = getattr(timezone.get_default_timezone(), "key", None)
-    if key and key.lower() in HOST_ZONES:
+    name = timezone.get_default_timezone_name()
+    if key and (key.lower() in HOST_ZONES or named_zone(name) is None):
         return str(key)
-    return timezone.get_default_timezone_name()
+    return name
 
 
 def _zone(name: str, value: Any) -> str:

@@ -6,6 +6,7 @@ stop the worker's other schedules)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import signal
 import time
 from collections.abc import Callable
@@ -168,3 +169,24 @@ def test_a_cron_in_each_hosts_own_time_zone_is_refused(db_url: str, where: str) 
         assert ran.returncode == 1, ran.stderr
         assert HOST_ZONE in ran.stderr
         assert "['ping']" not in ran.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_entries_without_a_time_zone_take_a_fixed_offset_time_zone(db_url: str) -> None:
+    """TIME_ZONE = "Etc/GMT+5" (five hours behind UTC, all year), which Django takes:
+    every entry without a 'timezone' failed E001 with "'timezone' = '-05' is not a
+    known time zone" (the abbreviation Django names such a zone by), though no entry
+    said '-05'; no worker could start."""
+    daily = {"task": "tests.testapp.tasks.mark", "cron": "0 3 * * *", "kwargs": {"label": "d"}}
+    env = {
+        **periodic_env({"daily": daily, "ping": {**PING, "every": 30}}),
+        "PGQUEUE_TEST_TIME_ZONE": "Etc/GMT+5",
+    }
+    checked = django_command(db_url, "check", env=env)
+    assert (checked.returncode, checked.stderr) == (0, "")
+    listed = django_command(db_url, "schedules", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    views = {view["name"]: view for view in json.loads(listed.stdout)}
+    assert views["daily"]["timezone"] == "Etc/GMT+5"
+    # 03:00 five hours behind UTC is 08:00 UTC.
+    assert views["daily"]["next_tick"].endswith("T08:00:00+00:00")

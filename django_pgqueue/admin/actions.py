@@ -187,10 +187,13 @@ def delete_finished_jobs(
     ids = selected_ids(queryset)
     with transaction.atomic(using=conf.database()):  # the job table's database
         # Lock the finished rows first, so that a job retried meanwhile is neither
-        # logged nor deleted; log before deleting, as log_deletions requires.
+        # logged nor deleted; log before deleting, as log_deletions requires. In id
+        # order, as retry() and cancel() lock them: taken in the order the table
+        # stores them, a delete and a retry of the same jobs could deadlock.
         deleted = set(
             Job.objects.select_for_update()
             .filter(pk__in=ids, status__in=FINISHED)
+            .order_by("id")
             .values_list("id", flat=True)
         )
         finished = Job.objects.filter(pk__in=deleted).only("id", "task", "status").order_by("id")

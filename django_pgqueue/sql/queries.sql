@@ -570,11 +570,15 @@ RETURNING j.id, j.status, j.task, j.queue, j.attempts, j.max_attempts, j.locked_
 -- which retry leaves alone). A job whose unique_key is held by another live job is
 -- left alone; of several asked for with one key, only the newest is retried.
 -- Linear in the ids asked for: one lock pass, a DISTINCT ON and index probes.
+-- The rows are locked in id order, as cancel locks them: taken in the order the
+-- table stores them, a retry and a cancel of the same jobs each took a row the
+-- other wanted next, and PostgreSQL broke the deadlock by failing one of them.
 WITH asked AS MATERIALIZED (
     SELECT j.id, j.unique_key
     FROM pgqueue_job AS j
     WHERE j.id = ANY(%(ids)s::bigint[])
       AND (j.status IN ('dead', 'cancelled') OR (j.status = 'queued' AND j.run_at > now()))
+    ORDER BY j.id
     FOR UPDATE
 ),
 newest AS (

@@ -1,0 +1,126 @@
+"""A race audit of job control (issues 5 and 14): operators' calls meeting each
+other, the worker and the reaper on real second connections holding locks."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connections
+from django.test import Client
+from django.utils import timezone
+
+from django_pgqueue.models import Job
+from tests.worker.conftest import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run ``call`` on a connection of its own (a thread's); its value or exception."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = call()
+        except BaseException as exc:
+            out["error"] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out
+
+
+def lock_waiters(db_url: str) -> int:
+    """How many sessions of the test database wait for a lock."""
+    with psycopg.connect(db_url, autocommit=True) as probe:
+        row = probe.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def wait_later(*ids: int) -> None:
+    """These queued jobs wait an hour (retry() takes them then), updated one by one in
+    this order: each update writes the row's new version at the table's end, so a
+    scan of the table meets them in this order, as it meets rows updated over time."""
+    later = timezone.now() + dt.timedelta(hours=1)
+    for job_id in ids:
+        Job.objects.filter(pk=job_id).update(run_at=later)
+
+
+# -- retry meeting cancel -----------------------------------------------------------------
+
+
+def test_retry_and_cancel_of_the_same_jobs_do_not_deadlock(db_url: str) -> None:
+    """retry() locked its rows in the order the table holds them, cancel() in id
+    order: each took a row the other wanted next, and PostgreSQL broke the deadlock
+    by failing the retry (an OperationalError; a 500 in the admin). retry() takes
+    them in id order too now, so it waits for the cancel, then acts."""
+    a, x, b = (Job.objects.enqueue("tests.testapp.tasks.add", args=[1, 2]).id for _ in "axb")
+    wait_later(b, a)  # a and b wait an hour; b's row is now stored before a's
+    # A third session holds job x for a moment (a worker's write of its row, an
+    # admin edit), so that the cancel holds a while it waits, as a cancel of many
+    # rows does while it works through them.
+    holder = psycopg.connect(db_url)
+    holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [x])
+    cancelling, cancel = in_thread(lambda: Job.objects.cancel([a, x, b], reason="race"))
+    wait_for(lambda: lock_waiters(db_url) == 1, 10, "the cancel to wait for job x")
+    retrying, retry = in_thread(lambda: Job.objects.retry([a, b]))
+    wait_for(lambda: lock_waiters(db_url) == 2, 10, "the retry to wait for job a")
+    holder.rollback()
+    holder.close()
+    cancelling.join(30)
+    retrying.join(30)
+    assert "error" not in retry, retry
+    assert cancel == {"value": [a, x, b]}
+    # The cancel went first: all three cancelled; then the retry queued a and b again.
+    assert retry == {"value": [a, b]}
+    assert dict(Job.objects.values_list("id", "status")) == {
+        a: "queued",
+        x: "cancelled",
+        b: "queued",
+    }
+
+
+# -- the admin's delete meeting retry -----------------------------------------------------
+
+
+def test_the_admins_delete_and_a_retry_of_the_same_jobs_do_not_deadlock(
+    db_url: str, admin_client: Client
+) -> None:
+    """The admin's Delete locked the finished rows in the order the table holds them,
+    retry() in id order: each took a row the other wanted next, and PostgreSQL failed
+    the retry. Delete takes them in id order too now: the retry waits, then finds
+    them gone."""
+    a, x, b = (Job.objects.enqueue("tests.testapp.tasks.add", args=[1, 2]).id for _ in "axb")
+    for job_id in (b, x, a):  # stored in this order: b's row first
+        Job.objects.filter(pk=job_id).update(status="dead", done_at=timezone.now())
+    holder = psycopg.connect(db_url)
+    holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [x])
+    deleting, delete = in_thread(
+        lambda: (
+            admin_client.post(
+                "/admin/django_pgqueue/job/",
+                {"action": "delete_finished_jobs", "_selected_action": [a, x, b], "index": "0"},
+            ).status_code
+        )
+    )
+    wait_for(lambda: lock_waiters(db_url) == 1, 10, "the delete to wait for job x")
+    retrying, retry = in_thread(lambda: Job.objects.retry([a, b]))
+    wait_for(lambda: lock_waiters(db_url) == 2, 10, "the retry to wait")
+    holder.rollback()
+    holder.close()
+    deleting.join(30)
+    retrying.join(30)
+    assert "error" not in retry, retry
+    assert delete == {"value": 302}
+    assert retry == {"value": []}  # deleted first
+    assert not Job.objects.exists()

@@ -15,13 +15,13 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.postgres.functions import TransactionNow
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from django_pgqueue import conf
 from django_pgqueue.models import Job
+from django_pgqueue.queue import maintenance
 from django_pgqueue.records import FINISHED, JobStatus
 
 #: Skipped ids named in a message; a longer list only adds "and N more".
@@ -137,17 +137,20 @@ def cancel_jobs(
     reason = f"{given_reason(request)} (by {request.user.get_username()} in the admin)"
     ids = selected_ids(queryset)
     with transaction.atomic(using=conf.database()):  # the job table's database
-        acted = Job.objects.cancel(ids, reason=reason)
-        running = Job.objects.filter(pk__in=acted, status=JobStatus.RUNNING)
+        # (Job.objects.cancel()'s statement, saying which jobs had been asked before.)
+        acted = maintenance.cancel(ids, reason, conf.database())
         # A job asked before keeps that first request and its reason: it is named
-        # with the reason it keeps, and nothing new is logged for it. Its request
-        # predates this transaction (cancel() locked the rows, so none changed since).
+        # with the reason it keeps, and nothing new is logged for it. The statement
+        # says which, from the row it locked: the request's time may come after this
+        # transaction began (another cancel that committed while this one waited).
         already = dict(
-            running.filter(cancel_requested_at__lt=TransactionNow())
+            Job.objects.filter(pk__in=[pk for pk, (_, before) in acted.items() if before])
             .order_by("id")
             .values_list("id", "cancel_reason")
         )
-        stopping = set(running.values_list("id", flat=True)) - already.keys()
+        stopping = {
+            pk for pk, (status, before) in acted.items() if status == JobStatus.RUNNING
+        } - already.keys()
         cancelled = sorted(set(acted) - stopping - already.keys())
         log_change(request, cancelled, f"Cancelled: {reason}")
         log_change(request, stopping, f"Asked to stop: {reason}")

@@ -125,10 +125,11 @@ def _retry_statement(job_ids: list[int], alias: str) -> list[int]:
     return list(row["ids"])
 
 
-def cancel(job_ids: Sequence[int], reason: str, alias: str) -> dict[int, str]:
+def cancel(job_ids: Sequence[int], reason: str, alias: str) -> dict[int, tuple[str, bool]]:
     """Queued jobs become cancelled with the reason; running ones are asked to stop
-    (their workers are notified). {id: status} of the jobs acted on: ``cancelled``,
-    or ``running`` for those asked to stop."""
+    (their workers are notified). {id: (status, asked before)} of the jobs acted
+    on: ``cancelled``, or ``running`` for those asked to stop, True for one asked
+    before (it keeps that first request and its reason)."""
     params = {"ids": sorted(set(job_ids)), "reason": reason, **notify_params()}
     for attempt in range(1, CANCEL_ATTEMPTS + 1):
         try:
@@ -146,7 +147,7 @@ def cancel(job_ids: Sequence[int], reason: str, alias: str) -> dict[int, str]:
             if not deadlock or attempt == CANCEL_ATTEMPTS:
                 raise
             time.sleep(retry_delay(attempt, base=0.02, cap=0.2, jitter=0.5))
-    return {row["id"]: row["status"] for row in rows}
+    return {row["id"]: (row["status"], row["asked_before"]) for row in rows}
 
 
 def prune(

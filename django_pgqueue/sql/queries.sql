@@ -619,9 +619,12 @@ SELECT COALESCE((SELECT array_agg(id ORDER BY id) FROM retried), '{}') AS ids,
 -- queue name can be. The rows are locked first and read in their latest version,
 -- so a job claimed while this statement waited for it is asked to stop, not
 -- missed; the updates then take the state from "asked", never from their own
--- (older) snapshot. Returns each job acted on with its status.
+-- (older) snapshot. Returns each job acted on with its status, and for a running
+-- one whether it had been asked before (it keeps that first request): read from
+-- the locked row, not from the request's time, which may come after this
+-- transaction began (another cancel that committed while this one waited).
 WITH asked AS MATERIALIZED (
-    SELECT j.id, j.status
+    SELECT j.id, j.status, j.cancel_requested_at IS NOT NULL AS asked_before
     FROM pgqueue_job AS j
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('queued', 'running')
     ORDER BY j.id
@@ -646,17 +649,17 @@ stopping AS (
                              ELSE j.cancel_reason END
     FROM asked AS a
     WHERE j.id = a.id AND a.status = 'running'
-    RETURNING j.id, j.status, j.locked_by
+    RETURNING j.id, j.status, j.locked_by, a.asked_before
 ),
 woken AS (
     SELECT count(pg_notify(%(channel)s::text, json_build_object('abort', locked_by)::text)) AS n
     FROM (SELECT DISTINCT locked_by FROM stopping) AS w
     WHERE %(notify)s::bool
 )
-SELECT id, status FROM cancelled
+SELECT id, status, false AS asked_before FROM cancelled
 UNION ALL
 -- (woken is read so that its pg_notify() calls are evaluated: it always has a row.)
-SELECT id, status FROM stopping WHERE (SELECT n FROM woken) IS NOT NULL;
+SELECT id, status, asked_before FROM stopping WHERE (SELECT n FROM woken) IS NOT NULL;
 
 -- name: pause_queue
 -- From now on no claim takes the queue's jobs; true if it was not paused. Workers

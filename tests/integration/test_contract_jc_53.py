@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.db import connections
 from django.test import Client
 from django.utils import timezone
@@ -124,3 +125,52 @@ def test_the_admins_delete_and_a_retry_of_the_same_jobs_do_not_deadlock(
     assert delete == {"value": 302}
     assert retry == {"value": []}  # deleted first
     assert not Job.objects.exists()
+
+
+# -- the admin's cancel meeting another cancel --------------------------------------------
+
+
+def test_the_admins_cancel_names_a_job_another_cancel_asked_first_while_it_waited(
+    db_url: str, admin_client: Client
+) -> None:
+    """A running job that another cancel() asked to stop while the admin's Cancel
+    waited for a row lock keeps that first request and its reason; the action took
+    it for one it asked (the other request's time was after its own transaction
+    began), said so and logged "Asked to stop" with a reason the job does not keep."""
+    a = Job.objects.enqueue("tests.testapp.tasks.add", args=[1, 2]).id
+    b = Job.objects.enqueue("tests.testapp.tasks.add", args=[3, 4]).id
+    assert {job.id for job in Job.objects.claim("w", limit=2)} == {a, b}
+    holder = psycopg.connect(db_url)  # a worker's write of a's row, say
+    holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [a])
+    acting, act = in_thread(
+        lambda: [
+            str(message)
+            for message in admin_client.post(
+                "/admin/django_pgqueue/job/",
+                {
+                    "action": "cancel_jobs",
+                    "_selected_action": [a, b],
+                    "index": "0",
+                    "reason": "mine",
+                },
+                follow=True,
+            ).context["messages"]
+        ]
+    )
+    wait_for(lambda: lock_waiters(db_url) == 1, 10, "the admin's cancel to wait for job a")
+    assert Job.objects.cancel([b], reason="theirs") == [b]  # while the admin's waits
+    holder.rollback()
+    holder.close()
+    acting.join(30)
+    assert "error" not in act, act
+    assert act["value"] == [
+        "Asked 1 running job to stop: mine (by admin in the admin). Each ends cancelled "
+        "once its task stops; one that finishes first ends as it finished.",
+        f"1 job had already been asked to stop, and keeps its first request: #{b}: theirs.",
+    ]
+    assert dict(Job.objects.values_list("id", "cancel_reason")) == {
+        a: "mine (by admin in the admin)",
+        b: "theirs",
+    }
+    logged = LogEntry.objects.order_by("id").values_list("object_id", "change_message")
+    assert list(logged) == [(str(a), "Asked to stop: mine (by admin in the admin)")]

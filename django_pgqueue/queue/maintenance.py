@@ -101,6 +101,14 @@ def retry(job_ids: Sequence[int], alias: str) -> list[int]:
     ordered = sorted(set(job_ids), reverse=True)
     retried: list[int] = []
     with transaction.atomic(using=alias):
+        if len(ordered) > RETRY_BATCH:
+            # Written newest first, but locked oldest first, as cancel() locks them:
+            # else each of the two could hold rows the other wants next (a deadlock).
+            oldest_first = ordered[::-1]
+            for start in range(0, len(oldest_first), RETRY_BATCH):
+                runner.fetch_one(
+                    "lock_for_retry", {"ids": oldest_first[start : start + RETRY_BATCH]}, alias
+                )
         for start in range(0, len(ordered), RETRY_BATCH):
             retried += _retry_batch(ordered[start : start + RETRY_BATCH], alias)
     return sorted(retried)

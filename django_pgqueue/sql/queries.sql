@@ -611,6 +611,19 @@ woken AS (
 SELECT COALESCE((SELECT array_agg(id ORDER BY id) FROM retried), '{}') AS ids,
        (SELECT n FROM woken) AS woken;
 
+-- name: lock_for_retry
+-- A retry of more than one batch takes its rows first, in id order, batch by
+-- batch (then writes them newest batch first): as cancel takes them, so that the
+-- two cannot each hold rows the other wants next. Only the rows retry takes: a
+-- running one is left to its worker's writes.
+SELECT count(*) AS locked FROM (
+    SELECT j.id FROM pgqueue_job AS j
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND (j.status IN ('dead', 'cancelled') OR (j.status = 'queued' AND j.run_at > now()))
+    ORDER BY j.id
+    FOR UPDATE
+) AS taken;
+
 -- name: cancel
 -- Queued jobs become cancelled at once, with the reason. Running ones keep
 -- running, with the request stored for the worker that holds them

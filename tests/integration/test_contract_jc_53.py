@@ -16,6 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from django_pgqueue.models import Job
+from django_pgqueue.queue.maintenance import RETRY_BATCH
 from tests.worker.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -174,3 +175,31 @@ def test_the_admins_cancel_names_a_job_another_cancel_asked_first_while_it_waite
     }
     logged = LogEntry.objects.order_by("id").values_list("object_id", "change_message")
     assert list(logged) == [(str(a), "Asked to stop: mine (by admin in the admin)")]
+
+
+def test_a_retry_of_more_than_a_batch_and_a_cancel_do_not_deadlock(db_url: str) -> None:
+    """retry() writes the newest batch first (of jobs sharing a unique_key, the newest
+    is retried), so past RETRY_BATCH ids it locked the newest rows, then the oldest:
+    against a cancel of the same jobs (which locks from the oldest) each held rows
+    the other wanted. Its rows are now all locked from the oldest first."""
+    later = timezone.now() + dt.timedelta(hours=1)  # each one retry() and cancel() take
+    jobs = (Job(task="tests.testapp.tasks.add", args=[1, 2], run_at=later) for _ in range(1002))
+    ids = [job.id for job in Job.objects.bulk_create(jobs)]
+    oldest, x, newest = ids[0], ids[1], ids[2:]  # the retry's last batch is [oldest]
+    assert len(newest) == RETRY_BATCH
+    holder = psycopg.connect(db_url)
+    holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [x])
+    cancelling, cancel = in_thread(lambda: Job.objects.cancel(ids, reason="race"))
+    wait_for(lambda: lock_waiters(db_url) == 1, 10, "the cancel to wait for job x")
+    retrying, retry = in_thread(lambda: Job.objects.retry([oldest, *newest]))
+    wait_for(lambda: lock_waiters(db_url) == 2, 10, "the retry to wait")
+    holder.rollback()
+    holder.close()
+    cancelling.join(30)
+    retrying.join(30)
+    assert "error" not in retry, retry
+    assert cancel == {"value": ids}
+    # The cancel went first: all cancelled; then the retry queued its jobs again.
+    assert retry == {"value": [oldest, *newest]}
+    assert Job.objects.filter(status="queued").count() == RETRY_BATCH + 1
+    assert Job.objects.get(pk=x).status == "cancelled"

@@ -27,6 +27,7 @@ EXPECTED = {
     "expire_orphans",
     "expired_leases",
     "retry",
+    "lock_for_retry",
     "cancel",
     "pause_queue",
     "resume_queue",

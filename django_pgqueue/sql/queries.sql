@@ -717,22 +717,27 @@ FROM pgqueue_queue WHERE paused_at IS NOT NULL ORDER BY name;
 -- One batch of finished jobs older than the bound, oldest first, then those whose
 -- done_at no worker wrote (_done_unwritten); how many it chose and how many it
 -- deleted. Each kind is read from its own ranges of the finished index
--- (pgqueue_job_finished, by done_at). The conditions are checked again on the row
--- being deleted: a job retried while the batch ran is queued again and must
--- survive it (so a full batch may delete fewer, and is not the last).
-WITH batch AS MATERIALIZED (
-    SELECT id FROM (
-        (SELECT id FROM pgqueue_job
-         WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz
-         ORDER BY done_at
-         LIMIT %(limit)s::int)
-        UNION ALL
-        (SELECT id FROM pgqueue_job
-         WHERE status = ANY(%(statuses)s::text[]) AND
--- include: _done_unwritten
-         LIMIT %(limit)s::int)
-    ) AS both_kinds
+-- (pgqueue_job_finished, by done_at). A row another transaction holds (a retry,
+-- the admin's Delete) is skipped, never waited for: they lock their rows in id
+-- order, this batch in done_at order, and waiting on each other deadlocked; a
+-- later batch or pass takes it if it is still finished. The conditions are checked
+-- again on the row being deleted.
+WITH old AS MATERIALIZED (
+    SELECT id FROM pgqueue_job
+    WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz
+    ORDER BY done_at
     LIMIT %(limit)s::int
+    FOR UPDATE SKIP LOCKED
+),
+unwritten AS MATERIALIZED (
+    SELECT id FROM pgqueue_job
+    WHERE status = ANY(%(statuses)s::text[]) AND
+-- include: _done_unwritten
+    LIMIT greatest(%(limit)s::int - (SELECT count(*) FROM old), 0)
+    FOR UPDATE SKIP LOCKED
+),
+batch AS (
+    SELECT id FROM old UNION ALL SELECT id FROM unwritten
 ),
 deleted AS (
     DELETE FROM pgqueue_job

@@ -203,3 +203,41 @@ def test_a_retry_of_more_than_a_batch_and_a_cancel_do_not_deadlock(db_url: str) 
     assert retry == {"value": [oldest, *newest]}
     assert Job.objects.filter(status="queued").count() == RETRY_BATCH + 1
     assert Job.objects.get(pk=x).status == "cancelled"
+
+
+# -- the pruner meeting retry -------------------------------------------------------------
+
+
+def test_prune_and_a_retry_of_the_same_old_jobs_do_not_deadlock(db_url: str) -> None:
+    """prune deleted its batch in the order it read it (oldest done_at first), retry()
+    locked in id order: each took a row the other wanted next, and PostgreSQL failed
+    one of them. prune now skips a row another transaction holds (it is pruned at a
+    later pass, if still finished), so it never waits, and a retry waits at most for
+    it to commit."""
+    a, x, b = (Job.objects.enqueue("tests.testapp.tasks.add", args=[1, 2]).id for _ in "axb")
+    old = timezone.now() - dt.timedelta(days=30)
+    for age, job_id in enumerate((b, x, a)):  # b stored first and oldest: read first
+        Job.objects.filter(pk=job_id).update(status="dead", done_at=old + dt.timedelta(age))
+    holder = psycopg.connect(db_url)
+    holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [x])
+    pruning, prune = in_thread(lambda: Job.objects.prune(dt.timedelta(days=7)))
+    wait_for(
+        lambda: not pruning.is_alive() or lock_waiters(db_url) == 1,
+        10,
+        "the prune to finish, or to wait for job x",
+    )
+    retrying, retry = in_thread(lambda: Job.objects.retry([a, b]))
+    wait_for(
+        lambda: not retrying.is_alive() or lock_waiters(db_url) == 2,
+        10,
+        "the retry to finish, or to wait",
+    )
+    holder.rollback()
+    holder.close()
+    pruning.join(30)
+    retrying.join(30)
+    assert "error" not in prune, prune
+    assert "error" not in retry, retry
+    assert prune == {"value": 2}  # a and b; x, held, is left for the next pass
+    assert retry == {"value": []}  # pruned first
+    assert dict(Job.objects.values_list("id", "status")) == {x: "dead"}

@@ -16,7 +16,6 @@ from django_pgqueue.models import Job
 from django_pgqueue.records import Failure, JobSpec
 from tests.conftest import status_counts
 from tests.testapp.tasks import add
-from tests.worker.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -50,10 +50,8 @@ def families(
     # Every status of every known queue, 0 when it has no job: a drained queue's
     # backlog reads 0 rather than vanishing. Finished ones only when they were
     # counted: an estimate leaves out the queues it knows nothing of, and absent
-    # says "unknown" where 0 would be a false count. A statement past its exact
-    # limit returns a NOT_COUNTED row even when the statistics estimated nothing.
-    counted = not any(row.estimated for row in rows)
-    filled = set(JobStatus.values) if counted else {JobStatus.QUEUED, JobStatus.RUNNING}
+    # says "unknown" where 0 would be a false count.
+    filled = set(JobStatus.values) - not_counted(rows)
     for queue in sorted(queues):
         for status in JobStatus.values:
             if (queue, status) in counts or status in filled:
@@ -70,6 +68,22 @@ def families(
     # or the alert on their age would never see them.
     age.add_metric([], max((row.age for row in rows), default=0.0) + int(held))
     yield age
+
+
+def not_counted(rows: Sequence[QueueGaugeRow]) -> set[str]:
+    """The statuses ``rows`` did not count exactly. A statement past its exact limit
+    returns a NOT_COUNTED row for ``done`` (and ``cancelled``), even when the
+    statistics estimated nothing, and one for ``dead`` too unless it still counted
+    the dead jobs (few of them): those are exact, and a queue without any has 0."""
+    if not any(row.estimated for row in rows):
+        return set()
+    marked = {row.status for row in rows if row.queue == NOT_COUNTED}
+    estimated = {row.status for row in rows if row.estimated}
+    done, dead = JobStatus.DONE.value, JobStatus.DEAD.value
+    finished = {done, JobStatus.CANCELLED.value, dead}
+    if done not in marked or dead in marked | estimated:
+        return finished  # (rows without the marker, or dead ones estimated too)
+    return finished - {dead}
 
 
 class QueueGauges(Collector):

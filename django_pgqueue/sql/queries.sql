@@ -1030,9 +1030,15 @@ fresh AS (
     UNION ALL
     -- Past the limit, the finished jobs were not counted: this row (no queue is
     -- named '') says so even when the statistics estimated none of them (a table
-    -- never analyzed), so that no reader takes a missing count for 0.
+    -- never analyzed), so that no reader takes a missing count for 0. A second
+    -- one says the dead jobs were not counted either; without it they were
+    -- (few_dead), and a queue that has none has 0 of them.
     SELECT '', 'done', 0, NULL::float8, true
     WHERE NOT (SELECT few FROM few_finished) AND EXISTS (SELECT 1 FROM due)
+    UNION ALL
+    SELECT '', 'dead', 0, NULL::float8, true
+    WHERE NOT (SELECT few FROM few_finished) AND NOT (SELECT few FROM few_dead)
+      AND EXISTS (SELECT 1 FROM due)
 )
 
 -- name: dead_since

@@ -123,8 +123,8 @@ class WorkerMetrics:
 
     def _finished(self, job: ClaimedJob, outcome: Any) -> None:
         started = self._start_times.pop(job.key, None)
-        self.running.dec()
-        if started is not None:
+        if started is not None:  # not one that ended before it started (asked to stop)
+            self.running.dec()
             self.duration.labels(job.queue, job.task).observe(time.monotonic() - started)
 
     def _count(self, key: Key, outcome: RunOutcome) -> None:

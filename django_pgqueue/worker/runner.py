@@ -273,7 +273,7 @@ class Worker:
         if control == "lapsed":
             give_back_lapsed(self.config, self.ledger, self.events, job)
             return False
-        if control is not False:
+        if control is not False and control.cancel_reason is None:  # asked to stop: no run
             self.events.emit("started", job=job)
         return control
 

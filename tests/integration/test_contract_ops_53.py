@@ -6,9 +6,11 @@ lines a shipper reads."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -33,7 +35,7 @@ from tests.testapp.tasks import (
     tracked,
     waits_to_be_stopped,
 )
-from tests.worker.conftest import WorkerProcess, django_command, start_worker, wait_for
+from tests.worker.conftest import ROOT, WorkerProcess, django_command, start_worker, wait_for
 from tests.worker.scrape import base_url, completed, scrape, value
 
 __all__ = ["pgbouncer", "start_worker"]
@@ -310,3 +312,109 @@ def test_dead_jobs_counted_exactly_beside_estimated_done_ones_read_0_where_none(
         with connection.cursor() as cursor:
             cursor.execute("DELETE FROM pgqueue_job")
             cursor.execute("ANALYZE pgqueue_job")
+
+
+JSON_SETTINGS = """
+import json, logging
+from tests.settings import *  # noqa: F403
+
+FIELDS = ("job_id", "task", "queue", "attempt", "worker")
+
+
+class Json(logging.Formatter):
+    def format(self, record):
+        line = {"level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        line.update({f: getattr(record, f) for f in FIELDS if hasattr(record, f)})
+        if record.exc_info:
+            line["exc_type"] = record.exc_info[0].__name__
+            line["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+LOGGING = {
+    "version": 1,
+    "formatters": {"json": {"()": Json}},
+    "handlers": {"out": {"class": "logging.StreamHandler", "formatter": "json",
+                         "stream": "ext://sys.stdout"}},
+    "root": {"handlers": ["out"], "level": "INFO"},
+}
+"""
+
+
+def test_failed_runs_reach_a_json_log_shipper_with_their_fields(
+    start_worker: Start, db_url: str, tmp_path: Path
+) -> None:
+    """The project's own JSON formatter, as a log shipper reads it, from a real
+    worker and from reapjobs: each failed run is one line with the documented
+    fields; those the worker raised carry their traceback, the reaper's none."""
+    (tmp_path / "json_settings.py").write_text(JSON_SETTINGS)
+    failing = always_fails.enqueue("ops-json")
+    path = f"{tmp_path}{os.pathsep}{ROOT}"
+    # The last --settings wins: the project's, with its LOGGING.
+    worker = start_worker(
+        "--burst", "--worker-id", "json-1", "--settings=json_settings", env={"PYTHONPATH": path}
+    )
+    assert worker.wait(30) == 0, worker.output
+    lines = [json.loads(line) for line in worker.output.splitlines() if line.startswith("{")]
+    failed = [line for line in lines if line.get("job_id") == failing.id]
+    assert [(line["level"], line["attempt"]) for line in failed] == [("WARNING", 1), ("ERROR", 2)]
+    for line in failed:
+        assert line["task"] == always_fails.path
+        assert line["queue"] == "default"
+        assert line["worker"] == "json-1"
+        assert line["exc_type"] == "ValueError"
+        assert "this task always fails" in line["traceback"]
+    # A run whose worker was SIGKILLed, returned by reapjobs once its lease expired.
+    short = {"PYTHONPATH": path, "PGQUEUE_TEST_PGQUEUE": json.dumps({"LEASE": 1})}
+    held = tracked.enqueue("ops-json-reaped", sleep=60)
+    killed = start_worker("--worker-id", "json-2", "--settings=json_settings", env=short)
+    wait_for(lambda: run_counts("ops-json-") == {"ops-json-reaped": 1}, 20, "the run")
+    killed.kill()
+    wait_for(lambda: Job.objects.expired().filter(pk=held.pk).exists(), 10, "the lease to expire")
+    reaped = start_worker("--settings=json_settings", env=short, command="reapjobs")
+    assert reaped.wait(30) == 0, reaped.output
+    lines = [json.loads(line) for line in reaped.output.splitlines() if line.startswith("{")]
+    (line,) = [line for line in lines if line.get("job_id") == held.id]
+    assert line["level"] == "WARNING"
+    assert (line["task"], line["queue"], line["attempt"], line["worker"]) == (
+        tracked.path,
+        "default",
+        1,
+        "json-2",
+    )
+    assert "traceback" not in line
+
+
+def test_a_job_cancelled_while_claimed_ahead_is_counted_cancelled_never_timed(
+    start_worker: Start,
+) -> None:
+    """A job claimed ahead (waiting for a thread) that an operator cancels ends
+    cancelled without running: it counts as a cancelled outcome, but it never
+    started, so neither the wait histogram (run_at to start) nor the duration one
+    (how long jobs ran) may count it, as no signal is sent for it."""
+    long = mark.using(queue="q").enqueue("ops-ahead-long", sleep=3)
+    worker = start_worker(
+        "--metrics-port",
+        "0",
+        "--queues",
+        "q",
+        "--concurrency",
+        "1",
+        "--prefetch",
+        "1",
+        "--poll-interval",
+        "0.2",
+    )
+    base = base_url(worker)
+    wait_for(lambda: Job.objects.get(pk=long.pk).status == "running", 20, "the long job")
+    ahead = add.using(queue="q").enqueue(1, 1)
+    wait_for(lambda: Job.objects.get(pk=ahead.pk).status == "running", 20, "the claim ahead")
+    Job.objects.cancel([ahead.id], reason="operator")
+    wait_for(lambda: status_counts() == {"done": 1, "cancelled": 1}, 30, "both to end")
+    want = {(mark.path, "succeeded"): 1, (add.path, "cancelled"): 1}
+    wait_for(lambda: completed(scrape(base)) == want, 10, "both outcomes")
+    found = scrape(base)
+    assert value(found, "pgqueue_job_wait_seconds_count", queue="q") == 1
+    assert value(found, "pgqueue_job_duration_seconds_count", queue="q", task=add.path) == 0
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0

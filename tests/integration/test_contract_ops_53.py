@@ -68,7 +68,8 @@ def test_a_known_sequence_reads_back_exactly_from_metrics_registry_and_last_line
         "1",
     )
     base = base_url(worker)
-    wait_for(lambda: Job.objects.get(id=stopped.id).status == "running", 30, "the long job")
+    # Started (it records its run), not only claimed ahead: it runs when it is cancelled.
+    wait_for(lambda: run_counts("ops-stopped") == {"ops-stopped": 1}, 30, "the long job")
     Job.objects.cancel([stopped.id], reason="operator")
     wait_for(
         lambda: status_counts() == {"done": 5, "dead": 2, "cancelled": 2}, 30, "every job to end"
@@ -392,7 +393,7 @@ def test_a_job_cancelled_while_claimed_ahead_is_counted_cancelled_never_timed(
     cancelled without running: it counts as a cancelled outcome, but it never
     started, so neither the wait histogram (run_at to start) nor the duration one
     (how long jobs ran) may count it, as no signal is sent for it."""
-    long = mark.using(queue="q").enqueue("ops-ahead-long", sleep=3)
+    long = mark.using(queue="q").enqueue("ops-ahead-long", sleep=5)
     worker = start_worker(
         "--metrics-port",
         "0",
@@ -416,5 +417,42 @@ def test_a_job_cancelled_while_claimed_ahead_is_counted_cancelled_never_timed(
     found = scrape(base)
     assert value(found, "pgqueue_job_wait_seconds_count", queue="q") == 1
     assert value(found, "pgqueue_job_duration_seconds_count", queue="q", task=add.path) == 0
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+
+
+def test_tasks_framework_runs_are_counted_with_their_path_and_outcome(
+    start_worker: Start,
+) -> None:
+    from tests.testapp import djtasks
+
+    djtasks.echo.enqueue(1)
+    djtasks.fails_until.using(queue_name="queue_1").enqueue(1)  # retried once, then succeeds
+    djtasks.snoozes_once.enqueue("ops-dj-snooze")  # snoozed (retried), then succeeds
+    djtasks.cancels_itself.enqueue()
+    worker = start_worker("--metrics-port", "0", "--poll-interval", "0.2")
+    base = base_url(worker)
+    wait_for(lambda: status_counts() == {"done": 3, "cancelled": 1}, 30, "the runs")
+    path = "tests.testapp.djtasks."
+    want = {
+        (path + "echo", "succeeded"): 1,
+        (path + "fails_until", "retried"): 1,
+        (path + "fails_until", "succeeded"): 1,
+        (path + "snoozes_once", "retried"): 1,
+        (path + "snoozes_once", "succeeded"): 1,
+        (path + "cancels_itself", "cancelled"): 1,
+    }
+    wait_for(lambda: completed(scrape(base)) == want, 10, "every outcome")
+    found = scrape(base)
+    assert (
+        value(
+            found,
+            "pgqueue_jobs_completed_total",
+            queue="queue_1",
+            task=path + "fails_until",
+            outcome="retried",
+        )
+        == 1
+    )
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0

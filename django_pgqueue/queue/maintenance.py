@@ -119,7 +119,10 @@ def _retry_batch(job_ids: list[int], alias: str) -> list[int]:
         return _retry_statement(job_ids, alias)
     except IntegrityError:
         # A job with one of these keys went live meanwhile (an enqueue raced
-        # us): one by one, skipping the ones that clash.
+        # us): one by one, skipping the ones that clash. The savepoint let the
+        # batch's locks go: they are taken again in id order first, as cancel()
+        # takes them, or the newest-first pass could deadlock with it.
+        runner.fetch_one("lock_for_retry", {"ids": sorted(job_ids)}, alias)
         retried: list[int] = []
         for job_id in job_ids:
             with contextlib.suppress(IntegrityError):

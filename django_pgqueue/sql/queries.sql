@@ -614,7 +614,9 @@ SELECT COALESCE((SELECT array_agg(id ORDER BY id) FROM retried), '{}') AS ids,
 -- name: lock_for_retry
 -- A retry of more than one batch takes its rows first, in id order, batch by
 -- batch (then writes them newest batch first): as cancel takes them, so that the
--- two cannot each hold rows the other wants next. Only the rows retry takes: a
+-- two cannot each hold rows the other wants next. So does a batch that goes on
+-- one job at a time, newest first (an enqueue of one of its keys raced it), once
+-- its failed statement's savepoint let its locks go. Only the rows retry takes: a
 -- running one is left to its worker's writes.
 SELECT count(*) AS locked FROM (
     SELECT j.id FROM pgqueue_job AS j

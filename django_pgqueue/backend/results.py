@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.utils import timezone
 
-from django_pgqueue import conf, registry, validation
+from django_pgqueue import conf, registry, tolerant, validation
 from django_pgqueue.backend.compat import (
     Task,
     TaskError,
@@ -180,11 +180,13 @@ _EXACT_EPOCH = 2.0**32
 def _stored_run_at(job_id: int, rounded: datetime) -> datetime:
     """The job's ``run_at`` as its row holds it, for one the claim's float cannot give
     to the microsecond, so the running result's ``run_after`` is what ``get_result()``
-    reads (``rounded`` if the row is not found in the queue's database)."""
-    stored = (
-        job_model().objects.using(conf.database()).filter(id=job_id).values_list("run_at")
-    ).first()
-    return rounded if stored is None else stored[0]
+    reads (``rounded`` if the row is not found in the queue's database). A time Python
+    cannot hold (written by hand: -infinity, a year BC) is ``rounded``, the nearest
+    the claim gave: read as is, psycopg refused it and the run failed before its task."""
+    alias = conf.database()
+    with tolerant.readable(alias):
+        stored = job_model().objects.using(alias).filter(id=job_id).values_list("run_at").first()
+    return rounded if stored is None or tolerant.out_of_range(stored[0]) else stored[0]
 
 
 def _decoded(text: str) -> Any:

@@ -4,6 +4,7 @@ on real second connections holding real locks."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import psycopg
 import pytest
@@ -77,3 +78,59 @@ def test_a_retry_that_met_an_enqueue_of_its_key_and_a_cancel_do_not_deadlock(
         m: "cancelled",
         q: "queued",
     }
+
+
+# -- a running task's run_after: a time written by hand ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("run_at", "use_tz", "zone"),
+    [
+        ("-infinity", True, "UTC"),
+        ("0044-03-15 12:00+00 BC", True, "UTC"),
+        # In range in UTC, out of it once read in TIME_ZONE (year 0 in New York).
+        ("0001-01-01 03:00+00", False, "America/New_York"),
+    ],
+)
+def test_a_tasks_job_whose_run_at_no_python_time_holds_still_runs(
+    run_at: str, use_tz: bool, zone: str
+) -> None:
+    """A run_at written by hand that Python cannot hold (-infinity, a year BC, a year
+    0 in TIME_ZONE) read as the nearest time it can, and the task ran. Since the
+    running result reads a run_at far from 1970 from the job's row, that read
+    failed (psycopg's DataError) before the task started, on every attempt, until
+    the job was buried. The row's time is read as tolerantly as the claim's."""
+    pytest.importorskip(
+        "django_pgqueue.backend", reason="needs django.tasks or the backport", exc_type=ImportError
+    )
+    from django.db import connection
+    from django.test import override_settings
+
+    from django_pgqueue import validation
+    from django_pgqueue.backend.compat import TaskResult, task_started
+    from django_pgqueue.records import Success
+    from django_pgqueue.worker.executor import execute
+    from tests.testapp import djtasks
+
+    seen: list[Any] = []
+
+    def on_started(sender: type, task_result: TaskResult[Any, Any], **kw: Any) -> None:
+        seen.append(task_result.task.run_after)
+
+    task_started.connect(on_started)
+    try:
+        with override_settings(USE_TZ=use_tz, TIME_ZONE=zone):
+            enqueued = djtasks.calculate_meaning_of_life.enqueue()
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "UPDATE pgqueue_job SET run_at = %s WHERE id = %s", [run_at, enqueued.id]
+                )
+            (job,) = Job.objects.claim("w")
+            outcome = execute(job)
+            assert isinstance(outcome, Success), outcome
+            assert Job.objects.complete("w", [outcome]) == {job.id}
+            earliest = validation.EARLIEST if use_tz else timezone.make_naive(validation.EARLIEST)
+    finally:
+        task_started.disconnect(on_started)
+    assert seen == [earliest]
+    assert Job.objects.filter(pk=enqueued.id, status="done").exists()

@@ -423,3 +423,44 @@ def moved(db_url: str, snippet: str, old: dict[str, str], new: dict[str, str]) -
     with connections["default"].cursor() as cursor:
         cursor.execute("SELECT count(*) FROM django_tasks_database_dbtaskresult")
         assert cursor.fetchone() == (0,)
+
+
+@pytest.mark.slow
+def test_a_worker_holds_the_connections_the_settings_page_says(db_url: str) -> None:
+    """docs/reference/settings.md said a worker holds up to CONCURRENCY + 4
+    connections; the sizing section of operations.md, and runworker's own check of a
+    pool, count CONCURRENCY + 6. Measured: three job threads that used the database,
+    and the worker's own."""
+    import signal
+
+    from tests.conftest import run_counts
+    from tests.worker.conftest import WorkerProcess, wait_for
+
+    text = settings_section("CONCURRENCY")
+    (documented,) = re.findall(r"a worker can hold up to `CONCURRENCY \+ (\d+)` connections", text)
+    assert f"plan on `concurrency + {documented}`" in " ".join(
+        (ROOT / "docs/operations.md").read_text().split()
+    )
+    for i in range(3):
+        mark.enqueue(f"docs-conn-{i}", sleep=1.0)  # each records a row after its sleep
+    worker = WorkerProcess(db_url, "--concurrency", "3", "--prefetch", "0")
+    mine = connections["default"]
+    seen: list[int] = []
+
+    def held() -> int:
+        with mine.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            (count,) = cursor.fetchone()
+        seen.append(count)
+        return int(count)
+
+    try:
+        wait_for(lambda: sum(run_counts("docs-conn-").values()) == 3, 30, "three runs")
+        wait_for(lambda: held() == 3 + int(documented), 10, "the documented connections")
+    finally:
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    assert max(seen) == 3 + int(documented)

@@ -79,6 +79,15 @@ positive_seconds = _number(
     inclusive=False,
     expected="a number of seconds above 0 (at most ten years)",
 )
+#: ``--lease``: LEASE's bounds, so a lease too short to outlast a claim is a bad option
+#: value (exit status 2) as every other, not an error once the worker starts.
+lease_seconds = _number(
+    float,
+    conf.MIN_LEASE,
+    validation.MAX_DELAY,
+    inclusive=True,
+    expected=f"a number of seconds, at least {conf.MIN_LEASE:g} (at most ten years)",
+)
 non_negative_seconds = _number(
     float,
     0.0,

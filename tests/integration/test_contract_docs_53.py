@@ -23,7 +23,7 @@ import pytest
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management import call_command, get_commands, load_command_class
+from django.core.management import CommandError, call_command, get_commands, load_command_class
 from django.db import connections
 from django.dispatch import receiver
 from django.test import override_settings
@@ -464,3 +464,30 @@ def test_a_worker_holds_the_connections_the_settings_page_says(db_url: str) -> N
         worker.signal(signal.SIGTERM)
         assert worker.wait(30) == 0
     assert max(seen) == 3 + int(documented)
+
+
+@pytest.mark.slow
+def test_a_lease_under_the_documented_minimum_is_a_bad_option_value(db_url: str) -> None:
+    """commands.md: `--lease S` is "at least 0.1", and a bad option value ends the
+    command with one line and exit status 2 before anything runs. --lease 0.09 passed
+    the parser (any number above 0) and stopped the worker later, exit 1, with a line
+    in another shape (``lease=0.09: expected at least 0.1 seconds``)."""
+    from tests.worker.conftest import django_command
+
+    row = next(
+        line
+        for line in (ROOT / "docs/reference/commands.md").read_text().splitlines()
+        if line.startswith("| `--lease S` |")
+    )
+    assert "at least 0.1" in row
+    expected = (
+        "runworker: argument --lease: expected a number of seconds, at least 0.1 "
+        "(at most ten years), got '0.09'"
+    )
+    done = django_command(db_url, "runworker", "--burst", "--lease", "0.09")
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"CommandError: {expected}\n")
+    with pytest.raises(CommandError) as refused:
+        call_command("runworker", burst=True, lease=0.09)
+    assert (refused.value.returncode, str(refused.value)) == (2, expected)
+    ran = django_command(db_url, "runworker", "--burst", "--lease", "0.1", "-v", "0")
+    assert (ran.returncode, ran.stderr) == (0, "")

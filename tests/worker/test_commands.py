@@ -34,8 +34,12 @@ BAD_ARGUMENTS = [
     ("runworker", ["--concurrency", "many"], "argument --concurrency: expected a whole number"),
     ("runworker", ["--max-jobs", "-5"], "argument --max-jobs: expected a whole number"),
     ("runworker", ["--prefetch", "-1"], "argument --prefetch: expected auto or a whole number"),
-    ("runworker", ["--lease", "0"], "argument --lease: expected a number of seconds above 0"),
-    ("runworker", ["--lease", "1e13"], "argument --lease: expected a number of seconds above 0"),
+    ("runworker", ["--lease", "0"], "argument --lease: expected a number of seconds, at least 0.1"),
+    (
+        "runworker",
+        ["--lease", "1e13"],
+        "argument --lease: expected a number of seconds, at least 0.1",
+    ),
     ("runworker", ["--concurrency", "100000"], "expected a whole number from 1 to 1,000"),
     ("runworker", ["--worker-id", "w\udcff"], "argument --worker-id: expected a non-empty"),
     ("runworker", ["--shutdown-timeout", "1e300"], "argument --shutdown-timeout: expected"),
@@ -200,7 +204,7 @@ def test_a_lease_too_short_to_start_a_job_is_refused_on_the_command_line() -> No
     each job could start, and a burst worker gave the job back and claimed it for ever."""
     from django.core.management.base import CommandError
 
-    with pytest.raises(CommandError, match=r"lease=0\.05: expected at least 0\.1 seconds"):
+    with pytest.raises(CommandError, match=r"--lease: expected .* at least 0\.1 .*got '0\.05'"):
         call_command("runworker", "--burst", "--lease", "0.05")
 
 
@@ -394,7 +398,7 @@ def test_call_command_checks_its_values_as_the_command_line_does() -> None:
     assert out.getvalue() == "deleted 1 job (done,dead,cancelled)\n"
     bad: list[tuple[dict[str, Any], str]] = [
         ({"concurrency": 0}, "argument --concurrency: expected a whole number"),
-        ({"lease": -1}, "argument --lease: expected a number of seconds above 0"),
+        ({"lease": -1}, "argument --lease: expected a number of seconds, at least 0.1"),
         ({"queues": "a,,b c"}, "argument --queues: expected comma-separated queue names"),
         ({"poll_interval": float("nan")}, "argument --poll-interval: expected"),
         # Values of other types: a flag's, a list, a number where text goes, a choice.

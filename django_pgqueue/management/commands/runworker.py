@@ -19,6 +19,7 @@ from django_pgqueue.exceptions import InvalidSchedule
 from django_pgqueue.jobdb import worker_in_transaction
 from django_pgqueue.management.arguments import (
     concurrency,
+    lease_seconds,
     metrics_address,
     non_negative_seconds,
     port,
@@ -110,8 +111,8 @@ class Command(PgQueueCommand):
         )
         add(
             "--lease",
-            type=positive_seconds,
-            help=f"Seconds a claim holds; renewed while the job runs (default: "
+            type=lease_seconds,
+            help=f"Seconds a claim holds, at least 0.1; renewed while the job runs (default: "
             f"{setting_default('LEASE')}).",
         )
         add(

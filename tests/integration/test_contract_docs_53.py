@@ -16,6 +16,7 @@ import re
 import shlex
 import textwrap
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -491,3 +492,71 @@ def test_a_lease_under_the_documented_minimum_is_a_bad_option_value(db_url: str)
     assert (refused.value.returncode, str(refused.value)) == (2, expected)
     ran = django_command(db_url, "runworker", "--burst", "--lease", "0.1", "-v", "0")
     assert (ran.returncode, ran.stderr) == (0, "")
+
+
+def option_row(page: str, option: str) -> str:
+    return next(
+        line
+        for line in (ROOT / page).read_text().splitlines()
+        if line.startswith(f"| `{option}` |")
+    )
+
+
+def taken(make: Any, option: str, value: Any) -> bool:
+    from django.tasks.exceptions import InvalidTask
+
+    try:
+        make(**{option: value})
+    except (ValueError, InvalidTask):  # InvalidJob is a ValueError
+        return False
+    return True
+
+
+def test_the_enqueue_options_bounds_are_the_codes() -> None:
+    """docs/tasks.md's and docs/backend.md's option tables give each bound the
+    code enforces (they gave none for max_attempts, delay and backoff)."""
+    from django_pgqueue.backend import options
+    from example_project.shop.tasks import send_confirmation
+
+    direct = {
+        "max_attempts": (
+            "1 to 1,000,000",
+            [(1, True), (0, False), (10**6, True), (10**6 + 1, False)],
+        ),
+        "delay": (
+            "0 to ten years",
+            [(0, True), (-1, False), (TEN_YEARS, True), (TEN_YEARS + 1, False)],
+        ),
+        "backoff": ("0 to a year", [(0, True), (-1, False), (A_YEAR, True), (A_YEAR + 1, False)]),
+    }
+    for option, (words, probes) in direct.items():
+        assert words in option_row("docs/tasks.md", option), option
+        got = [(v, taken(mark.using, option, v)) for v, _ in probes]
+        assert got == probes, option
+    tasks = {
+        "max_attempts": ("1 to 1,000,000", direct["max_attempts"][1]),
+        "backoff": ("(0 to a year)", direct["backoff"][1]),
+    }
+    for option, (words, probes) in tasks.items():
+        assert words in option_row("docs/backend.md", option), option
+        got = [(v, taken(partial(options, send_confirmation), option, v)) for v, _ in probes]
+        assert got == probes, option
+
+
+def test_the_backend_option_checks_state_the_codes_bounds() -> None:
+    page = (ROOT / "docs/reference/checks.md").read_text()
+    rows = {
+        "E104": ("is not a whole number from 1 to 1,000,000.", "MAX_ATTEMPTS", 10**6, 10**6 + 1),
+        "E107": ("from 0 to a year (31,536,000).", "BACKOFF", A_YEAR, A_YEAR + 1),
+    }
+    for check, (words, key, inside, outside) in rows.items():
+        row = next(line for line in page.splitlines() if f"`django_pgqueue.{check}`" in line)
+        assert words in row, check
+        found = []
+        for value in (inside, outside):
+            backend = {"BACKEND": "django_pgqueue.backend.PgQueueBackend", "QUEUES": []}
+            with override_settings(TASKS={"default": {**backend, "OPTIONS": {key: value}}}):
+                found.append(
+                    [m.id for m in checks.run_checks() if m.id == f"django_pgqueue.{check}"]
+                )
+        assert found == [[], [f"django_pgqueue.{check}"]], check

@@ -14,6 +14,11 @@ some scheduler was up, are all enqueued (up to ``MAX_TICKS`` at once). A schedul
 that looks more than a minute late (the database unreachable, the process paused)
 counts the ticks since its last look as missed, as one starting then would.
 
+Each schedule is looked at apart: one whose tick fails for a reason of its own (its
+job refused by the database, say) is logged and tried again later, with a growing
+pause, while the others go on. An error of the connection or of the schema is the
+thread's guard's (``ServiceThread``): it stops the look, and the guard retries it.
+
 A last tick ahead of the clock (a worker's clock running fast) holds the
 schedule until then, each instant still enqueued once; the scheduler says so
 when it starts. A time no worker writes (``infinity``, a year BC: a row written
@@ -28,6 +33,7 @@ import logging
 import time
 
 from django_pgqueue import conf
+from django_pgqueue.dberrors import first_line, is_transient, schema_problem
 from django_pgqueue.periodic.calls import job_spec
 from django_pgqueue.periodic.spec import MAX_TICKS, ScheduleSpec
 from django_pgqueue.queue import schedules
@@ -55,6 +61,8 @@ CATCH_UP_LIMITS = {"none": 0, "latest": 1, "all": MAX_TICKS}
 
 #: Later than any tick: a schedule not looked at yet.
 NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
+#: Earlier than any look: a schedule whose looks have not failed.
+LONG_AGO = dt.datetime.min.replace(tzinfo=dt.UTC)
 
 
 @dataclasses.dataclass
@@ -71,6 +79,14 @@ class Planned:
     up_since: dt.datetime = NEVER
     #: Its last tick's statement waited for a lock too long (said once, not each look).
     blocked: bool = False
+    #: Looks in a row that failed for a reason of this schedule's own (see Scheduler._look).
+    failures: int = 0
+    #: After such a failure, no look before this instant.
+    retry_at: dt.datetime = LONG_AGO
+
+    @property
+    def next_look(self) -> dt.datetime:
+        return max(self.due, self.retry_at)
 
     @classmethod
     def of(cls, spec: ScheduleSpec) -> Planned:
@@ -104,13 +120,55 @@ class Scheduler(ServiceThread):
         began = time.monotonic()
         now = dt.datetime.now(dt.UTC)
         for plan in self.planned:
-            if plan.due <= now:
-                self._enqueue_due(plan, now)
+            if plan.next_look <= now:
+                self._look(plan, now)
         if not self.planned:
             return LONGEST_PAUSE
-        wait = (min(p.due for p in self.planned) - dt.datetime.now(dt.UTC)).total_seconds()
+        wait = (min(p.next_look for p in self.planned) - dt.datetime.now(dt.UTC)).total_seconds()
         # At most one look a second, however the ticks of several schedules fall.
         return min(LONGEST_PAUSE, max(wait, 1.0 - (time.monotonic() - began), 0.0))
+
+    def failing(self) -> bool:
+        return any(plan.failures for plan in self.planned)
+
+    def _look(self, plan: Planned, now: dt.datetime) -> None:
+        """Enqueue the schedule's due ticks; a failure of its own does not stop the
+        look at the others: it is logged, and the schedule tried again after a pause
+        (1 s, doubling to LONGEST_PAUSE). One of the connection (the database
+        unreachable) or of the schema goes to the thread's guard, as before."""
+        try:
+            self._enqueue_due(plan, now)
+        except Exception as exc:
+            if is_transient(exc) or schema_problem(exc, self.alias):
+                raise
+            plan.failures += 1
+            pause = min(LONGEST_PAUSE, 2.0 ** (plan.failures - 1))
+            plan.retry_at = now + dt.timedelta(seconds=pause)
+            if plan.failures == 1:
+                logger.exception(
+                    "schedule %s: its ticks could not be enqueued (the other schedules go "
+                    "on); tried again in %.0f s",
+                    plan.spec.name,
+                    pause,
+                )
+            else:
+                logger.warning(
+                    "schedule %s: its ticks still cannot be enqueued (%d looks in a row): "
+                    "%s: %s; tried again in %.0f s",
+                    plan.spec.name,
+                    plan.failures,
+                    type(exc).__name__,
+                    first_line(exc),
+                    pause,
+                )
+            return
+        if plan.failures:
+            logger.info(
+                "schedule %s: its ticks are enqueued again, after %d failed looks",
+                plan.spec.name,
+                plan.failures,
+            )
+            plan.failures = 0
 
     def _sync(self) -> None:
         # Those disabled in settings too: their rows say they are still declared.

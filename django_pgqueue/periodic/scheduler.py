@@ -9,10 +9,11 @@ it looks at most once a second, and sends one statement per due tick.
 Missed ticks: when the scheduler starts, the ticks since a schedule's last one
 that came before any worker still alive was up (the registry tells) were
 missed; ``catch_up`` says how many of them to enqueue ("latest", the default:
-the most recent one; "none"; "all": up to ``MAX_TICKS``). Later ticks, due while
-some scheduler was up, are all enqueued (up to ``MAX_TICKS`` at once). A scheduler
-that looks more than a minute late (the database unreachable, the process paused)
-counts the ticks since its last look as missed, as one starting then would.
+the most recent one; "none"; "all": as many as fit). Later ticks, due while some
+scheduler was up, are all enqueued. One look enqueues at most ``MAX_TICKS`` ticks of
+a schedule, missed and due together: the most recent. A scheduler that looks more
+than a minute late (the database unreachable, the process paused) counts the ticks
+since its last look as missed, as one starting then would.
 
 Each schedule is looked at apart: one whose tick fails for a reason of its own (its
 job refused by the database, say) is logged and tried again later, with a growing
@@ -215,23 +216,6 @@ class Scheduler(ServiceThread):
             while_ = (
                 f"while this scheduler could not look ({(now - plan.due).total_seconds():.0f} s)"
             )
-        missed: list[dt.datetime] = []
-        if start < boundary:
-            limit = CATCH_UP_LIMITS[spec.catch_up]
-            if limit:
-                missed = spec.between(start, min(boundary, now), limit)
-            skipped = spec.between(start, min(boundary, now), MAX_TICKS + 1)
-            if len(skipped) > len(missed):
-                logger.info(
-                    "schedule %s: %s missed %s, catch_up=%r enqueues %d",
-                    spec.name,
-                    f"more than {MAX_TICKS} ticks"
-                    if len(skipped) > MAX_TICKS
-                    else f"{len(skipped)} ticks",
-                    while_,
-                    spec.catch_up,
-                    len(missed),
-                )
         due = spec.between(max(start, boundary), now, MAX_TICKS + 1)
         if len(due) > MAX_TICKS:
             logger.warning(
@@ -240,6 +224,29 @@ class Scheduler(ServiceThread):
                 MAX_TICKS,
             )
             due = due[1:]
+        missed: list[dt.datetime] = []
+        if start < boundary:
+            # One look enqueues at most MAX_TICKS ticks: the due ones, then as many
+            # missed ones as catch_up asks and room is left for.
+            wanted = CATCH_UP_LIMITS[spec.catch_up]
+            limit = min(wanted, MAX_TICKS - len(due))
+            if limit:
+                missed = spec.between(start, min(boundary, now), limit)
+            skipped = spec.between(start, min(boundary, now), MAX_TICKS + 1)
+            if len(skipped) > len(missed):
+                logger.info(
+                    "schedule %s: %s missed %s, catch_up=%r enqueues %d%s",
+                    spec.name,
+                    f"more than {MAX_TICKS} ticks"
+                    if len(skipped) > MAX_TICKS
+                    else f"{len(skipped)} ticks",
+                    while_,
+                    spec.catch_up,
+                    len(missed),
+                    f" (with {len(due)} due: at most {MAX_TICKS} at once)"
+                    if limit < wanted
+                    else "",
+                )
         return missed + due
 
     def _enqueue_due(self, plan: Planned, now: dt.datetime) -> None:

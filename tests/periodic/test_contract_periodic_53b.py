@@ -1,7 +1,8 @@
 """The scheduler looks at each schedule apart: one whose ticks the database refuses
 (its job's arguments in a database that cannot store them) no longer stops every
 schedule after it, in a real worker; a database outage still stops the whole look,
-for the thread's guard to retry."""
+for the thread's guard to retry. One look enqueues at most ``MAX_TICKS`` ticks of a
+schedule, missed and due together."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from django.db import OperationalError, connection, connections
 
 from django_pgqueue.models import Job
 from django_pgqueue.periodic.scheduler import Scheduler
+from django_pgqueue.periodic.spec import MAX_TICKS
 from tests.periodic.test_scheduler import MINUTELY, forget_the_first_look, ran_at
 from tests.worker.conftest import WorkerProcess, wait_for
 from tests.worker.conftest import start_worker as start_worker  # the fixture
@@ -147,3 +149,37 @@ def test_an_error_of_the_connection_still_stops_the_look_for_the_threads_guard(
             s.step()
     assert (plan.failures, s.failing()) == (0, False)
     connections["default"].close()
+
+
+def test_one_look_enqueues_at_most_max_ticks_of_a_schedule_missed_and_due_together(
+    scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture
+) -> None:
+    """catch_up "all" after an outage, while another worker has been up for an hour
+    without taking the ticks (it counts as up: a worker behind a pooler, killed):
+    100 missed and 100 due, 200 statements in one look, where MAX_TICKS says one
+    look enqueues at most 100. Now the 100 most recent."""
+    every_second = {**MINUTELY, "every": 1, "catch_up": "all"}
+    scheduler({"ping": every_second}).step()  # the row
+    forget_the_first_look("ping")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE pgqueue_schedule SET last_tick = date_trunc('second', now()) "
+            "- interval '2 hours' WHERE name = 'ping'"
+        )
+        cursor.execute(
+            "INSERT INTO pgqueue_worker (id, hostname, pid, concurrency, version, started_at, "
+            "last_seen, alive_until, schedules, schedule_names, jobs_running, jobs_done) "
+            "VALUES ('other', 'h', 1, 1, 'x', now() - interval '1 hour', now(), "
+            "now() + interval '1 minute', true, '[\"ping\"]', 0, 0)"
+        )
+    with caplog.at_level(logging.INFO, logger="django_pgqueue"):
+        scheduler({"ping": every_second}).step()
+    found = ran_at("ping")
+    assert len(found) == MAX_TICKS
+    assert_each_second_once(found)
+    assert dt.datetime.now(dt.UTC) - found[-1] < dt.timedelta(seconds=5)
+    assert "more than 100 ticks due at once; the oldest are not enqueued" in caplog.text
+    assert (
+        "schedule ping: more than 100 ticks missed while no worker running it was up, "
+        "catch_up='all' enqueues 0 (with 100 due: at most 100 at once)"
+    ) in caplog.text

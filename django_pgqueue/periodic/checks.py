@@ -1,4 +1,5 @@
-"""The periodic schedules' system check, ``django_pgqueue.E010``.
+"""The periodic schedules' system check: ``django_pgqueue.E010``, or ``W005`` for
+an entry that is off in the settings.
 
 Apart from ``django_pgqueue.checks``: resolving a schedule's task reaches the
 Tasks backend, whose own checks use that module.
@@ -21,7 +22,10 @@ from django_pgqueue.periodic.calls import job_spec
 def check_periodic(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E010: an entry of PGQUEUE['PERIODIC'] whose task cannot be found, or whose job
     its task would refuse (arguments that do not fit, a queue its backend lacks).
-    The entries' own shape (cron, every, timezone...) is E001's, read with settings."""
+    W005 for the same in an entry with ``"enabled": False``: no worker of these
+    settings ticks it (the operators' switch cannot turn it on), so it stops none
+    from starting; it becomes E010 when the settings turn it on. The entries' own
+    shape (cron, every, timezone...) is E001's, read with settings."""
     if not apps.is_installed("django_pgqueue"):
         return []
     try:
@@ -33,11 +37,22 @@ def check_periodic(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         try:
             job_spec(schedule)
         except InvalidSchedule as exc:
-            found.append(
-                checks.Error(
-                    str(exc),
-                    hint="Each tick enqueues this job: fix the entry, or remove it.",
-                    id="django_pgqueue.E010",
+            if schedule.enabled:
+                found.append(
+                    checks.Error(
+                        str(exc),
+                        hint="Each tick enqueues this job: fix the entry, or remove it.",
+                        id="django_pgqueue.E010",
+                    )
                 )
-            )
+            else:
+                found.append(
+                    checks.Warning(
+                        f'{exc} (the entry is off: "enabled": False)',
+                        hint="No worker enqueues it while it is off; switched on as it "
+                        "is, it stops every worker from starting (django_pgqueue.E010): "
+                        "fix the entry, or remove it.",
+                        id="django_pgqueue.W005",
+                    )
+                )
     return found

@@ -1,8 +1,10 @@
 """The scheduler looks at each schedule apart: one whose ticks the database refuses
 (its job's arguments in a database that cannot store them) no longer stops every
 schedule after it, in a real worker; a database outage still stops the whole look,
-for the thread's guard to retry. One look enqueues at most ``MAX_TICKS`` ticks of a
-schedule, missed and due together."""
+for the thread's guard to retry. An entry that is off in the settings
+(``"enabled": False``) whose task is gone warns (W005) rather than stopping every
+worker (E010). One look enqueues at most ``MAX_TICKS`` ticks of a schedule, missed
+and due together."""
 
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ from django_pgqueue.models import Job
 from django_pgqueue.periodic.scheduler import Scheduler
 from django_pgqueue.periodic.spec import MAX_TICKS
 from tests.periodic.test_scheduler import MINUTELY, forget_the_first_look, ran_at
-from tests.worker.conftest import WorkerProcess, wait_for
+from tests.worker.conftest import WorkerProcess, django_command, wait_for
 from tests.worker.conftest import start_worker as start_worker  # the fixture
-from tests.worker.test_periodic import PING, assert_each_second_once, periodic_env
+from tests.worker.test_periodic import PING, assert_each_second_once, periodic_env, ticks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -183,3 +185,40 @@ def test_one_look_enqueues_at_most_max_ticks_of_a_schedule_missed_and_due_togeth
         "schedule ping: more than 100 ticks missed while no worker running it was up, "
         "catch_up='all' enqueues 0 (with 100 due: at most 100 at once)"
     ) in caplog.text
+
+
+GONE = {"task": "tests.testapp.tasks.deleted_since", "every": 60, "enabled": False}
+W005 = (
+    "(django_pgqueue.W005) PGQUEUE['PERIODIC']['gone']: 'tests.testapp.tasks.deleted_since' "
+    "is not a registered task"
+)
+
+
+@pytest.mark.slow
+def test_an_entry_off_in_the_settings_whose_task_is_gone_warns_and_workers_start(
+    db_url: str, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """No worker with these settings ticks an entry that is off, and the operators'
+    switch cannot turn it on: its task, deleted from the code, stopped every worker
+    from starting (E010) all the same. Now a warning, which names it; switched on,
+    it is E010 again."""
+    env = periodic_env({"gone": GONE, "ping": PING})
+    checked = django_command(db_url, "check", env=env)
+    assert checked.returncode == 0, checked.stderr
+    assert W005 in checked.stderr
+    assert '(the entry is off: "enabled": False)' in checked.stderr
+    assert "ERRORS:" not in checked.stderr
+    worker = start_worker("--worker-id", "off", env=env)
+    wait_for(lambda: len(ticks("ping")) >= 2, 30, "2 ticks of ping")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output
+    assert W005 in worker.output
+    assert not Job.objects.filter(schedule="gone").exists()
+    switched_on = django_command(
+        db_url, "check", env=periodic_env({"gone": {**GONE, "enabled": True}})
+    )
+    assert switched_on.returncode == 1
+    assert (
+        "(django_pgqueue.E010) PGQUEUE['PERIODIC']['gone']: "
+        "'tests.testapp.tasks.deleted_since' is not a registered task"
+    ) in switched_on.stderr

@@ -171,6 +171,15 @@ class Command(PgQueueCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if (
+            options["metrics_addr"] is not None
+            and options["metrics_port"] is None
+            and conf.get().METRICS_PORT is None  # no port: no server to listen there
+        ):
+            raise self.refuse(
+                "--metrics-addr needs a port: give --metrics-port (or set "
+                "PGQUEUE['METRICS_PORT']); without one the worker serves no metrics"
+            )
         configure_logging(options["verbosity"])
         try:
             config = WorkerConfig.from_settings(

@@ -5,6 +5,7 @@ starts against such a server."""
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import subprocess
@@ -17,7 +18,9 @@ import psycopg
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection, transaction
 
+from tests.testapp.tasks import add
 from tests.worker.conftest import ROOT, django_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -115,3 +118,84 @@ def test_a_metrics_address_with_the_port_from_the_settings_is_served(db_url: str
     )
     assert done.returncode == 0, done.stderr
     assert "serving metrics on http://127.0.0.1:" in done.stderr
+
+
+# -- queuestats --check against a database that hangs --------------------------------
+
+
+@pytest.mark.parametrize("table", ["pgqueue_job", "pgqueue_worker"])
+def test_check_fails_within_its_timeout_behind_a_lock(
+    db_url: str, locked: Callable[[str], None], table: str
+) -> None:
+    """It waited behind the lock for ever: checks run every minute piled up, each one
+    more connection, and the probe said nothing."""
+    locked(table)
+    done, took = run_check(db_url, "--timeout", "2", bound=30)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == f"CommandError: {no_answer('2')}\n"
+    assert took < 10  # Python and Django's start, then 2 s
+
+
+def test_check_defaults_to_a_ten_second_timeout(db_url: str, locked: Callable[[str], None]) -> None:
+    locked("pgqueue_worker")
+    done, took = run_check(db_url, bound=40)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == f"CommandError: {no_answer('10')}\n"
+    assert 10 <= took < 20
+
+
+def test_check_fails_within_its_timeout_on_a_server_that_never_answers(silent_server: str) -> None:
+    """Nothing on the server ends a connection attempt that gets no answer: the
+    process bounds it."""
+    done, took = run_check(silent_server, "--timeout", "2", bound=30)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == f"CommandError: {no_answer('2')}\n"
+    assert took < 10
+
+
+def test_check_still_says_ok_and_reports_conditions_with_a_timeout(db_url: str) -> None:
+    done, _ = run_check(db_url, "--timeout", "5", bound=30)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
+    add.enqueue(1, 1)  # ready, and no worker serves it
+    done, _ = run_check(db_url, "--timeout", "5", bound=30)
+    assert done.returncode == 1
+    assert done.stdout.startswith("queue default: jobs are ready (the oldest waiting ")
+    assert done.stdout.endswith("s) and no live worker serves it\n")
+
+
+def test_call_command_check_behind_a_lock_raises_within_its_timeout(
+    locked: Callable[[str], None],
+) -> None:
+    """From call_command() the process is not ours to end: the server ends the
+    statement, and the caller gets a CommandError, its connection usable."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW statement_timeout")
+        (before,) = cursor.fetchone()
+    locked("pgqueue_worker")
+    started = time.monotonic()
+    with pytest.raises(CommandError) as unhealthy:
+        call_command("queuestats", check=True, timeout=1, stdout=io.StringIO())
+    assert time.monotonic() - started < 5
+    assert (unhealthy.value.returncode, str(unhealthy.value)) == (1, no_answer("1"))
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW statement_timeout")
+        assert cursor.fetchone() == (before,)
+
+
+def test_call_command_check_in_a_transaction_leaves_its_statement_timeout_alone() -> None:
+    out = io.StringIO()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL statement_timeout = '7s'")
+        call_command("queuestats", check=True, timeout=3, stdout=out)
+        cursor.execute("SHOW statement_timeout")
+        assert cursor.fetchone() == ("7s",)
+    assert out.getvalue() == "ok\n"
+
+
+def test_timeout_goes_with_check(db_url: str) -> None:
+    done = django_command(db_url, "queuestats", "--timeout", "5")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "CommandError: queuestats: --timeout goes with --check\n"
+    done = django_command(db_url, "queuestats", "--check", "--timeout", "0")
+    assert done.returncode == 2
+    assert done.stderr.startswith("CommandError: queuestats: argument --timeout: expected a ")

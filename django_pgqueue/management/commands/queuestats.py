@@ -11,13 +11,22 @@ import sys
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
+from django.db import DatabaseError, connections, transaction
+from psycopg.errors import QueryCanceled
 
 from django_pgqueue import conf, tolerant
-from django_pgqueue.management.arguments import age_limit, non_negative_int
+from django_pgqueue.management.arguments import age_limit, duration, non_negative_int
 from django_pgqueue.management.base import PgQueueCommand
+from django_pgqueue.management.deadline import Deadline
 from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.monitoring import health
 from django_pgqueue.queue import presence
+
+#: Seconds ``--check`` gives the database before it reports it unhealthy (``--timeout``).
+CHECK_TIMEOUT = 10.0
+#: The longest statement_timeout PostgreSQL takes (some 24 days): a longer --timeout is
+#: the process's bound alone.
+PG_MAX_TIMEOUT_MS = 2**31 - 1
 
 WORKERS_HEADER = (
     "worker                           state queues           slots running     done  last seen"
@@ -50,6 +59,27 @@ class Command(PgQueueCommand):
             type=non_negative_int,
             help="With --check: fail when more jobs than this died in the last hour.",
         )
+        parser.add_argument(
+            "--timeout",
+            type=duration,
+            help=f"With --check: fail (exit 1, one line) when the database has not answered "
+            f"within this long: a lock, a server that hangs (default: {CHECK_TIMEOUT:g}s).",
+        )
+
+    #: The command line's bound on --check (None from call_command()).
+    _deadline: Deadline | None = None
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        if options.get("check") and self._parsed:
+            # From the first statement on (the system checks, the connection itself):
+            # nothing the server does ends a connection attempt that gets no answer.
+            seconds = options.get("timeout") or CHECK_TIMEOUT
+            self._deadline = Deadline(seconds, no_answer(seconds)).start()
+        try:
+            return super().execute(*args, **options)
+        finally:
+            if self._deadline is not None:
+                self._deadline.done()
 
     def handle(self, *args: Any, **options: Any) -> None:
         alias = conf.database()
@@ -57,6 +87,8 @@ class Command(PgQueueCommand):
             options["max_ready_age"] is not None or options["max_dead"] is not None
         ):
             raise self.refuse("--max-ready-age and --max-dead go with --check")
+        if not options["check"] and options["timeout"] is not None:
+            raise self.refuse("--timeout goes with --check")
         if options["check"] and options["json"]:
             raise self.refuse(
                 "--json and --check exclude each other: "
@@ -150,7 +182,15 @@ class Command(PgQueueCommand):
 
     def _check(self, options: dict[str, Any], alias: str) -> None:
         limits = health.Limits(max_ready_age=options["max_ready_age"], max_dead=options["max_dead"])
-        found = health.problems(limits, using=alias)
+        seconds = options["timeout"] or CHECK_TIMEOUT
+        try:
+            found = bounded_problems(limits, alias, seconds)
+        except DatabaseError as exc:
+            if not isinstance(exc.__cause__, QueryCanceled):
+                raise
+            raise CommandError(no_answer(seconds), returncode=1) from exc
+        if self._deadline is not None:
+            self._deadline.done()  # from here on, only our own lines
         for line in found:
             self.stdout.write(line)
         if found:
@@ -159,3 +199,27 @@ class Command(PgQueueCommand):
             # call_command(): an exception its caller can catch, not the process's end.
             raise CommandError(f"unhealthy: {'; '.join(found)}", returncode=1)
         self.stdout.write("ok")
+
+
+def no_answer(seconds: float) -> str:
+    return (
+        f"the database did not answer the health check within {seconds:g}s (--timeout): "
+        "a lock it waits for, or a server that hangs"
+    )
+
+
+def bounded_problems(limits: health.Limits, alias: str, seconds: float) -> list[str]:
+    """The check's lines, each statement ended by the server past ``seconds`` (a
+    ``QueryCanceled``): in a transaction, or a savepoint inside the caller's, with
+    ``statement_timeout`` set for it alone and put back before a savepoint is
+    released into the caller's transaction."""
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('statement_timeout'), "
+            "set_config('statement_timeout', %s, true)",
+            [str(min(max(1, round(seconds * 1000)), PG_MAX_TIMEOUT_MS))],
+        )
+        (before, _) = cursor.fetchone()
+        found = health.problems(limits, using=alias)
+        cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
+    return found

@@ -12,8 +12,11 @@ Tasks are discovered here too, so that the banner can list them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import time
+from collections.abc import Iterator
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
@@ -121,11 +124,16 @@ def schema_problem_at_start(alias: str, *, wait_for_database: bool = True) -> st
     said = False
     while True:
         try:
-            executor = MigrationExecutor(connections[alias])
-            targets = [
-                node for node in executor.loader.graph.leaf_nodes() if node[0] == "django_pgqueue"
-            ]
-            plan = executor.migration_plan(targets)
+            # A server that accepts and never answers is bounded too (--burst).
+            patience = None if wait_for_database else give_up - time.monotonic()
+            with connecting_within(alias, patience):
+                executor = MigrationExecutor(connections[alias])
+                targets = [
+                    node
+                    for node in executor.loader.graph.leaf_nodes()
+                    if node[0] == "django_pgqueue"
+                ]
+                plan = executor.migration_plan(targets)
             break
         except Exception as exc:
             if not is_transient(exc):
@@ -154,3 +162,30 @@ def schema_problem_at_start(alias: str, *, wait_for_database: bool = True) -> st
         f"django_pgqueue's migrations are not all applied to database {alias!r} "
         f"({names}): run `{migrate_command(alias)}`"
     )
+
+
+@contextlib.contextmanager
+def connecting_within(alias: str, seconds: float | None) -> Iterator[None]:
+    """This thread's connection to ``alias``, if it connects inside, gives up after
+    ``seconds`` (None: no bound of ours). Nothing on the server ends a connection
+    attempt that gets no answer (a host that drops packets, a server or pooler that
+    accepts and never answers): without ``connect_timeout`` a ``--burst`` worker
+    waited there for ever. Only this thread's connection is touched; a pooled alias
+    (``OPTIONS["pool"]``) keeps its pool's settings, and a shorter
+    ``connect_timeout`` of the settings is kept."""
+    wrapper = connections[alias]
+    settings = wrapper.settings_dict
+    options = settings.get("OPTIONS") or {}
+    bound = None if seconds is None else max(2, math.ceil(seconds))  # libpq reads 1 as 2
+    try:
+        given = float(options.get("connect_timeout") or 0)
+    except (TypeError, ValueError):
+        given = 0.0
+    if bound is None or options.get("pool") or 0 < given <= bound:
+        yield
+        return
+    wrapper.settings_dict = {**settings, "OPTIONS": {**options, "connect_timeout": bound}}
+    try:
+        yield
+    finally:
+        wrapper.settings_dict = settings

@@ -6,12 +6,15 @@ starts against such a server."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 
 import psycopg
@@ -20,8 +23,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, transaction
 
+from django_pgqueue.models import Job
 from tests.testapp.tasks import add
-from tests.worker.conftest import ROOT, django_command
+from tests.worker.conftest import ROOT, WorkerProcess, django_command, wait_for
+from tests.worker.scrape import base_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -199,3 +204,52 @@ def test_timeout_goes_with_check(db_url: str) -> None:
     done = django_command(db_url, "queuestats", "--check", "--timeout", "0")
     assert done.returncode == 2
     assert done.stderr.startswith("CommandError: queuestats: argument --timeout: expected a ")
+
+
+# -- a --burst worker starting against a server that never answers --------------------
+
+
+def test_a_burst_worker_gives_up_on_a_server_that_never_answers(silent_server: str) -> None:
+    """A --burst worker that cannot reach the database at start stops after trying
+    for 5 seconds (START_PATIENCE); against a server that accepted its connection
+    and never answered it waited for ever, saying nothing, and the cron job that
+    starts it piled up."""
+    worker = WorkerProcess(silent_server, "--burst")
+    started = time.monotonic()
+    assert worker.wait(30) == 1
+    assert time.monotonic() - started < 15
+    assert worker.output.endswith("cannot reach the database: connection timeout expired\n")
+    assert Job.objects.count() == 0
+
+
+# -- /healthz of a worker that starts against a server that never answers ------------
+
+
+def healthz(base: str) -> tuple[int, dict[str, object]]:
+    try:
+        with urllib.request.urlopen(f"{base}/healthz", timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_healthz_of_a_worker_held_in_its_start_by_a_silent_server(silent_server: str) -> None:
+    """What the observability page says: the claim loop's age counts from the
+    worker's start, so a worker held before its first round (a server that accepts
+    the connection and never answers) answers 503 once that age passes the loop's
+    limit (15 s), and 200 before."""
+    worker = WorkerProcess(silent_server, "--metrics-port", "0")
+    try:
+        base = base_url(worker)
+        status, detail = healthz(base)
+        assert status == 200, detail
+        waited = wait_for(lambda: healthz(base)[0] == 503, 40, "/healthz to answer 503")
+        status, detail = healthz(base)
+        loop = detail["claim_loop"]
+        assert isinstance(loop, dict)
+        assert (status, detail["status"], loop["ok"], loop["limit"]) == (503, "stuck", False, 15.0)
+        assert loop["age"] > 15.0
+        assert waited < 20  # the claim loop's limit, not the heartbeat's (20 s here)
+        assert "starting worker" not in worker.output  # still in its start-up
+    finally:
+        worker.kill()

@@ -82,9 +82,10 @@ class Ledger:
         self._window = Window()
         self._owed: list[ClaimedJob] = []
 
-    def add(self, jobs: list[ClaimedJob]) -> None:
+    def add(self, jobs: list[ClaimedJob], sent: float | None = None) -> None:
+        """Hold a claim's runs, leased from when it was ``sent`` (as in the table), not later."""
         now = time.monotonic()
-        lease_until = now + self._lease
+        lease_until = (now if sent is None else sent) + self._lease
         with self._lock:
             for job in jobs:
                 self._held[job.key] = Held(job, lease_until, RunningJob(job), now)
@@ -165,8 +166,7 @@ class Ledger:
             )
 
     def forget(self, jobs: list[ClaimedJob]) -> None:
-        """Drop runs no thread started (prefetched ones given back): they no longer
-        count as claimed (a --max-jobs worker may claim others instead)."""
+        """Drop runs no thread started (given back): no longer claimed, for --max-jobs."""
         with self._lock:
             for job in jobs:
                 self._held.pop(job.key, None)

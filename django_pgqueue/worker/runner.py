@@ -231,7 +231,7 @@ class Worker:
                 continue
             backoff.reset()
             if jobs:
-                self._start(jobs)
+                self._start(jobs, sent)
                 idle_wait = FIRST_IDLE_WAIT
                 if len(jobs) == free:
                     continue  # there may be more ready right now
@@ -258,8 +258,8 @@ class Worker:
             return True
         raise exc
 
-    def _start(self, jobs: list[ClaimedJob]) -> None:
-        self.ledger.add(jobs)
+    def _start(self, jobs: list[ClaimedJob], sent: float) -> None:
+        self.ledger.add(jobs, sent)
         self.events.emit("claimed", jobs=jobs)
         if logger.isEnabledFor(logging.DEBUG):
             for job in jobs:

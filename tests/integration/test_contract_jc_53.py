@@ -4,39 +4,19 @@ other, the worker and the reaper on real second connections holding locks."""
 from __future__ import annotations
 
 import datetime as dt
-import threading
-from collections.abc import Callable
-from typing import Any
 
 import psycopg
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
 from django_pgqueue.models import Job
 from django_pgqueue.queue.maintenance import RETRY_BATCH
+from tests.integration.test_contract_job_control_more import in_thread
 from tests.worker.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    """Run ``call`` on a connection of its own (a thread's); its value or exception."""
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["value"] = call()
-        except BaseException as exc:
-            out["error"] = exc
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, out
 
 
 def lock_waiters(db_url: str) -> int:

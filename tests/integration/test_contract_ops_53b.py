@@ -6,15 +6,12 @@ starts against such a server."""
 from __future__ import annotations
 
 import io
-import json
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 
 import psycopg
@@ -27,6 +24,7 @@ from django_pgqueue.models import Job
 from tests.testapp.tasks import add
 from tests.worker.conftest import ROOT, WorkerProcess, django_command, wait_for
 from tests.worker.scrape import base_url
+from tests.worker.test_contract_operating_more import healthz
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -223,14 +221,6 @@ def test_a_burst_worker_gives_up_on_a_server_that_never_answers(silent_server: s
 
 
 # -- /healthz of a worker that starts against a server that never answers ------------
-
-
-def healthz(base: str) -> tuple[int, dict[str, object]]:
-    try:
-        with urllib.request.urlopen(f"{base}/healthz", timeout=5) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
 
 
 def test_healthz_of_a_worker_held_in_its_start_by_a_silent_server(silent_server: str) -> None:

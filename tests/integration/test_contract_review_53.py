@@ -11,7 +11,8 @@ import pytest
 from django.utils import timezone
 
 from django_pgqueue.models import Job
-from tests.integration.test_contract_jc_53 import in_thread, lock_waiters
+from tests.integration.test_contract_jc_53 import lock_waiters
+from tests.integration.test_contract_job_control_more import in_thread
 from tests.worker.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

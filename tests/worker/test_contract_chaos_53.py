@@ -208,8 +208,7 @@ def check(
         if row.status in ("dead", "cancelled") and not row.last_error:
             problems.append(f"job {job_id} {row.status} without a reason")
         # A stale run never overwrites a newer outcome: the row's outcome is its
-        # latest claim's, and that claim is the latest run.
-        latest = job_runs[-1] if job_runs else None
+        # latest claim's.
         if row.status == "done":
             result = row.result or {}
             if result.get("run") != row.lease_token:
@@ -217,8 +216,15 @@ def check(
                     f"job {job_id} done with run {result.get('run')}'s result, its latest "
                     f"claim is {row.lease_token}; runs: {job_runs}"
                 )
-            if latest is None or latest.run != row.lease_token or latest.outcome != "return":
-                problems.append(f"job {job_id} done, its latest run {latest} did not return")
+            # The run of its latest claim returned; a run started after it is one
+            # whose claim a crash may have undone (it ran again: at least once).
+            mine = [i for i, run in enumerate(job_runs) if run.run == row.lease_token]
+            own = job_runs[mine[-1]] if mine else None
+            if own is None or own.outcome != "return":
+                problems.append(f"job {job_id} done, its latest claim's run {own} did not return")
+            for run in job_runs[mine[-1] + 1 :] if mine else []:
+                if run.run != row.lease_token and not faults.claim_may_be_undone(run, run.start):
+                    problems.append(f"job {job_id} done, but {run} started after {own}")
             if result.get("attempt") != row.attempts:
                 problems.append(
                     f"job {job_id} done on attempt {result} but attempts {row.attempts}"

@@ -10,8 +10,8 @@ import json
 
 import pytest
 from django.db import connection
-from django.tasks import task_backends
 
+from django_pgqueue.backend.compat import task_backends
 from django_pgqueue.models import Job
 from tests.testapp import djtasks
 from tests.worker.conftest import django_command

@@ -393,7 +393,10 @@ def test_the_guarantees_hold_through_combined_faults(
             victim.signal(signal.SIGKILL)
             spawn()
         elif step == "term":
-            faults.terms[pid] = now
+            # Once its start banner is out, so that its SIGTERM handler is in place:
+            # a process still loading Django dies of the signal (exit -15), as any.
+            victim.wait_for_output("[queues]", timeout=30)
+            faults.terms[pid] = time.time()
             victim.signal(signal.SIGTERM)
             spawn()
         else:
@@ -458,6 +461,7 @@ def test_the_guarantees_hold_through_combined_faults(
 
     wait_for(settled, 40, f"every job to end (seed {seed})")
     for worker in alive():
+        worker.wait_for_output("[queues]", timeout=30)  # started, as above
         faults.terms[worker.proc.pid] = time.time()
         worker.signal(signal.SIGTERM)
     exits = {worker.proc.pid: worker.wait(20) for worker in workers}

@@ -11,7 +11,8 @@ class PgQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_pgqueue import checks  # noqa: F401  (registers the system checks)
+        # Imported to register the system checks.
+        from django_pgqueue import checks, custom_names  # noqa: F401
         from django_pgqueue.periodic import checks as periodic_checks  # noqa: F401
 
         # Workers run django.tasks Tasks (or the backport's) only when one is installed.

@@ -16,8 +16,8 @@ from typing import Any
 from django.db import models
 from django.utils import timezone
 
-from django_pgqueue import conf, known, registry, signatures, validation
-from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments, UnknownTask
+from django_pgqueue import conf, custom_names, known, registry, signatures, validation
+from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments
 from django_pgqueue.jsonargs import dumps
 from django_pgqueue.retrypolicy import policy_of
 
@@ -105,12 +105,7 @@ class JobSpec:
     ) -> JobSpec:
         settings = conf.get()
         path = validation.TASK_PATH(task if isinstance(task, str) else getattr(task, "path", task))
-        try:
-            registry.check_importable(
-                path, getattr(getattr(task, "func", None), "__module__", None)
-            )
-        except UnknownTask as exc:
-            raise InvalidJob(str(exc)) from None
+        custom_names.check_findable(path, task)  # where a worker would look for it
         queue = settings.DEFAULT_QUEUE if queue is None else validation.QUEUE(queue)
         priority = validation.PRIORITY(priority)
         max_attempts = (

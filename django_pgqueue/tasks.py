@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from django.dispatch import Signal
 
-from django_pgqueue import registry, validation, wording
+from django_pgqueue import custom_names, registry, validation, wording
 from django_pgqueue.control import (
     Cancel,
     Snooze,
@@ -209,6 +209,8 @@ def task[**P, R](
             )
         wrapped = TaskFunction(f, path, dict(options), policy)
         registry.register(path, wrapped, _invoke)
+        if name is not None:  # found by a worker only if what it imports runs this line
+            custom_names.note(path, getattr(f, "__module__", ""))
         return wrapped
 
     return wrap(func) if func is not None else wrap

@@ -1,0 +1,143 @@
+"""A task with a name of its own is found by a worker only if what the worker
+imports runs its ``@task``: declared in a module of an installed app that is not
+its tasks.py, it was accepted by enqueue and buried by every worker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from django.core import checks
+from django.test import override_settings
+
+from django_pgqueue import enqueue
+from django_pgqueue.exceptions import InvalidJob
+from django_pgqueue.models import Job
+from tests.testapp.mailing import deliver
+from tests.testapp.named import renamed
+from tests.worker.conftest import ROOT, django_command
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DELIVER = (
+    "task 'mailer.deliver' has a name of its own and is declared in 'tests.testapp.mailing', "
+    "which a worker does not import: at start it imports each installed app's tasks module "
+    "and PGQUEUE['TASK_MODULES'], and for a path it has not seen that path's module only in "
+    "an installed app ('mailer' is not), so it would bury the job (UnknownTask): move it "
+    "into tests.testapp.tasks (or import it there), or add 'tests.testapp.mailing' to "
+    "PGQUEUE['TASK_MODULES']"
+)
+RENAMED = (
+    "task 'tests.testapp.mail.renamed' has a name of its own and is declared in "
+    "'tests.testapp.named', which a worker does not import: at start it imports each "
+    "installed app's tasks module and PGQUEUE['TASK_MODULES'], and for a path it has not "
+    "seen that path's module ('tests.testapp.mail'), which does not declare it, so it would "
+    "bury the job (UnknownTask): move it into tests.testapp.tasks (or import it there), or "
+    "add 'tests.testapp.named' to PGQUEUE['TASK_MODULES']"
+)
+
+
+@pytest.mark.parametrize(
+    "give",
+    [
+        lambda: deliver.enqueue(2),
+        lambda: deliver.using(priority=5).enqueue(2),
+        lambda: enqueue("mailer.deliver", [2]),  # by path, as the web process knows it
+        lambda: Job.objects.enqueue(deliver, [2]),
+    ],
+)
+def test_a_custom_name_in_a_module_no_worker_imports_is_refused_at_enqueue(give: object) -> None:
+    for _ in range(2):  # refused every time, not only the first
+        with pytest.raises(InvalidJob) as refused:
+            give()  # type: ignore[operator]
+        assert str(refused.value) == f"{DELIVER} (django_pgqueue.E006)"
+    assert Job.objects.count() == 0
+
+
+def test_a_custom_name_naming_a_missing_module_of_the_app_is_refused_too() -> None:
+    with pytest.raises(InvalidJob) as refused:
+        renamed.enqueue(2)
+    assert str(refused.value) == f"{RENAMED} (django_pgqueue.E006)"
+    assert Job.objects.count() == 0
+
+
+def test_check_reports_them_before_deploy() -> None:
+    found = [m for m in checks.run_checks() if m.id == "django_pgqueue.E006"]
+    assert [(m.level, m.msg) for m in found] == [
+        (checks.ERROR, DELIVER),
+        (checks.ERROR, RENAMED),
+    ]
+    with override_settings(SILENCED_SYSTEM_CHECKS=["django_pgqueue.E006"]):
+        assert deliver.enqueue(1).task == "mailer.deliver"  # silenced, as E103 is
+
+
+def test_the_fix_the_message_gives_lets_a_real_worker_run_them(db_url: str) -> None:
+    """With the modules in TASK_MODULES enqueue accepts the jobs and a real worker
+    runs them. Before, enqueue accepted them without it, and the worker buried each
+    (UnknownTask: 'mailer.deliver' is not a registered task, ...)."""
+    listed = ["tests.testapp.mailing", "tests.testapp.named"]
+    with override_settings(PGQUEUE={"TASK_MODULES": listed}):
+        ids = [deliver.enqueue(2).pk, renamed.enqueue(3).pk]
+    env = {"PGQUEUE_TEST_PGQUEUE": json.dumps({"TASK_MODULES": listed})}
+    ran = django_command(db_url, "runworker", "--burst", env=env)
+    assert ran.returncode == 0, ran.stderr
+    rows = Job.objects.filter(pk__in=ids).order_by("pk").values_list("task", "status", "result")
+    assert list(rows) == [("mailer.deliver", "done", 10), ("tests.testapp.mail.renamed", "done", 6)]
+
+
+def test_manage_py_check_reports_one_its_urlconf_imports(db_url: str, tmp_path: Path) -> None:
+    """``check`` sees the tasks of the modules its process imports: a URLconf's views,
+    say. It said nothing, and the deploy buried the jobs."""
+    (tmp_path / "cn_urls.py").write_text("import tests.testapp.mailing  # noqa\nurlpatterns = []\n")
+    (tmp_path / "cn_settings.py").write_text(
+        "from tests.settings import *  # noqa\nROOT_URLCONF = 'cn_urls'\n"
+    )
+    env = {"DJANGO_SETTINGS_MODULE": "cn_settings", "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    done = django_command(db_url, "check", env=env)
+    assert done.returncode == 1
+    assert f"?: (django_pgqueue.E006) {DELIVER}" in done.stderr, done.stderr
+    env["PGQUEUE_TEST_PGQUEUE"] = json.dumps({"TASK_MODULES": ["tests.testapp.mailing"]})
+    fixed = django_command(db_url, "check", env=env)
+    assert (fixed.returncode, fixed.stderr) == (0, "")
+
+
+APP = {
+    "__init__.py": "",
+    # Re-exported by the app's tasks.py, but imported first by the web process's views.
+    "helpers.py": "from django_pgqueue import task\n\n\n"
+    "@task(name='cnmail.send')\ndef send(x):\n    return x + 1\n",
+    # Imported only through a module that the app's tasks.py imports.
+    "deep.py": "from django_pgqueue import task\n\n\n"
+    "@task(name='cnmail.deep')\ndef deep(x):\n    return x + 2\n",
+    "middle.py": "from cnapp import deep  # noqa\n",
+    "tasks.py": "from cnapp import middle  # noqa\nfrom cnapp.helpers import send  # noqa\n",
+}
+
+
+def test_a_custom_name_a_worker_declares_too_is_accepted_and_run(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Declared in a module the app's tasks.py imports (directly, or through another
+    module), or re-exports: a worker declares it too, so enqueue accepts it, here in
+    a process that imported the module first, and a real worker runs it."""
+    (tmp_path / "cnapp").mkdir()
+    for name, text in APP.items():
+        (tmp_path / "cnapp" / name).write_text(text)
+    (tmp_path / "cn_app_settings.py").write_text(
+        "from tests.settings import *  # noqa\nINSTALLED_APPS = [*INSTALLED_APPS, 'cnapp']\n"
+    )
+    env = {"DJANGO_SETTINGS_MODULE": "cn_app_settings", "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    script = (
+        "from django_pgqueue import enqueue\n"
+        "from cnapp.helpers import send\n"  # as a view imports it, before any tasks.py
+        "print(send.enqueue(1).task, enqueue('cnmail.deep', [1]).task)\n"
+    )
+    done = django_command(db_url, "shell", "-v", "0", "-c", script, env=env)
+    assert done.stdout.split() == ["cnmail.send", "cnmail.deep"], done.stderr
+    ran = django_command(db_url, "runworker", "--burst", env=env)
+    assert ran.returncode == 0, ran.stderr
+    rows = Job.objects.order_by("task").values_list("task", "status", "result")
+    assert list(rows) == [("cnmail.deep", "done", 3), ("cnmail.send", "done", 2)]
+    checked = django_command(db_url, "check", env=env)
+    assert (checked.returncode, checked.stderr) == (0, ""), checked.stderr

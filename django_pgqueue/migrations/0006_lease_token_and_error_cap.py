@@ -16,14 +16,17 @@ holds the table's ACCESS EXCLUSIVE lock while it reads every row, and five of th
 in one transaction blocked every enqueue of the web processes for five scans of
 the table (2 to 4 s for 2 million jobs). ``VALIDATE CONSTRAINT`` reads the table
 without blocking enqueues and claims. A row the checks refuse (written by hand) is
-looked for first, before anything changes: found by a VALIDATE, it would have left
-the new columns behind a migration not recorded, which no later ``migrate`` could
-then run again.
+looked for first, before anything changes: found by a VALIDATE, it would leave the
+new columns behind a migration not recorded. Each statement commits on its own, so
+each operation is one of ``_rerunnable``'s, which skip what a ``migrate`` stopped
+part-way (killed, its connection cut) already did: the next ``migrate`` finishes it.
 """
 
 import django.db.models.lookups
-from django.contrib.postgres.operations import AddConstraintNotValid, ValidateConstraint
+from django.contrib.postgres.operations import ValidateConstraint
 from django.db import migrations, models
+
+from django_pgqueue.migrations import _rerunnable as rerunnable
 
 KEPT = 20
 MESSAGE_CHARS = 2000
@@ -100,7 +103,7 @@ class Migration(migrations.Migration):
     operations = [
         migrations.RunSQL(REFUSED_ROW, reverse_sql=migrations.RunSQL.noop),
         migrations.RunSQL(FUNCTIONS, reverse_sql=DROP_FUNCTIONS),
-        migrations.AddField(
+        rerunnable.AddField(
             model_name="job",
             name="error_count",
             field=models.IntegerField(
@@ -109,7 +112,7 @@ class Migration(migrations.Migration):
                 help_text="Entries ever added to the error history; the oldest are dropped once there are more than the history keeps.",
             ),
         ),
-        migrations.AddField(
+        rerunnable.AddField(
             model_name="job",
             name="lease_token",
             field=models.BigIntegerField(
@@ -136,28 +139,28 @@ class Migration(migrations.Migration):
                 help_text="Workers that claimed it, in order (the newest 100).",
             ),
         ),
-        AddConstraintNotValid(
+        rerunnable.AddConstraintNotValid(
             model_name="job",
             constraint=models.CheckConstraint(
                 condition=models.Q(("attempts__lte", models.F("max_attempts"))),
                 name="pgqueue_job_attempts_lte_max",
             ),
         ),
-        AddConstraintNotValid(
+        rerunnable.AddConstraintNotValid(
             model_name="job",
             constraint=models.CheckConstraint(
                 condition=models.Q(("max_attempts__lte", 1000000)),
                 name="pgqueue_job_max_attempts_lte_limit",
             ),
         ),
-        AddConstraintNotValid(
+        rerunnable.AddConstraintNotValid(
             model_name="job",
             constraint=models.CheckConstraint(
                 condition=models.Q(("error_count__gte", 0), ("error_count__lte", 1000000000)),
                 name="pgqueue_job_error_count_range",
             ),
         ),
-        AddConstraintNotValid(
+        rerunnable.AddConstraintNotValid(
             model_name="job",
             constraint=models.CheckConstraint(
                 condition=django.db.models.lookups.Exact(
@@ -169,7 +172,7 @@ class Migration(migrations.Migration):
                 name="pgqueue_job_errors_is_list",
             ),
         ),
-        AddConstraintNotValid(
+        rerunnable.AddConstraintNotValid(
             model_name="job",
             constraint=models.CheckConstraint(
                 condition=django.db.models.lookups.Exact(

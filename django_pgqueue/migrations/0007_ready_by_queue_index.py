@@ -2,11 +2,14 @@
 """The ready index by queue, for the claim of a worker that serves chosen queues.
 
 Built with CREATE INDEX CONCURRENTLY (hence ``atomic = False``): on a busy job
-table a plain CREATE INDEX would block every enqueue and claim while it ran.
+table a plain CREATE INDEX would block every enqueue and claim while it ran. A build
+stopped part-way leaves an INVALID index of that name, which the next ``migrate``
+drops and builds again (``_rerunnable``).
 """
 
-from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
+
+from django_pgqueue.migrations import _rerunnable as rerunnable
 
 
 class Migration(migrations.Migration):
@@ -17,7 +20,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        AddIndexConcurrently(
+        rerunnable.AddIndexConcurrently(
             model_name="job",
             index=models.Index(
                 models.F("queue"),

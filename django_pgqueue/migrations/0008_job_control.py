@@ -16,10 +16,15 @@
   finds them; it is rebuilt with ``CREATE INDEX CONCURRENTLY`` (hence
   ``atomic = False``).
 - ``pgqueue_queue`` holds the paused queues, which the claim statements skip.
+- Each statement commits on its own, so each can run again after a ``migrate``
+  stopped part-way: the operations are ``_rerunnable``'s, the status check is
+  dropped and added in one statement, and so is the snoozes check.
 """
 
-from django.contrib.postgres.operations import AddIndexConcurrently, RemoveIndexConcurrently
+from django.contrib.postgres.operations import RemoveIndexConcurrently
 from django.db import migrations, models
+
+from django_pgqueue.migrations import _rerunnable as rerunnable
 
 
 def status_check(states: str) -> tuple[str, str]:
@@ -33,7 +38,8 @@ def status_check(states: str) -> tuple[str, str]:
 OLD_STATES = "'queued', 'running', 'done', 'dead'"
 NEW_STATES = OLD_STATES + ", 'cancelled'"
 SNOOZES_CHECK = (
-    "ALTER TABLE pgqueue_job ADD CONSTRAINT pgqueue_job_snoozes_range "
+    "ALTER TABLE pgqueue_job DROP CONSTRAINT IF EXISTS pgqueue_job_snoozes_range, "
+    "ADD CONSTRAINT pgqueue_job_snoozes_range "
     'CHECK ("snoozes" >= 0 AND "snoozes" <= 1000000000) NOT VALID',
     "ALTER TABLE pgqueue_job VALIDATE CONSTRAINT pgqueue_job_snoozes_range",
 )
@@ -52,7 +58,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.CreateModel(
+        rerunnable.CreateModel(
             name="Queue",
             fields=[
                 ("name", models.CharField(max_length=64, primary_key=True, serialize=False)),
@@ -70,7 +76,7 @@ class Migration(migrations.Migration):
                 "default_permissions": (),
             },
         ),
-        migrations.AddField(
+        rerunnable.AddField(
             model_name="job",
             name="cancel_reason",
             field=models.TextField(
@@ -80,7 +86,7 @@ class Migration(migrations.Migration):
                 help_text="The reason given with the request.",
             ),
         ),
-        migrations.AddField(
+        rerunnable.AddField(
             model_name="job",
             name="cancel_requested_at",
             field=models.DateTimeField(
@@ -90,7 +96,7 @@ class Migration(migrations.Migration):
                 null=True,
             ),
         ),
-        migrations.AddField(
+        rerunnable.AddField(
             model_name="job",
             name="snoozes",
             field=models.IntegerField(
@@ -155,7 +161,7 @@ class Migration(migrations.Migration):
         ),
         migrations.RunSQL(CANCELLED_ROWS, reverse_sql=CANCELLED_ROWS_BACK),
         RemoveIndexConcurrently(model_name="job", name="pgqueue_job_finished"),
-        AddIndexConcurrently(
+        rerunnable.AddIndexConcurrently(
             model_name="job",
             index=models.Index(
                 condition=models.Q(("status__in", ("done", "dead", "cancelled"))),

@@ -3,12 +3,15 @@
 
 The jobs-of-a-schedule index is built with CREATE INDEX CONCURRENTLY (hence
 ``atomic = False``): on a busy job table a plain CREATE INDEX would block every
-enqueue and claim while it ran. Adding the nullable column is instant.
+enqueue and claim while it ran. Adding the nullable column is instant. Each
+statement commits on its own: the operations are ``_rerunnable``'s, so that a
+``migrate`` stopped part-way is finished by the next.
 """
 
 import django.db.models.functions.datetime
-from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
+
+from django_pgqueue.migrations import _rerunnable as rerunnable
 
 
 class Migration(migrations.Migration):
@@ -19,7 +22,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.CreateModel(
+        rerunnable.CreateModel(
             name="Schedule",
             fields=[
                 ("name", models.CharField(max_length=200, primary_key=True, serialize=False)),
@@ -94,7 +97,7 @@ class Migration(migrations.Migration):
                 "default_permissions": ("view",),
             },
         ),
-        migrations.AddField(
+        rerunnable.AddField(
             model_name="job",
             name="schedule",
             field=models.CharField(
@@ -104,7 +107,7 @@ class Migration(migrations.Migration):
                 null=True,
             ),
         ),
-        AddIndexConcurrently(
+        rerunnable.AddIndexConcurrently(
             model_name="job",
             index=models.Index(
                 models.F("schedule"),

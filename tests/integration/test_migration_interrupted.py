@@ -190,7 +190,6 @@ def test_migrate_killed_between_two_statements_runs_again_to_the_clean_schema(
     assert schema(url) == clean_schema
 
 
-OLD_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1"
 BUILDING = """
 SELECT pid FROM pg_stat_activity
 WHERE datname = current_database() AND wait_event = 'virtualxid'

@@ -59,6 +59,16 @@ def bookkeeping(on: bool = True) -> None:
     _thread.bookkeeping = on
 
 
+#: Connections of a worker's own threads found closed while idle (a restarted server,
+#: pg_terminate_backend), replaced without a failed statement: each is a lost
+#: connection all the same (see ``worker.services.ConnectionEpoch``).
+_hangups = 0
+
+
+def hangups() -> int:
+    return _hangups
+
+
 def commit_mode() -> str | None:
     """The ``commit`` parameter of the bookkeeping statements: ``'off'`` on a worker's
     own thread with ``ASYNC_COMMIT``, else None (the setting left as it is). It is
@@ -102,6 +112,9 @@ def _ready(alias: str) -> BaseDatabaseWrapper:
     if wrapper.connection is not None and wrapper.autocommit and hung_up(wrapper.connection):
         logger.info("a connection to %r was closed while idle; reconnecting", alias)
         wrapper.close()
+        if getattr(_thread, "bookkeeping", False):
+            global _hangups
+            _hangups += 1
     wrapper.ensure_connection()
     if wrapper.in_atomic_block:  # before anything runs, as Django's own cursors do
         wrapper.validate_no_broken_transaction()

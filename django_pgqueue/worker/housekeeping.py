@@ -31,7 +31,7 @@ from django_pgqueue.worker.latency import Latency
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.pool import JobPool
 from django_pgqueue.worker.prefetch import give_back
-from django_pgqueue.worker.services import RunAgainIn, Timer
+from django_pgqueue.worker.services import ConnectionEpoch, RunAgainIn, Timer
 from django_pgqueue.worker.waker import Waker
 
 logger = logging.getLogger("django_pgqueue")
@@ -50,12 +50,14 @@ class Housekeeping:
         events: Events,
         pool: JobPool,
         waker: Waker,
+        epoch: ConnectionEpoch | None = None,
     ) -> None:
         self.config = config
         self.ledger = ledger
         self.events = events
         self.pool = pool
         self.waker = waker  # the claim loop's: woken when a heartbeat frees slots
+        self.epoch = epoch or ConnectionEpoch()
         self.latency = Latency(events)
         self._window_start = self._beat_at = time.monotonic()
         #: When the reaper first found the heartbeat behind (None: it keeps up), and
@@ -93,7 +95,7 @@ class Housekeeping:
             self._beat_at = time.monotonic()
             self.events.emit("heartbeat", kept=set(), lost=[])
             return None
-        sent = time.monotonic()
+        epoch, sent = self.epoch.value, time.monotonic()  # a loss during it confirms nothing
         with self.ledger.own_writes:
             renewal = Job.objects.renew(
                 self.config.worker_id, keys, lease=self.config.lease, using=self.config.database
@@ -103,12 +105,16 @@ class Housekeeping:
         # A busy run (its row locked by someone else) is neither renewed nor lost:
         # the next beat tries it again.
         checked = [key for key in keys if key not in renewal.busy] if renewal.busy else keys
-        lost = self.ledger.renewed(kept, checked, lease_until=sent + self.config.lease)
+        lost = self.ledger.renewed(kept, checked, sent + self.config.lease, epoch)
         if renewal.busy:
             logger.debug("heartbeat: skipped jobs %s, their rows locked", sorted(renewal.busy))
         if lost:  # those still waiting for a thread (prefetched) free their slots now
             self.ledger.drop_lost(self.pool.take_waiting(set(lost)))
             self.waker.set()
+        # Runs parked since a lost connection: the renewal's fence confirmed them (or lost them).
+        confirmed = self.ledger.unpark(epoch)
+        if confirmed:
+            self.pool.submit(confirmed)
         asked = renewal.cancel_requested
         if asked:
             for job in self.ledger.request_cancel(asked):

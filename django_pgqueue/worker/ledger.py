@@ -30,41 +30,11 @@ from typing import Literal
 
 from django_pgqueue.control import RunningJob
 from django_pgqueue.records import ClaimedJob
+from django_pgqueue.worker.held import Held, Window
 
 Key = tuple[int, int]
 
-
-@dataclasses.dataclass
-class Held:
-    job: ClaimedJob
-    lease_until: float  # monotonic: when the lease lapses unless renewed
-    control: RunningJob
-    claimed: float  # monotonic: when the claim returned it
-    started: float | None = None  # monotonic: a thread took it (None: waiting)
-    returned: bool = False
-    overdue: bool = False
-    given_back: bool = False
-    lost: bool = False
-
-    @property
-    def running(self) -> bool:
-        return self.started is not None and not self.returned
-
-    @property
-    def ours(self) -> bool:
-        return not (self.given_back or self.lost)
-
-
-@dataclasses.dataclass
-class Window:
-    """Outcomes settled between two throughput lines, and the runs running at the end."""
-
-    settled: int = 0
-    succeeded: int = 0
-    retried: int = 0
-    buried: int = 0
-    cancelled: int = 0
-    running: list[Held] = dataclasses.field(default_factory=list)
+__all__ = ["Held", "Ledger", "Window"]
 
 
 class Ledger:
@@ -81,23 +51,27 @@ class Ledger:
         self.claimed = self.succeeded = self.buried = self.retried = self.cancelled = 0
         self._window = Window()
         self._owed: list[ClaimedJob] = []
+        self._parked: list[ClaimedJob] = []  # waiting, unconfirmed since a lost connection
 
-    def add(self, jobs: list[ClaimedJob], sent: float | None = None) -> None:
-        """Hold a claim's runs, leased from when it was ``sent`` (as in the table), not later."""
+    def add(self, jobs: list[ClaimedJob], sent: float | None = None, epoch: int = 0) -> None:
+        """Hold a claim's runs, leased from when it was ``sent`` (as in the table), not
+        later, and found ours in connection ``epoch`` (read before it was sent)."""
         now = time.monotonic()
         lease_until = (now if sent is None else sent) + self._lease
         with self._lock:
             for job in jobs:
-                self._held[job.key] = Held(job, lease_until, RunningJob(job), now)
+                self._held[job.key] = Held(job, lease_until, RunningJob(job), now, epoch=epoch)
             self.claimed += len(jobs)
             self.busy += len(jobs)
 
     def start(
-        self, job: ClaimedJob, timeout: float | None = None
-    ) -> RunningJob | Literal[False, "lapsed"]:
-        """A thread is about to run ``job`` (under the job ``timeout``): its control,
-        False if it is no longer ours to run, or ``"lapsed"`` if its lease ran out
-        while it waited, unrenewed (dropped too: the caller gives it back)."""
+        self, job: ClaimedJob, timeout: float | None = None, epoch: int = 0
+    ) -> RunningJob | Literal[False, "lapsed", "unconfirmed"]:
+        """A thread is about to run ``job`` (under the job ``timeout``, in connection
+        ``epoch``): its control, False if it is no longer ours to run, ``"lapsed"`` if
+        its lease ran out while it waited, unrenewed (dropped too: the caller gives it
+        back), or ``"unconfirmed"`` if the worker lost its database since the run was
+        last found ours (parked: a heartbeat confirms it, see :meth:`unpark`)."""
         with self._lock:
             held = self._held.get(job.key)
             if held is None:  # forgotten (given back unstarted): its slot is free already
@@ -113,6 +87,9 @@ class Ledger:
                 self._drop(job.key)
                 self.claimed -= 1  # as forget(): given back, it was never ours to run
                 return "lapsed"
+            if held.epoch != epoch:
+                self._parked.append(job)
+                return "unconfirmed"
             held.started = now  # the job timeout counts from here
             held.control._start(held.started, timeout)
             return held.control
@@ -228,11 +205,13 @@ class Ledger:
         with self._lock:
             return [key for key, held in self._held.items() if held.ours]
 
-    def renewed(self, kept: set[Key], asked: list[Key], lease_until: float) -> list[Key]:
-        """Record a heartbeat; the runs it found lost. Those settled meanwhile are not,
-        nor is a run whose thread returned: its outcome may be committed already and
-        its settling still to come, and if it was lost, the fence refuses the outcome
-        and the completer says so."""
+    def renewed(
+        self, kept: set[Key], asked: list[Key], lease_until: float, epoch: int = 0
+    ) -> list[Key]:
+        """Record a heartbeat (sent in connection ``epoch``); the runs it found lost.
+        Those settled meanwhile are not, nor is a run whose thread returned: its outcome
+        may be committed already and its settling still to come, and if it was lost,
+        the fence refuses the outcome and the completer says so."""
         lost = []
         with self._lock:
             for key in asked:
@@ -241,6 +220,7 @@ class Ledger:
                     continue
                 if key in kept:
                     held.lease_until = lease_until
+                    held.epoch = max(held.epoch, epoch)
                 elif not held.returned:
                     held.lost = True
                     lost.append(key)
@@ -255,6 +235,24 @@ class Ledger:
                 held = self._held.get(job.key)
                 if held is not None and not held.ours and held.started is None:
                     self._drop(job.key)
+
+    def unpark(self, epoch: int | None) -> list[ClaimedJob]:
+        """Parked runs (:meth:`start`) a heartbeat of connection ``epoch`` found ours,
+        to start (all of them still ours, for None: to give back); those it found lost
+        are dropped, their slots free (they stay counted as claimed)."""
+        with self._lock:
+            parked, self._parked, ready = self._parked, [], []
+            for job in parked:
+                held = self._held.get(job.key)
+                if held is None:
+                    continue
+                if not held.ours:
+                    self._drop(job.key)
+                elif epoch is None or held.epoch == epoch:
+                    ready.append(job)
+                else:
+                    self._parked.append(job)
+            return ready
 
     def _drop(self, key: Key) -> None:
         del self._held[key]

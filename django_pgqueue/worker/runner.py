@@ -97,7 +97,9 @@ class Worker:
             on_abort=lambda: self.heartbeat.hurry("heartbeat"),
         )
         self.scheduler = scheduler_thread(config, supervision, self.events)
-        self.housekeeping = Housekeeping(config, self.ledger, self.events, self.pool, self.waker)
+        self.housekeeping = Housekeeping(
+            config, self.ledger, self.events, self.pool, self.waker, self.epoch
+        )
         self.presence = Presence(config, self.ledger, self.events, self.session.lock_pid)
         self.maintenance = Timers(
             config.database,
@@ -218,7 +220,7 @@ class Worker:
             # (one written during it may have made a job ready again: a retry, a snooze).
             settled = c.burst and not self.ledger.own_work_left() and not self.completer.pending
             try:
-                sent = time.monotonic()
+                epoch, sent = self.epoch.value, time.monotonic()
                 jobs = Job.objects.claim(
                     c.worker_id, limit=free, queues=c.queues, lease=c.lease, using=c.database
                 )
@@ -231,7 +233,7 @@ class Worker:
                 continue
             backoff.reset()
             if jobs:
-                self._start(jobs, sent)
+                self._start(jobs, sent, epoch)
                 idle_wait = FIRST_IDLE_WAIT
                 if len(jobs) == free:
                     continue  # there may be more ready right now
@@ -258,20 +260,22 @@ class Worker:
             return True
         raise exc
 
-    def _start(self, jobs: list[ClaimedJob], sent: float) -> None:
-        self.ledger.add(jobs, sent)
+    def _start(self, jobs: list[ClaimedJob], sent: float, epoch: int) -> None:
+        self.ledger.add(jobs, sent, epoch)
         self.events.emit("claimed", jobs=jobs)
-        if logger.isEnabledFor(logging.DEBUG):
-            for job in jobs:
-                logger.debug("job %s %s attempt %s claimed", job.id, job.task, job.attempt)
+        for job in jobs if logger.isEnabledFor(logging.DEBUG) else ():
+            logger.debug("job %s %s attempt %s claimed", job.id, job.task, job.attempt)
         self.pool.submit(jobs)
 
     # -- callbacks from other threads ----------------------------------------------
 
     def _job_starting(self, job: ClaimedJob) -> RunningJob | Literal[False]:
-        control = self.ledger.start(job, self.config.job_timeout)
+        control = self.ledger.start(job, self.config.job_timeout, self.epoch.value)
         if control == "lapsed":
             give_back_lapsed(self.config, self.ledger, self.events, job)
+            return False
+        if control == "unconfirmed":  # claimed before a lost connection: a heartbeat confirms
+            self.heartbeat.hurry("heartbeat")
             return False
         if control is not False and control.cancel_reason is None:  # asked to stop: no run
             self.events.emit("started", job=job)
@@ -286,18 +290,13 @@ class Worker:
                 job.id,
             )
         else:
-            ran = time.monotonic() - (held.started or 0.0)
-            self.prefetch.observe(ran)
+            self.prefetch.observe(time.monotonic() - (held.started or 0.0))
             late = held.control._overran()  # as task_finished said, if it was sent
             if late is not None:
                 outcome = timed_out(job, late)
             elif logger.isEnabledFor(logging.DEBUG):
-                logger.debug(
-                    "job %s %s %s",
-                    job.id,
-                    job.task,
-                    "succeeded" if isinstance(outcome, Success) else "failed",
-                )
+                result = "succeeded" if isinstance(outcome, Success) else "failed"
+                logger.debug("job %s %s %s", job.id, job.task, result)
             self.completer.put(outcome)
         self.events.emit("finished", job=job, outcome=outcome)
         # Wake the claim loop only when a claim is worth making (slots for a batch, or

@@ -46,15 +46,22 @@ class ConnectionEpoch:
 
     After the server restarts, every pooled connection is dead, and the first
     query of each would fail the job that happens to run next. The worker's own
-    threads notice first (they query all the time) and bump the epoch; a job
-    thread that sees a new epoch drops its connections before the job starts.
+    threads notice first (they query all the time, and find a connection closed
+    while idle before a statement) and bump the epoch; a job thread that sees a new
+    epoch drops its connections before the job starts. A run claimed in an older
+    epoch is not started until a heartbeat finds it still ours (ledger.py): the
+    server may have crashed and lost the claim's commit (``ASYNC_COMMIT``).
     """
 
     def __init__(self) -> None:
-        self.value = 0
+        self._bumps = 0
+
+    @property
+    def value(self) -> int:
+        return self._bumps + runner.hangups()
 
     def bump(self) -> None:
-        self.value += 1  # one writer at a time matters little: any change is seen
+        self._bumps += 1  # one writer at a time matters little: any change is seen
 
 
 class Backoff:

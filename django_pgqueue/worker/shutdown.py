@@ -205,7 +205,7 @@ class Shutdown:
     def _give_back_waiting(self) -> None:
         """Prefetched jobs no thread has started go back to the queue at once, with
         those a give-back skipped earlier (owed: their rows were locked)."""
-        waiting = self.worker.pool.take_waiting()
+        waiting = self.worker.pool.take_waiting() + self.worker.ledger.unpark(None)
         if waiting:
             self.worker.ledger.forget(waiting)
         waiting += self.worker.ledger.owed()

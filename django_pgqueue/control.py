@@ -93,10 +93,12 @@ class RunningJob:
     __slots__ = (
         "_aio",
         "_deadline",
+        "_decided",
         "_late",
         "_lock",
         "_reason",
         "_seen",
+        "_skip",
         "_verdict",
         "attempt",
         "id",
@@ -123,6 +125,9 @@ class RunningJob:
         #: Whether the run is past the job timeout: None until decided, then fixed.
         self._verdict: bool | None = None
         self._late: JobTimeout | None = None
+        #: Whether the body runs, decided once (:meth:`_begin`): the reason it does not.
+        self._decided = False
+        self._skip: str | None = None
 
     def __repr__(self) -> str:
         return f"<RunningJob {self.id} {self.task} attempt {self.attempt}>"
@@ -153,6 +158,21 @@ class RunningJob:
     # the worker for the outcome it records), or the worker's timer seeing it still
     # running past the timeout. The signal, the warning, the shutdown and the row
     # then all agree. Private: a task asking first would decide for its own run.
+
+    def _begin(self) -> str | None:
+        """Decide, once, whether the body runs: the reason it does not (an operator
+        asked the job to stop before a thread started it), or None. The worker asks as
+        its thread takes the job, then the executor: a request landing in between
+        reaches the running task instead, so a run counted as started is one whose
+        body runs, and one ended unstarted is never timed as a run."""
+        if not self._decided:
+            self._decided, self._skip = True, self._reason
+        return self._skip
+
+    @property
+    def _ran(self) -> bool:
+        """Whether its body ran (or runs): started, and not ended before it began."""
+        return self._decided and self._skip is None
 
     def _start(self, started: float, timeout: float | None) -> None:
         """Its thread started at ``started`` (monotonic), under the job timeout."""

@@ -156,7 +156,7 @@ def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Fai
         return _told_refused(runnable, job, exc)
     if control is None:  # run outside a worker's pool (tests): current_job() still works
         control = RunningJob(job)
-    asked = control.cancel_reason
+    asked = control._begin()  # as the worker decided when the thread took the job
     if asked is not None:  # asked to stop while it waited for a thread
         return cancel_outcome(job, asked, "")
     try:

@@ -277,7 +277,7 @@ class Worker:
         if control == "unconfirmed":  # claimed before a lost connection: a heartbeat confirms
             self.heartbeat.hurry("heartbeat")
             return False
-        if control is not False and control.cancel_reason is None:  # asked to stop: no run
+        if control is not False and control._begin() is None:  # asked to stop: no run
             self.events.emit("started", job=job)
         return control
 
@@ -290,7 +290,8 @@ class Worker:
                 job.id,
             )
         else:
-            self.prefetch.observe(time.monotonic() - (held.started or 0.0))
+            if held.control._ran:  # not one ended before its body ran (asked to stop)
+                self.prefetch.observe(time.monotonic() - (held.started or 0.0))
             late = held.control._overran()  # as task_finished said, if it was sent
             if late is not None:
                 outcome = timed_out(job, late)

@@ -726,14 +726,18 @@ FROM pgqueue_queue WHERE paused_at IS NOT NULL ORDER BY name;
 -- again on the row being deleted.
 WITH old AS MATERIALIZED (
     SELECT id FROM pgqueue_job
-    WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz
+    WHERE
+-- include: _finished_asked
+      AND done_at < %(before)s::timestamptz
     ORDER BY done_at
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED
 ),
 unwritten AS MATERIALIZED (
     SELECT id FROM pgqueue_job
-    WHERE status = ANY(%(statuses)s::text[]) AND
+    WHERE
+-- include: _finished_asked
+      AND
 -- include: _done_unwritten
     LIMIT greatest(%(limit)s::int - (SELECT count(*) FROM old), 0)
     FOR UPDATE SKIP LOCKED
@@ -756,11 +760,25 @@ SELECT (SELECT count(*) FROM batch) AS chosen, (SELECT count(*) FROM deleted) AS
 -- What prune would delete, counted as it chooses it: each kind a range of the
 -- finished index (an OR of the two kinds would read the whole index).
 SELECT (SELECT count(*) FROM pgqueue_job
-        WHERE status = ANY(%(statuses)s::text[]) AND done_at < %(before)s::timestamptz)
+        WHERE
+-- include: _finished_asked
+        AND done_at < %(before)s::timestamptz)
        + (SELECT count(*) FROM pgqueue_job
-          WHERE status = ANY(%(statuses)s::text[]) AND
+          WHERE
+-- include: _finished_asked
+          AND
 -- include: _done_unwritten
          ) AS jobs;
+
+-- name: _finished_asked
+-- The statuses asked for among the finished ones, these written out as the
+-- finished index's own predicate (pgqueue_job_finished). Planned without the
+-- statuses' value (a generic plan: plan_cache_mode = force_generic_plan on the
+-- server or the role, or PostgreSQL's own choice after five executions of a
+-- prepared statement), status = ANY(...) alone cannot show the planner that the
+-- partial index holds every row it asks for: prune read the whole table, and
+-- sorted it, at every batch.
+status IN ('done', 'dead', 'cancelled') AND status = ANY(%(statuses)s::text[])
 
 -- name: _done_unwritten
 -- A finished job's done_at that no worker wrote: none, or further ahead than any

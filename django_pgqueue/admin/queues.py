@@ -21,6 +21,7 @@ from django.views.decorators.http import require_POST
 
 from django_pgqueue import conf, validation
 from django_pgqueue.models import Job, Queue
+from django_pgqueue.queue import pauses
 
 PERMISSION = "django_pgqueue.pause_queue"
 VERBS = {"pause": "Paused", "resume": "Resumed"}
@@ -44,9 +45,14 @@ def change_queue(
     """Pause or resume queue ``name``, say what happened, and go back to the job list."""
     if not can_pause(request):
         raise PermissionDenied
-    if verb not in VERBS or not validation.QUEUE.is_valid(name):
+    alias = conf.database()  # the job table's database
+    # A paused queue is resumed whatever its name (a pause written by an older
+    # version or by hand may hold one today's rule refuses); pausing keeps the rule.
+    if verb not in VERBS or not (
+        validation.QUEUE.is_valid(name) or (verb == "resume" and pauses.pausable(name, alias))
+    ):
         raise Http404(f"no {verb!r} action for queue {name!r}")
-    with transaction.atomic(using=conf.database()):  # the job table's database
+    with transaction.atomic(using=alias):
         if verb == "pause":
             changed = Job.objects.pause_queue(name)
         else:

@@ -34,9 +34,12 @@ class QueueSummary:
 
     @property
     def pausable(self) -> bool:
-        """A queue name pause_queue() takes: a row written by hand may hold another
+        """A queue with a button: a name pause_queue() takes, or a paused queue
+        (resume_queue() takes any); a row written by hand may hold another name
         ("a/b", which no button's URL can hold either)."""
-        return not self.total and validation.QUEUE.is_valid(self.queue)
+        if self.total:
+            return False
+        return validation.QUEUE.is_valid(self.queue) or (self.paused and "/" not in self.queue)
 
     @property
     def by_status(self) -> list[tuple[str, int]]:

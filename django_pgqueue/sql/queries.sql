@@ -708,6 +708,12 @@ woken AS (
 )
 SELECT EXISTS (SELECT 1 FROM resumed) AS changed, (SELECT n FROM woken) AS woken;
 
+-- name: queue_paused
+-- Whether the queue is paused (resume takes a paused queue whatever its name).
+SELECT EXISTS (
+    SELECT 1 FROM pgqueue_queue WHERE name = %(name)s::text AND paused_at IS NOT NULL
+) AS paused;
+
 -- name: paused_queues
 -- A paused_at Python cannot load (a row written by hand: infinity, a year BC)
 -- reads as the nearest bound: the queue is paused all the same.

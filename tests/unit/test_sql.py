@@ -32,6 +32,7 @@ EXPECTED = {
     "pause_queue",
     "resume_queue",
     "paused_queues",
+    "queue_paused",
     "prune",
     "count_prunable",
     "stats",

@@ -1,13 +1,16 @@
 """``manage.py queuestats``: counts by queue and status, the workers, and what to
 alert on; ``--check`` exits 1 with one line per failed condition (``call_command()``
-raises ``CommandError`` instead), and 2 for a command line it cannot take."""
+raises ``CommandError`` instead), and 2 for a command line it cannot take. Every
+mode gives up, exit 1, when the database has not answered within ``--timeout``."""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime as dt
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
@@ -21,8 +24,10 @@ from django_pgqueue.management.deadline import Deadline
 from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.monitoring import health
 from django_pgqueue.queue import presence
+from django_pgqueue.records import QueueStats
 
-#: Seconds ``--check`` gives the database before it reports it unhealthy (``--timeout``).
+#: Seconds queuestats (``--check`` or not) gives the database before it gives up
+#: (``--timeout``).
 CHECK_TIMEOUT = 10.0
 #: The longest statement_timeout PostgreSQL takes (some 24 days): a longer --timeout is
 #: the process's bound alone.
@@ -62,17 +67,19 @@ class Command(PgQueueCommand):
         parser.add_argument(
             "--timeout",
             type=duration,
-            help=f"With --check: fail (exit 1, one line) when the database has not answered "
-            f"within this long: a lock, a server that hangs (default: {CHECK_TIMEOUT:g}s).",
+            help=f"Fail (exit 1, one line) when the database has not answered within this "
+            f"long: a lock, a server that hangs (default: {CHECK_TIMEOUT:g}s).",
         )
 
-    #: The command line's bound on --check (None from call_command()).
+    #: The command line's bound on the run (None from call_command()).
     _deadline: Deadline | None = None
 
     def execute(self, *args: Any, **options: Any) -> Any:
-        if options.get("check") and self._parsed:
+        if self._parsed:
             # From the first statement on (the system checks, the connection itself):
             # nothing the server does ends a connection attempt that gets no answer.
+            # Every mode: a monitoring script runs the table or --json every minute,
+            # and one hung behind a lock must not pile up behind the next.
             seconds = options.get("timeout") or CHECK_TIMEOUT
             self._deadline = Deadline(seconds, no_answer(seconds)).start()
         try:
@@ -87,31 +94,20 @@ class Command(PgQueueCommand):
             options["max_ready_age"] is not None or options["max_dead"] is not None
         ):
             raise self.refuse("--max-ready-age and --max-dead go with --check")
-        if not options["check"] and options["timeout"] is not None:
-            raise self.refuse("--timeout goes with --check")
         if options["check"] and options["json"]:
             raise self.refuse(
                 "--json and --check exclude each other: "
                 "--check prints ok, or a line per failed condition"
             )
+        seconds = options["timeout"] or CHECK_TIMEOUT
         if options["check"]:
-            self._check(options, alias)
+            self._check(options, alias, seconds)
             return
-        stats = Job.objects.stats(using=alias)
-        paused = Job.objects.paused_queues(using=alias)
-        now = presence.database_now(alias)  # the clock alive_until is written with
-        with tolerant.readable(alias):  # a time written by hand (infinity) reads as the nearest
-            workers = list(RegisteredWorker.objects.using(alias).all())
-        alive = {w.id for w in workers if w.alive_at(now)}
-        gone = {w.id for w in workers} - alive
-        orphans = list(
-            Job.objects.using(alias)
-            .running()
-            .filter(locked_by__in=gone)
-            .order_by("id")
-            .values_list("id", "locked_by")
+        stats, paused, now, workers, orphans = self._answered(
+            lambda: read_stats(alias), alias, seconds
         )
         # A gone worker's last heartbeat is stale: count what the table still holds.
+        alive = {w.id for w in workers if w.alive_at(now)}
         left_on = collections.Counter(worker for _, worker in orphans)
         running = {w.id: w.jobs_running if w.id in alive else left_on[w.id] for w in workers}
         # A paused queue's jobs wait on purpose: they are not what the alert is for.
@@ -180,17 +176,22 @@ class Command(PgQueueCommand):
                 f"their leases expire): {listed}"
             )
 
-    def _check(self, options: dict[str, Any], alias: str) -> None:
-        limits = health.Limits(max_ready_age=options["max_ready_age"], max_dead=options["max_dead"])
-        seconds = options["timeout"] or CHECK_TIMEOUT
+    def _answered[T](self, read: Callable[[], T], alias: str, seconds: float) -> T:
+        """What ``read`` returns, its statements bounded by ``seconds`` (exit 1 with
+        one line past it); the process's own bound ends with it."""
         try:
-            found = bounded_problems(limits, alias, seconds)
+            found = bounded(read, alias, seconds)
         except DatabaseError as exc:
             if not isinstance(exc.__cause__, QueryCanceled):
                 raise
             raise CommandError(no_answer(seconds), returncode=1) from exc
         if self._deadline is not None:
             self._deadline.done()  # from here on, only our own lines
+        return found
+
+    def _check(self, options: dict[str, Any], alias: str, seconds: float) -> None:
+        limits = health.Limits(max_ready_age=options["max_ready_age"], max_dead=options["max_dead"])
+        found = self._answered(lambda: health.problems(limits, using=alias), alias, seconds)
         for line in found:
             self.stdout.write(line)
         if found:
@@ -208,11 +209,33 @@ def no_answer(seconds: float) -> str:
     )
 
 
-def bounded_problems(limits: health.Limits, alias: str, seconds: float) -> list[str]:
-    """The check's lines, each statement ended by the server past ``seconds`` (a
-    ``QueryCanceled``): in a transaction, or a savepoint inside the caller's, with
-    ``statement_timeout`` set for it alone and put back before a savepoint is
-    released into the caller's transaction."""
+Stats = tuple[list[QueueStats], list[str], dt.datetime, list[RegisteredWorker], list[Any]]
+
+
+def read_stats(alias: str) -> Stats:
+    """The counts, the paused queues, the database's clock, the workers and the jobs
+    running on gone ones (id, worker)."""
+    stats = Job.objects.stats(using=alias)
+    paused = Job.objects.paused_queues(using=alias)
+    now = presence.database_now(alias)  # the clock alive_until is written with
+    with tolerant.readable(alias):  # a time written by hand (infinity) reads as the nearest
+        workers = list(RegisteredWorker.objects.using(alias).all())
+    gone = {w.id for w in workers if not w.alive_at(now)}
+    orphans = list(
+        Job.objects.using(alias)
+        .running()
+        .filter(locked_by__in=gone)
+        .order_by("id")
+        .values_list("id", "locked_by")
+    )
+    return stats, paused, now, workers, orphans
+
+
+def bounded[T](read: Callable[[], T], alias: str, seconds: float) -> T:
+    """What ``read`` returns, each of its statements ended by the server past
+    ``seconds`` (a ``QueryCanceled``): in a transaction, or a savepoint inside the
+    caller's, with ``statement_timeout`` set for it alone and put back before a
+    savepoint is released into the caller's transaction."""
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         cursor.execute(
             "SELECT current_setting('statement_timeout'), "
@@ -220,6 +243,6 @@ def bounded_problems(limits: health.Limits, alias: str, seconds: float) -> list[
             [str(min(max(1, round(seconds * 1000)), PG_MAX_TIMEOUT_MS))],
         )
         (before, _) = cursor.fetchone()
-        found = health.problems(limits, using=alias)
+        found = read()
         cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
     return found

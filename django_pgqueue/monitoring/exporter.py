@@ -40,9 +40,10 @@ logger = logging.getLogger("django_pgqueue")
 
 #: Seconds a scrape waits for its read of the pause table before it serves the last.
 PAUSES_WAIT = 1.0
-#: Seconds a connection may wait between two reads of its request, or two writes of
-#: the response, before the server closes it: each connection holds a thread, and
-#: the connections a client opened and forgot must not hold theirs for ever.
+#: Seconds a connection has to send its request (to the end of its headers), and
+#: may wait between two writes of the response, before the server closes it: each
+#: connection holds a thread, and the connections a client opened and forgot, or
+#: sends a byte at a time, must not hold theirs for ever.
 IDLE_TIMEOUT = 10.0
 
 Environ = dict[str, Any]
@@ -101,17 +102,19 @@ class _Server6(_Server):
 
 
 class _PacedWriter(io.BufferedIOBase):
-    """Writes all it is given, each ``send()`` waiting at most the socket's timeout:
+    """Writes all it is given, each ``send()`` waiting at most ``idle`` seconds:
     ``sendall()``'s timeout bounds the whole write, which cut a big page to a slow
     but steady reader (a scrape) once it took longer than IDLE_TIMEOUT."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, idle: float) -> None:
         self._sock = sock
+        self._idle = idle
 
     def writable(self) -> bool:
         return True
 
     def write(self, b: Any) -> int:
+        self._sock.settimeout(self._idle)  # the request's reader may have left less
         with memoryview(b) as view, view.cast("B") as data:
             sent = 0
             while sent < len(data):
@@ -122,11 +125,48 @@ class _PacedWriter(io.BufferedIOBase):
         return self._sock.fileno()
 
 
+class _RequestReader(io.RawIOBase):
+    """Reads the socket until ``deadline`` (a ``time.monotonic()``; None: each wait
+    bounded by ``idle`` alone). A bound on each read alone let a client that sends a
+    byte every 9 s hold a server thread for ever (slowloris)."""
+
+    def __init__(self, sock: socket.socket, idle: float) -> None:
+        self._sock = sock
+        self._idle = idle
+        self.deadline: float | None = time.monotonic() + idle
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        wait = self._idle
+        if self.deadline is not None:
+            wait = min(wait, self.deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError("the request was not sent within IDLE_TIMEOUT")
+        self._sock.settimeout(wait)
+        return self._sock.recv_into(buffer)
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+
 class _QuietHandler(WSGIRequestHandler):
     def setup(self) -> None:
         super().setup()
-        self.connection.settimeout(IDLE_TIMEOUT)  # read here, so that a test can shorten it
-        self.wfile = _PacedWriter(self.connection)
+        idle = IDLE_TIMEOUT  # read here, so that a test can shorten it
+        self.connection.settimeout(idle)
+        self.rfile.close()  # the socket's own file: it would keep the socket open
+        self._reader = _RequestReader(self.connection, idle)
+        self.rfile = io.BufferedReader(self._reader)
+        self.wfile = _PacedWriter(self.connection, idle)
+
+    def parse_request(self) -> bool:
+        """The request line and headers are read: the deadline ends here (a body, which
+        no page of ours reads, and the response are bounded per wait)."""
+        parsed = super().parse_request()
+        self._reader.deadline = None
+        return parsed
 
     def handle(self) -> None:
         # A client that went quiet or away is no error of ours: the connection is

@@ -723,9 +723,9 @@ FROM pgqueue_queue WHERE paused_at IS NOT NULL ORDER BY name;
 
 -- name: prune
 -- One batch of finished jobs older than the bound, oldest first, then those whose
--- done_at no worker wrote (_done_unwritten); how many it chose and how many it
--- deleted. Each kind is read from its own ranges of the finished index
--- (pgqueue_job_finished, by done_at). A row another transaction holds (a retry,
+-- done_at no worker wrote (_done_unwritten: none, then ahead); how many it chose
+-- and how many it deleted. Each kind is read from its own range of the finished
+-- index (pgqueue_job_finished, by done_at), whatever the plan cache mode. A row another transaction holds (a retry,
 -- the admin's Delete) is skipped, never waited for: they lock their rows in id
 -- order, this batch in done_at order, and waiting on each other deadlocked; a
 -- later batch or pass takes it if it is still finished. The conditions are checked
@@ -743,13 +743,24 @@ unwritten AS MATERIALIZED (
     SELECT id FROM pgqueue_job
     WHERE
 -- include: _finished_asked
-      AND
--- include: _done_unwritten
+      AND done_at IS NULL
     LIMIT greatest(%(limit)s::int - (SELECT count(*) FROM old), 0)
     FOR UPDATE SKIP LOCKED
 ),
+-- Apart from the rows without done_at, and in the index's order: planned without
+-- the beyond parameter, an OR of the two, or this range unordered, read the
+-- whole table for the few rows it finds.
+ahead AS MATERIALIZED (
+    SELECT id FROM pgqueue_job
+    WHERE
+-- include: _finished_asked
+      AND done_at > now() + make_interval(secs => %(beyond)s::float8)
+    ORDER BY done_at
+    LIMIT greatest(%(limit)s::int - (SELECT count(*) FROM old) - (SELECT count(*) FROM unwritten), 0)
+    FOR UPDATE SKIP LOCKED
+),
 batch AS (
-    SELECT id FROM old UNION ALL SELECT id FROM unwritten
+    SELECT id FROM old UNION ALL SELECT id FROM unwritten UNION ALL SELECT id FROM ahead
 ),
 deleted AS (
     DELETE FROM pgqueue_job

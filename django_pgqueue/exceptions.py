@@ -18,6 +18,10 @@ class InvalidJobArguments(InvalidJob, TypeError):
     or that do not fit the task's signature (the message shows it)."""
 
 
+class UnreadablePolicy(PgQueueError, ValueError):
+    """A job row's ``retry_policy`` that is no policy (written by hand); says why."""
+
+
 class UnknownTask(PgQueueError, LookupError):
     """A job names a task path that is not a registered task."""
 

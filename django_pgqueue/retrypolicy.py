@@ -6,7 +6,8 @@ with the task (``@task(retry_on=...)``, ``options(task, retry_on=...)``) or per
 enqueue (``.using(...)``), and each job row keeps its own as the exceptions'
 class paths (JSON, column ``retry_policy``): the worker matches a raised
 exception's class and its bases against those names, so it never imports
-anything a row names. The default retries every exception. The delays are
+anything a row names. A row's policy no worker can read (written by hand) gives
+way to its task's, with a warning. The default retries every exception. The delays are
 ``backoff.retry_delay``: exponential from the job's ``backoff`` (or
 ``PGQUEUE["BACKOFF_BASE"]``), capped, with jitter.
 """
@@ -25,12 +26,16 @@ from typing import Any, cast
 
 from django_pgqueue import conf, validation, wording
 from django_pgqueue.backoff import retry_delay
-from django_pgqueue.exceptions import TooManySnoozes
+from django_pgqueue.exceptions import InvalidJob, TooManySnoozes, UnreadablePolicy
 
 logger = logging.getLogger("django_pgqueue")
 
 Classes = tuple[type[BaseException], ...]
 Paths = tuple[str, ...]
+
+#: The longest ``retry_policy`` a row may keep (JSON text, some 600 class paths): a
+#: longer one, written by hand, would cost a Tasks job a stand-in class a path a run.
+MAX_POLICY_CHARS = 65_536
 
 
 def class_path(cls: type) -> str:
@@ -51,10 +56,15 @@ class RetryPolicy:
     def build(cls, retry_on: Any = None, discard_on: Any = None) -> RetryPolicy:
         """A checked policy from exception classes; :class:`~django_pgqueue.exceptions.
         InvalidJob` names a bad value."""
-        return cls(
+        policy = cls(
             None if retry_on is None else _paths(validation.EXCEPTIONS(retry_on, "retry_on")),
             () if discard_on is None else _paths(validation.EXCEPTIONS(discard_on, "discard_on")),
         )
+        # What a worker could not read back is refused here, not ignored there.
+        why = _unreadable(policy.retry_on, policy.discard_on) or _too_long(policy.to_json())
+        if why is not None:
+            raise InvalidJob(f"retry_on/discard_on: {why}")
+        return policy
 
     def replace(self, retry_on: Any = None, discard_on: Any = None) -> RetryPolicy:
         """This policy with ``retry_on`` and/or ``discard_on`` (classes) replaced."""
@@ -78,9 +88,12 @@ class RetryPolicy:
 
     @staticmethod
     def from_json(text: str | None) -> RetryPolicy:
-        """The policy a row keeps (the default for None, or for anything malformed: a
-        row written by hand cannot stop its job from running)."""
-        return DEFAULT if text is None else _decoded(text)
+        """The policy a row keeps (the default for None or JSON null);
+        :class:`UnreadablePolicy` for a text that is no policy."""
+        found = None if text is None else _decoded(text)
+        if isinstance(found, Unreadable):
+            raise UnreadablePolicy(found.why)
+        return DEFAULT if found is None else found
 
     def retries(self, exc: BaseException) -> bool:
         """Whether a run that raised ``exc`` may be tried again (attempts allowing)."""
@@ -164,10 +177,34 @@ def policy_of(target: Any) -> RetryPolicy:
 
 def stored_policy(value: object) -> RetryPolicy | None:
     """The policy a job row keeps (its JSON, as text or decoded), or None where the
-    row keeps none: the worker then applies its task's (:func:`policy_of`)."""
-    if value is None:
+    row keeps none, or one no worker can read: the worker then applies its task's
+    (:func:`policy_of`)."""
+    try:
+        text = value if isinstance(value, str) or value is None else json.dumps(value)
+    except (ValueError, TypeError, RecursionError):  # decoded from a row: dumps again
         return None
-    return RetryPolicy.from_json(value if isinstance(value, str) else json.dumps(value))
+    found = None if text is None else _decoded(text)
+    return None if isinstance(found, Unreadable) else found
+
+
+def row_policy(
+    job_id: int, task: str, text: str | None, declared: Any, *, warn: bool = True
+) -> RetryPolicy:
+    """The policy job ``job_id``'s row keeps (``text``), else its task's: ``declared()``
+    where the row keeps none, or keeps one no worker can read (written by hand), which
+    is logged at WARNING (with ``warn``) naming the job and why. A row cannot make
+    its job retry what its task says to bury, nor bury what it says to retry."""
+    found = None if text is None else _decoded(text)
+    if isinstance(found, Unreadable):
+        if warn:
+            logger.warning(
+                "job %s (%s): its retry_policy cannot be read (%s): its task's own policy applies",
+                job_id,
+                wording.shown(task),
+                found.why,
+            )
+        found = None
+    return cast("RetryPolicy", declared()) if found is None else found
 
 
 def classes_named(paths: Paths) -> Classes:
@@ -234,19 +271,59 @@ def _paths(classes: Classes) -> Paths:
     return tuple(sorted({class_path(c) for c in classes}))
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A row's policy text that is no policy, and why."""
+
+    why: str
+
+
 @lru_cache(maxsize=256)
-def _decoded(text: str) -> RetryPolicy:
+def _decoded(text: str) -> RetryPolicy | Unreadable | None:
+    """The policy ``text`` keeps; None for JSON null (as SQL NULL: it keeps none)."""
+    if _too_long(text) is not None:
+        return Unreadable(str(_too_long(text)))
     try:
         found = json.loads(text)
-        retry_on, discard_on = found.get("retry_on"), found.get("discard_on") or []
-        return RetryPolicy(None if retry_on is None else _names(retry_on), _names(discard_on))
-    except (ValueError, TypeError, AttributeError, RecursionError):
-        return DEFAULT
+    except RecursionError:
+        return Unreadable("its JSON is nested too deep to decode")
+    except ValueError as exc:
+        return Unreadable(f"not JSON: {exc}")
+    if found is None:
+        return None
+    if not isinstance(found, dict):
+        return Unreadable("not a JSON object with retry_on and discard_on")
+    retry_on = _names("retry_on", found.get("retry_on"))
+    discard_on = _names("discard_on", found.get("discard_on"))
+    if isinstance(retry_on, Unreadable):
+        return retry_on
+    if isinstance(discard_on, Unreadable):
+        return discard_on
+    why = _unreadable(retry_on, discard_on)
+    return Unreadable(why) if why is not None else RetryPolicy(retry_on, discard_on or ())
 
 
-def _names(value: object) -> tuple[str, ...]:
-    """A stored list of exception paths; TypeError for anything else (a list of lists
-    would match no exception, and bury every failure of its job)."""
-    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
-        raise TypeError(f"not a list of exception paths: {value!r:.80}")
-    return tuple(value)
+def _names(field: str, value: object) -> Paths | Unreadable | None:
+    """A stored list of exception paths, or null (a list of lists matches nothing)."""
+    if value is None:
+        return None
+    if isinstance(value, list) and all(isinstance(name, str) for name in value):
+        return tuple(value)
+    return Unreadable(f"{field} is not a list of exception paths: {value!r:.80}")
+
+
+def _unreadable(retry_on: Paths | None, discard_on: Paths | None) -> str | None:
+    """Why these paths are no policy a worker can apply (a name with no module, such
+    as ``ValueError``, never matches: :func:`class_path` gives ``builtins.ValueError``),
+    or None."""
+    for field, paths in (("retry_on", retry_on), ("discard_on", discard_on)):
+        for path in paths or ():
+            parts = path.split(".")
+            if len(parts) < 2 or not all(parts) or not path.isprintable():
+                return f"{field} holds {path!r:.80}, not an exception's dotted path"
+    return None
+
+
+def _too_long(text: str | None) -> str | None:
+    too_long = text is not None and len(text) > MAX_POLICY_CHARS
+    return f"longer than {MAX_POLICY_CHARS} characters" if too_long else None

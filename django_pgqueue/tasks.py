@@ -28,7 +28,7 @@ from django_pgqueue.installed import job_model
 from django_pgqueue.jobdb import raise_if_transaction_left_open
 from django_pgqueue.jsonargs import Encoded, dumps_result
 from django_pgqueue.records import RunOutcome
-from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, snooze_refused
+from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, row_policy, snooze_refused
 from django_pgqueue.signals import job_finished, job_started
 
 if TYPE_CHECKING:
@@ -123,9 +123,8 @@ def _raised(target: TaskFunction[..., Any], job: ClaimedJob, exc: BaseException)
     if isinstance(exc, Snooze):
         # Back to queued, the attempt not spent; buried past MAX_SNOOZES (executor.snoozed).
         return RunOutcome.RETRIED if snooze_refused(job.snoozes, exc) is None else RunOutcome.DEAD
-    policy = (
-        target.retry_policy if job.retry_policy is None else RetryPolicy.from_json(job.retry_policy)
-    )
+    # The executor's policy_for, which logs a policy it cannot read: not twice.
+    policy = row_policy(job.id, job.task, job.retry_policy, lambda: target.retry_policy, warn=False)
     if job.attempt < job.max_attempts and policy.retries(exc):
         return RunOutcome.RETRIED
     return RunOutcome.DEAD

@@ -25,6 +25,13 @@ TOP_LEVEL_ONLY = (
 _UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
 
 
+def shown(name: str) -> str:
+    """A name read from a job row (task, queue, key) as a log line prints it: as it is,
+    or, holding a line break or another control character (written by hand), as its
+    repr, so that one row cannot forge a log line of its own."""
+    return name if name.isprintable() else repr(name)
+
+
 def count(number: int, noun: str, plural: str | None = None) -> str:
     """``1 job``, ``0 jobs``, ``3 jobs`` (``plural`` for nouns that take more than an s)."""
     return f"{number} {noun if number == 1 else plural or noun + 's'}"

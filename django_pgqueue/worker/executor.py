@@ -25,7 +25,13 @@ from django_pgqueue.exceptions import JobTimeout, UnknownTask
 from django_pgqueue.jsonargs import Encoded, Refused, dumps_result
 from django_pgqueue.records import ClaimedJob, Failure, Success
 from django_pgqueue.registry import Runnable
-from django_pgqueue.retrypolicy import DEFAULT, RetryPolicy, policy_of, snooze_refused
+from django_pgqueue.retrypolicy import (
+    DEFAULT,
+    RetryPolicy,
+    policy_of,
+    row_policy,
+    snooze_refused,
+)
 from django_pgqueue.validation import storable
 from django_pgqueue.worker import joblog
 
@@ -131,12 +137,14 @@ def snoozed(job: ClaimedJob, snooze: Snooze) -> Failure:
 
 def policy_for(job: ClaimedJob) -> RetryPolicy:
     """The retry policy ``job``'s row keeps (given with its task or its enqueue). A
-    row without one (the default policy, or a job queued before rows kept theirs)
-    takes its task's: the same unless the task declares one."""
-    if job.retry_policy is not None:
-        return RetryPolicy.from_json(job.retry_policy)
+    row without one (the default policy, or a job queued before rows kept theirs),
+    or with one no worker can read (written by hand: logged), takes its task's."""
+    return row_policy(job.id, job.task, job.retry_policy, lambda: _declared(job.task))
+
+
+def _declared(task: str) -> RetryPolicy:
     try:
-        return policy_of(registry.resolve(job.task).target)
+        return policy_of(registry.resolve(task).target)
     except UnknownTask:
         return DEFAULT
 

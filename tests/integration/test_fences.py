@@ -268,7 +268,7 @@ def outcome(job_id: int) -> tuple[str, int, str]:
 @pytest.mark.parametrize(
     "column",
     [
-        # RetryPolicy.from_json falls back to the default for a malformed policy.
+        # A policy no worker can read gives way to the task's (the default, here).
         {"retry_policy": '{"retry_on": ' + NESTED + "}"},
         # Python 3.13 decodes that nesting: a list of lists is no policy either.
         {"retry_policy": '{"retry_on": [["builtins.ValueError"]], "discard_on": []}'},

@@ -7,13 +7,14 @@ import pytest
 from django.test import override_settings
 
 from django_pgqueue.control import Snooze
-from django_pgqueue.exceptions import InvalidJob, JobTimeout
+from django_pgqueue.exceptions import InvalidJob, JobTimeout, UnreadablePolicy
 from django_pgqueue.records import ClaimedJob
 from django_pgqueue.retrypolicy import (
     DEFAULT,
     RetryPolicy,
     classes_named,
     policy_of,
+    row_policy,
     stored_policy,
 )
 from django_pgqueue.worker.executor import snoozed
@@ -96,7 +97,40 @@ def test_a_policy_travels_as_class_paths_and_matches_subclasses() -> None:
     assert not copy.retries(FileNotFoundError())
     assert not copy.retries(KeyError())
     assert RetryPolicy().to_json() is None
-    assert RetryPolicy.from_json('{"retry_on": 3}') is DEFAULT  # written by hand: ignored
+    assert RetryPolicy.from_json("null") is DEFAULT  # JSON null, as SQL NULL: none kept
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"retry_on": 3}', "retry_on is not a list of exception paths: 3"),
+        ('{"discard_on": {"a": 1}}', "discard_on is not a list of exception paths: {'a': 1}"),
+        ("[]", "not a JSON object with retry_on and discard_on"),
+        ('{"retry_on": ["builtins.KeyError", "KeyError"]}', "retry_on holds 'KeyError', not"),
+        ('{"discard_on": ["a..b"]}', "discard_on holds 'a..b', not an exception's dotted path"),
+        ('{"discard_on": ["a.b\\u2028"]}', "discard_on holds 'a.b\\u2028', not an"),
+        ('{"retry_on": ' + "[" * 3000 + "]" * 3000 + "}", "its JSON is nested too deep"),
+        ('{"retry_on": ["' + "a." * 40_000 + 'E"]}', "longer than 65536 characters"),
+    ],
+)
+def test_a_policy_written_by_hand_that_is_none_says_why(text: str, why: str) -> None:
+    """It read as the default policy (retry every exception), whatever its task
+    declared; now the caller is told, and the worker applies the task's."""
+    with pytest.raises(UnreadablePolicy) as raised:
+        RetryPolicy.from_json(text)
+    assert str(raised.value).startswith(why), raised.value
+    assert stored_policy(text) is None  # a result shows its task's
+    declared = RetryPolicy.build(retry_on=KeyError)
+    assert row_policy(1, "t.t", text, lambda: declared, warn=False) is declared
+
+
+def test_a_policy_no_worker_could_read_back_is_refused_where_it_is_given() -> None:
+    many = tuple(type(f"E{i}" + "x" * 100, (Exception,), {}) for i in range(700))
+    with pytest.raises(InvalidJob, match="longer than 65536 characters"):
+        RetryPolicy.build(retry_on=many)
+    nameless = type("Broken", (Exception,), {"__module__": ""})
+    with pytest.raises(InvalidJob, match=r"'\.Broken', not an exception's dotted path"):
+        RetryPolicy.build(discard_on=nameless)
 
 
 def test_the_snooze_bound_says_how_many_snoozes_in_words() -> None:

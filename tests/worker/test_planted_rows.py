@@ -1,0 +1,120 @@
+"""Rows written by hand (SQL) run by a real ``runworker --burst``: a retry policy the
+worker cannot read, and names holding control characters, never make it do the
+wrong thing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_pgqueue.backend.task import PgQueueTask
+from django_pgqueue.models import Job
+from tests.testapp import djtasks
+from tests.testapp.tasks import retries_io_only
+from tests.worker.conftest import django_command
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def plant(task: str, args: list[Any], **columns: Any) -> int:
+    """Insert a job row by hand, as anyone with database access could."""
+    values = {"task": task, "args": json.dumps(args), "max_attempts": 3, **columns}
+    names = ", ".join(values)
+    marks = ", ".join(["%s"] * len(values))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO pgqueue_job ({names}) VALUES ({marks}) RETURNING id",
+            list(values.values()),
+        )
+        return int(cursor.fetchone()[0])
+
+
+def outcome(job_id: int) -> tuple[str, int, str | None]:
+    """Status, attempts and the last error's exception, read without the model (whose
+    JSONField may not read a planted column)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT status, attempts, errors -> -1 ->> 'exception' FROM pgqueue_job WHERE id = %s",
+            [job_id],
+        )
+        status, attempts, exception = cursor.fetchone()
+        return str(status), int(attempts), exception
+
+
+def burst(db_url: str) -> str:
+    done = django_command(db_url, "runworker", "--burst", "--no-listen", "--concurrency", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+NESTED = "[" * 3000 + "]" * 3000  # past what Python 3.12's JSON decoder reads
+
+#: Policies no worker can read, each with the words its warning gives.
+UNREADABLE = {
+    "number": ('{"retry_on": 3, "discard_on": []}', "retry_on is not a list of exception paths"),
+    "not_an_object": ('["builtins.ValueError"]', "not a JSON object"),
+    "not_names": ('{"retry_on": [["builtins.ValueError"]], "discard_on": []}', "retry_on is"),
+    "discard_not_a_list": ('{"retry_on": null, "discard_on": 7}', "discard_on is not a list"),
+    "not_a_dotted_path": ('{"retry_on": ["ValueError"], "discard_on": []}', "'ValueError'"),
+    "control_characters": ('{"retry_on": ["a.b\\nc"], "discard_on": []}', "'a.b\\nc'"),
+    "nested": ('{"retry_on": ' + NESTED + "}", "nested too deep"),
+    "huge": (
+        json.dumps({"retry_on": [f"m{i}.Error" for i in range(20_000)], "discard_on": []}),
+        "longer than 65536 characters",
+    ),
+}
+
+
+@pytest.mark.parametrize("planted", list(UNREADABLE.values()), ids=list(UNREADABLE))
+def test_an_unreadable_retry_policy_falls_back_to_the_tasks_own(
+    db_url: str, planted: tuple[str, str]
+) -> None:
+    """It fell back to "retry every exception": a job of a task declared
+    ``retry_on=(ConnectionError,)`` was retried after a ValueError. Now the task's
+    declared policy decides (a ValueError buries the job at once, a ConnectionError
+    is retried), for the direct API and the Tasks path alike, with a warning naming
+    the job and why."""
+    policy, why = planted
+    direct = retries_io_only.path
+    tasks_path = djtasks.fails_with.module_path
+    buried = plant(direct, ["p-buried", "value"], retry_policy=policy)
+    retried = plant(direct, ["p-retried", "io"], retry_policy=policy, backoff=3600)
+    buried_tasks = plant(tasks_path, ["value"], retry_policy=policy)
+    retried_tasks = plant(tasks_path, ["io"], retry_policy=policy, backoff=3600)
+    output = burst(db_url)
+    assert outcome(buried) == ("dead", 1, "ValueError"), output
+    assert outcome(retried) == ("queued", 1, "ConnectionError"), output
+    assert outcome(buried_tasks) == ("dead", 1, "ValueError"), output
+    assert outcome(retried_tasks) == ("queued", 1, "ConnectionError"), output
+    for job_id, task in [
+        (buried, direct),
+        (retried, direct),
+        (buried_tasks, tasks_path),
+        (retried_tasks, tasks_path),
+    ]:
+        line = next(
+            (
+                line
+                for line in output.splitlines()
+                if line.startswith(f"job {job_id} ({task}): its retry_policy cannot be read (")
+            ),
+            None,
+        )
+        assert line is not None, output
+        assert why in line, line
+        assert line.endswith("): its task's own policy applies"), line
+        assert output.count(f"job {job_id} ({task}): its retry_policy") == 1, output
+
+
+def test_the_tasks_result_shows_the_tasks_own_policy_for_an_unreadable_one() -> None:
+    """``get_result()`` (and so a running job's TaskResult) gave the default policy
+    (``retry_on`` None) for a row whose policy cannot be read, not the one the worker
+    applies."""
+    job_id = plant(djtasks.fails_with.module_path, ["value"], retry_policy='{"retry_on": 3}')
+    task = djtasks.fails_with.get_result(str(job_id)).task
+    assert isinstance(task, PgQueueTask)
+    assert (task.retry_on, task.discard_on) == ((ConnectionError,), ())
+    assert Job.objects.get(pk=job_id).retry_policy == {"retry_on": 3}

@@ -19,7 +19,7 @@ import logging
 import traceback
 from typing import Any
 
-from django_pgqueue import registry, signatures
+from django_pgqueue import registry, signatures, wording
 from django_pgqueue.control import CANCELLED, Cancel, RunningJob, Snooze, running
 from django_pgqueue.exceptions import JobTimeout, UnknownTask
 from django_pgqueue.jsonargs import Encoded, Refused, dumps_result
@@ -195,7 +195,10 @@ def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Fai
 
 def cancel_outcome(job: ClaimedJob, reason: str, trace: str = "") -> Failure:
     """``cancelled(...)``, logged: the run ends because it was asked to stop."""
-    logger.info("job %s (%s) cancelled on attempt %s: %s", job.id, job.task, job.attempt, reason)
+    logger.info(
+        "job %s (%s) cancelled on attempt %s: %s",
+        *(job.id, wording.shown(job.task), job.attempt, wording.shown(reason)),
+    )
     return cancelled(job, reason, trace)
 
 

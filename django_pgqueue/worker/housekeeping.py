@@ -118,7 +118,10 @@ class Housekeeping:
         asked = renewal.cancel_requested
         if asked:
             for job in self.ledger.request_cancel(asked):
-                logger.info("job %s (%s): asked to stop (%s)", job.id, job.task, asked[job.key])
+                logger.info(
+                    "job %s (%s): asked to stop (%s)",
+                    *(job.id, wording.shown(job.task), wording.shown(asked[job.key])),
+                )
                 self.events.emit("cancel_requested", job=job, reason=asked[job.key])
             # Those still waiting for a thread (prefetched) end now, not when a slot frees.
             self.pool.settle_waiting(asked.keys(), lambda job: cancel_outcome(job, asked[job.key]))
@@ -190,7 +193,7 @@ class Housekeeping:
                 "job %s (%s) exceeded the job timeout of %gs: it will be recorded as failed; "
                 "until its thread returns it keeps its slot, its lease and its concurrency key",
                 job.id,
-                job.task,
+                wording.shown(job.task),
                 self.config.job_timeout,
             )
 

@@ -6,7 +6,9 @@ attempt, or a failure that retrying cannot fix, or a lease the reaper found
 expired on its last attempt) at ERROR;
 both with ``exc_info`` (so Sentry, Rollbar and the like capture the exception
 and its traceback) and with ``extra`` fields for structured logging:
-``job_id``, ``task``, ``queue``, ``attempt`` and ``worker``.
+``job_id``, ``task``, ``queue``, ``attempt`` and ``worker``. A row's names in the
+text (and a failure's message) are shown by ``wording.shown``: one written by hand
+with a line break cannot forge a log line; the ``extra`` fields keep them as they are.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 
+from django_pgqueue import wording
 from django_pgqueue.records import ClaimedJob, Failure, Reaped
 
 logger = logging.getLogger("django_pgqueue")
@@ -43,15 +46,19 @@ def buries(job: ClaimedJob, outcome: Failure) -> bool:
 
 def failed(job: ClaimedJob, outcome: Failure, exc: BaseException) -> None:
     """Log one failed run: WARNING with a retry to come, ERROR when the job is buried."""
-    what = f"{outcome.exception}: {outcome.message}" if outcome.message else outcome.exception
-    attempt = (job.id, job.task, job.attempt, job.max_attempts)
+    # The message often holds the job's arguments: shown so that it cannot start a
+    # line of its own (the traceback, exc_info, prints it as raised).
+    what = outcome.exception
+    if outcome.message:
+        what += f": {wording.shown(outcome.message)}"
+    attempt = (job.id, wording.shown(job.task), job.attempt, job.max_attempts)
     if not buries(job, outcome):
         _attempt_failed(*attempt, outcome.delay, what, fields(job), exc)
     elif job.attempt < job.max_attempts:  # final before its last attempt
         logger.error(
             "job %s (%s) buried dead: it cannot succeed by retrying: %s",
             job.id,
-            job.task,
+            wording.shown(job.task),
             what,
             exc_info=exc,
             extra=fields(job),
@@ -94,9 +101,9 @@ def reaped(job: Reaped) -> None:
     attempt), with the fields of any failed run; ``worker`` is the one that lost
     the lease. No exc_info: nothing was raised in this process."""
     why = (
-        f"LeaseExpired: the lease expired: worker {job.worker or '?'} stopped renewing it "
-        "before recording an outcome"
+        f"LeaseExpired: the lease expired: worker {wording.shown(job.worker) or '?'} stopped "
+        "renewing it before recording an outcome"
     )
     extra = _fields(job.id, job.task, job.queue, job.attempt, job.worker)
-    attempt = (job.id, job.task, job.attempt, job.max_attempts)
+    attempt = (job.id, wording.shown(job.task), job.attempt, job.max_attempts)
     _attempt_failed(*attempt, job.delay, why, extra, None)

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 
 import django_pgqueue
-from django_pgqueue import conf
+from django_pgqueue import conf, wording
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
 from django_pgqueue.monitoring.models import RegisteredWorker
 from django_pgqueue.queue.presence import Registration
@@ -104,7 +104,8 @@ class Presence:
     def forget(self) -> None:
         forgotten = RegisteredWorker.objects.forget(using=self.config.database)
         if forgotten:
-            logger.info("forgot workers gone for over an hour: %s", ", ".join(forgotten))
+            shown = ", ".join(map(wording.shown, forgotten))  # ids in rows, perhaps by hand
+            logger.info("forgot workers gone for over an hour: %s", shown)
 
     def leave(self) -> None:
         """Remove the row as the worker exits (best effort: a row left behind is

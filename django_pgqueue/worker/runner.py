@@ -21,6 +21,7 @@ from django_pgqueue.models import Job
 from django_pgqueue.periodic.scheduler import scheduler_thread
 from django_pgqueue.queue.claims import batch_size
 from django_pgqueue.records import ClaimedJob, JobStatus, Outcome, Success
+from django_pgqueue.wording import shown
 from django_pgqueue.worker import shutdown
 from django_pgqueue.worker.banner import banner, warn_unknown_queues
 from django_pgqueue.worker.completer import Completer
@@ -264,7 +265,7 @@ class Worker:
         self.ledger.add(jobs, sent, epoch)
         self.events.emit("claimed", jobs=jobs)
         for job in jobs if logger.isEnabledFor(logging.DEBUG) else ():
-            logger.debug("job %s %s attempt %s claimed", job.id, job.task, job.attempt)
+            logger.debug("job %s %s attempt %s claimed", job.id, shown(job.task), job.attempt)
         self.pool.submit(jobs)
 
     # -- callbacks from other threads ----------------------------------------------
@@ -297,7 +298,7 @@ class Worker:
                 outcome = timed_out(job, late)
             elif logger.isEnabledFor(logging.DEBUG):
                 result = "succeeded" if isinstance(outcome, Success) else "failed"
-                logger.debug("job %s %s %s", job.id, job.task, result)
+                logger.debug("job %s %s %s", job.id, shown(job.task), result)
             self.completer.put(outcome)
         self.events.emit("finished", job=job, outcome=outcome)
         # Wake the claim loop only when a claim is worth making (slots for a batch, or

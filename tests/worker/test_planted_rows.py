@@ -118,3 +118,41 @@ def test_the_tasks_result_shows_the_tasks_own_policy_for_an_unreadable_one() -> 
     assert isinstance(task, PgQueueTask)
     assert (task.retry_on, task.discard_on) == ((ConnectionError,), ())
     assert Job.objects.get(pk=job_id).retry_policy == {"retry_on": 3}
+
+
+FORGED = "\n2026-01-01 00:00:00,000 ERROR job 1 (shop.tasks.pay) forged by a row"
+
+
+def test_a_name_written_by_hand_cannot_forge_a_log_line(db_url: str) -> None:
+    """A task name, an exception message made of the job's arguments or a lease
+    holder written into a row with a line break printed a whole extra line: each
+    row value a text line prints is shown as its repr once it holds a control
+    character (ordinary ones print as they are)."""
+    unknown = plant("tests.testapp.tasks.nope" + FORGED, [])
+    failing = plant("tests.testapp.tasks.always_fails", ["x" + FORGED], max_attempts=1)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_job (task, status, attempts, max_attempts, locked_until, "
+            "locked_by, started_at) VALUES (%s, 'running', 1, 1, now() - interval '1 hour', "
+            "%s, now()) RETURNING id",
+            ["tests.testapp.tasks.noop\rx" + FORGED, "w-1" + FORGED],
+        )
+        (reaped,) = cursor.fetchone()
+    output = burst(db_url)  # whose reaper buries the run planted expired
+    lines = output.splitlines()
+    # A line of its own only in the traceback (exc_info) of the task's own exception.
+    after = [lines[i - 1] for i, line in enumerate(lines) if line.startswith(FORGED[1:])]
+    assert after == ["ValueError: x"], output
+    shown = repr("tests.testapp.tasks.nope" + FORGED)
+    assert f"job {unknown} ({shown}) buried dead: it cannot succeed by retrying: " in output
+    message = repr(f"x{FORGED}: this task always fails")
+    assert (
+        f"job {failing} (tests.testapp.tasks.always_fails) buried dead after attempt 1 of 1: "
+        f"ValueError: {message}\n" in output
+    ), output
+    assert (
+        f"job {reaped} ({'tests.testapp.tasks.noop\rx' + FORGED!r}) buried dead after attempt 1 "
+        f"of 1: LeaseExpired: the lease expired: worker {'w-1' + FORGED!r} stopped renewing it"
+        in output
+    ), output
+    assert [outcome(j)[0] for j in (unknown, failing, reaped)] == ["dead", "dead", "dead"]

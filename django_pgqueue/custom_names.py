@@ -23,6 +23,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 from django.core.signals import setting_changed
+from django.urls import get_resolver
 
 from django_pgqueue import registry
 from django_pgqueue.exceptions import InvalidJob, UnknownTask
@@ -140,6 +141,10 @@ def check_custom_names(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
         registry.discover()
     except Exception:  # W004 says it
         return []
+    try:  # the URLconf's views, as Django's URL checks import them (in any order)
+        get_resolver().url_patterns  # noqa: B018
+    except Exception:  # Django's URL checks say it
+        pass
     found: list[checks.CheckMessage] = []
     for path, runnable in registry.runnables().items():
         problem = refusal(path, runnable.target)

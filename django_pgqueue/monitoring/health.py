@@ -54,7 +54,7 @@ def problems(limits: Limits, *, using: str) -> list[str]:
     for queue, age in sorted(ready.items()):
         if not any(serves(worker, queue) for worker in alive):
             found.append(
-                f"queue {queue}: jobs are ready (the oldest waiting {age:.1f}s) "
+                f"queue {wording.shown(queue)}: jobs are ready (the oldest waiting {age:.1f}s) "
                 "and no live worker serves it"
             )
     # Leases that expired a while ago and are still running: nothing reaps (the
@@ -75,14 +75,14 @@ def problems(limits: Limits, *, using: str) -> list[str]:
         for queue, age in sorted(ready.items()):
             if age > limits.max_ready_age:
                 found.append(
-                    f"queue {queue}: the oldest ready job has waited {age:.1f}s "
+                    f"queue {wording.shown(queue)}: the oldest ready job has waited {age:.1f}s "
                     f"(more than --max-ready-age {limits.max_ready_age:g}s)"
                 )
     if limits.max_dead is not None:
         dead = QueueGauge.objects.dead_since(DEAD_WINDOW, using=using)
         total = sum(dead.values())
         if total > limits.max_dead:
-            by_queue = ", ".join(f"{queue} {count}" for queue, count in sorted(dead.items()))
+            by_queue = ", ".join(f"{wording.shown(q)} {n}" for q, n in sorted(dead.items()))
             found.append(
                 f"{wording.count(total, 'job')} died in the last hour (more than --max-dead "
                 f"{limits.max_dead}): {by_queue}"

@@ -5,6 +5,7 @@ wrong thing."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -156,3 +157,19 @@ def test_a_name_written_by_hand_cannot_forge_a_log_line(db_url: str) -> None:
         in output
     ), output
     assert [outcome(j)[0] for j in (unknown, failing, reaped)] == ["dead", "dead", "dead"]
+
+
+def test_a_queue_name_written_by_hand_cannot_forge_a_health_check_line(db_url: str) -> None:
+    """``queuestats --check`` printed a row's queue name as it was: a line break in it
+    printed a line of the row's choosing (``ok``, what the check prints when healthy)."""
+    plant("tests.testapp.tasks.add", [1, 2], queue="q\nok")
+    done = django_command(db_url, "queuestats", "--check")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert re.fullmatch(
+        r"queue 'q\\nok': jobs are ready \(the oldest waiting [0-9.]+s\) and no live worker "
+        r"serves it\n",
+        done.stdout,
+    ), done.stdout
+    table = django_command(db_url, "queuestats")
+    assert "\n'q\\nok'              queued" in table.stdout, table.stdout
+    assert "\nok" not in table.stdout, table.stdout

@@ -25,6 +25,7 @@ from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.monitoring import health
 from django_pgqueue.queue import presence
 from django_pgqueue.records import QueueStats
+from django_pgqueue.wording import shown
 
 #: Seconds queuestats (``--check`` or not) gives the database before it gives up
 #: (``--timeout``).
@@ -146,31 +147,32 @@ class Command(PgQueueCommand):
         self.stdout.write(f"{'queue':<20} {'status':<9} {'jobs':>10} {'oldest ready':>14}")
         for s in stats:
             age = f"{s.oldest_ready_age:.1f}s" if s.oldest_ready_age is not None else "-"
-            name = f"{s.queue} (paused)" if s.queue in paused else s.queue
+            # Names from rows, perhaps written by hand: one line each, whatever they hold.
+            name = shown(s.queue) + (" (paused)" if s.queue in paused else "")
             self.stdout.write(f"{name:<20} {s.status:<9} {s.jobs:>10} {age:>14}")
         oldest = summary["oldest_ready_age_seconds"]
         self.stdout.write(
             f"oldest ready job: {f'{oldest:.1f}s' if oldest is not None else 'none'}; "
             f"dead in the last 24h: {summary['dead_last_24h']}; "
             f"running past their lease: {summary['running_past_lease']}; "
-            f"paused queues: {', '.join(paused) if paused else 'none'}"
+            f"paused queues: {', '.join(map(shown, paused)) if paused else 'none'}"
         )
         self.stdout.write("")
         self.stdout.write(WORKERS_HEADER)
         for w in workers:
             names = w.queue_names()
-            queues = ",".join(names) if names is not None else "*"
+            queues = ",".join(map(shown, names)) if names is not None else "*"
             # A heartbeat ahead of the clock (a row written by hand) was seen just now.
             seen = f"{max(0.0, (now - w.last_seen).total_seconds()):.0f}s ago"
             state = "alive" if w.id in alive else "gone"
             self.stdout.write(
-                f"{w.id:<32} {state:<5} {queues:<16} {w.concurrency:>5} {running[w.id]:>7} "
+                f"{shown(w.id):<32} {state:<5} {queues:<16} {w.concurrency:>5} {running[w.id]:>7} "
                 f"{w.jobs_done:>8} {seen:>10}"
             )
         if not workers:
             self.stdout.write("no workers registered")
         if orphans:
-            listed = ", ".join(f"#{job_id} on {worker}" for job_id, worker in orphans)
+            listed = ", ".join(f"#{job_id} on {shown(str(worker))}" for job_id, worker in orphans)
             self.stdout.write(
                 f"running on gone workers ({len(orphans)}; the reaper returns them once "
                 f"their leases expire): {listed}"

@@ -179,11 +179,9 @@ def stored_policy(value: object) -> RetryPolicy | None:
     """The policy a job row keeps (its JSON, as text or decoded), or None where the
     row keeps none, or one no worker can read: the worker then applies its task's
     (:func:`policy_of`)."""
-    try:
-        text = value if isinstance(value, str) or value is None else json.dumps(value)
-    except (ValueError, TypeError, RecursionError):  # decoded from a row: dumps again
+    if value is None:
         return None
-    found = None if text is None else _decoded(text)
+    found = _decoded(value if isinstance(value, str) else json.dumps(value))
     return None if isinstance(found, Unreadable) else found
 
 

@@ -26,7 +26,7 @@ from typing import Any, cast
 
 from django_pgqueue import conf, validation, wording
 from django_pgqueue.backoff import retry_delay
-from django_pgqueue.exceptions import InvalidJob, TooManySnoozes, UnreadablePolicy
+from django_pgqueue.exceptions import TooManySnoozes, UnreadablePolicy
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -56,15 +56,10 @@ class RetryPolicy:
     def build(cls, retry_on: Any = None, discard_on: Any = None) -> RetryPolicy:
         """A checked policy from exception classes; :class:`~django_pgqueue.exceptions.
         InvalidJob` names a bad value."""
-        policy = cls(
+        return cls(
             None if retry_on is None else _paths(validation.EXCEPTIONS(retry_on, "retry_on")),
             () if discard_on is None else _paths(validation.EXCEPTIONS(discard_on, "discard_on")),
         )
-        # What a worker could not read back is refused here, not ignored there.
-        why = _unreadable(policy.retry_on, policy.discard_on) or _too_long(policy.to_json())
-        if why is not None:
-            raise InvalidJob(f"retry_on/discard_on: {why}")
-        return policy
 
     def replace(self, retry_on: Any = None, discard_on: Any = None) -> RetryPolicy:
         """This policy with ``retry_on`` and/or ``discard_on`` (classes) replaced."""
@@ -279,8 +274,8 @@ class Unreadable:
 @lru_cache(maxsize=256)
 def _decoded(text: str) -> RetryPolicy | Unreadable | None:
     """The policy ``text`` keeps; None for JSON null (as SQL NULL: it keeps none)."""
-    if _too_long(text) is not None:
-        return Unreadable(str(_too_long(text)))
+    if len(text) > MAX_POLICY_CHARS:
+        return Unreadable(f"longer than {MAX_POLICY_CHARS} characters")
     try:
         found = json.loads(text)
     except RecursionError:
@@ -320,8 +315,3 @@ def _unreadable(retry_on: Paths | None, discard_on: Paths | None) -> str | None:
             if len(parts) < 2 or not all(parts) or not path.isprintable():
                 return f"{field} holds {path!r:.80}, not an exception's dotted path"
     return None
-
-
-def _too_long(text: str | None) -> str | None:
-    too_long = text is not None and len(text) > MAX_POLICY_CHARS
-    return f"longer than {MAX_POLICY_CHARS} characters" if too_long else None

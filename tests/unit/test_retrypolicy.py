@@ -124,15 +124,6 @@ def test_a_policy_written_by_hand_that_is_none_says_why(text: str, why: str) -> 
     assert row_policy(1, "t.t", text, lambda: declared, warn=False) is declared
 
 
-def test_a_policy_no_worker_could_read_back_is_refused_where_it_is_given() -> None:
-    many = tuple(type(f"E{i}" + "x" * 100, (Exception,), {}) for i in range(700))
-    with pytest.raises(InvalidJob, match="longer than 65536 characters"):
-        RetryPolicy.build(retry_on=many)
-    nameless = type("Broken", (Exception,), {"__module__": ""})
-    with pytest.raises(InvalidJob, match=r"'\.Broken', not an exception's dotted path"):
-        RetryPolicy.build(discard_on=nameless)
-
-
 def test_the_snooze_bound_says_how_many_snoozes_in_words() -> None:
     claimed = ClaimedJob(
         id=1, run=1, task="t.t", args=[], kwargs={}, queue="default", priority=0, attempt=1,

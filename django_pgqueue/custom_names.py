@@ -15,6 +15,7 @@ whether Django's app loading, which a worker runs too, was); enqueue and
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from types import FrameType
 from typing import Any
@@ -141,10 +142,10 @@ def check_custom_names(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
         registry.discover()
     except Exception:  # W004 says it
         return []
-    try:  # the URLconf's views, as Django's URL checks import them (in any order)
+    # The URLconf's views, as Django's URL checks import them (checks run in no fixed
+    # order); a URLconf that fails to import is for Django's URL checks to report.
+    with contextlib.suppress(Exception):
         get_resolver().url_patterns  # noqa: B018
-    except Exception:  # Django's URL checks say it
-        pass
     found: list[checks.CheckMessage] = []
     for path, runnable in registry.runnables().items():
         problem = refusal(path, runnable.target)

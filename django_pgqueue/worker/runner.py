@@ -1,11 +1,10 @@
 """The Worker: claims jobs, runs them on a thread pool, records outcomes, and keeps going.
 
-Start-to-end of one job: the claim loop (this module, on the thread that calls
-``run()``) claims up to its free slots in one statement, woken by NOTIFY, a
-finished job or a poll; a pool thread runs the job outside any transaction the
-queue opened; the completer records the outcome in a batch; until then the
-heartbeat thread renews the lease. The maintenance thread reaps expired leases,
-prunes, marks jobs past their timeout and logs throughput.
+Start-to-end of one job: the claim loop (this module, on the thread that calls ``run()``)
+claims up to its free slots in one statement, woken by NOTIFY, a finished job or a poll;
+a pool thread runs the job outside any transaction the queue opened; the completer records
+the outcome in a batch; until then the heartbeat thread renews the lease. The maintenance
+thread reaps expired leases, prunes, marks jobs past their timeout and logs throughput.
 """
 
 from __future__ import annotations

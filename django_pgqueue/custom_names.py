@@ -15,7 +15,9 @@ whether Django's app loading, which a worker runs too, was); enqueue and
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import importlib.util
 import sys
 from types import FrameType
 from typing import Any
@@ -112,7 +114,62 @@ def _problem(path: str, target: Any, importers: set[str]) -> str | None:
         values = list(vars(found).values()) if found is not None else []
         if any(value is target or (held is not None and value is held) for value in values):
             return None  # re-exported by a tasks module (from .helpers import send)
+    if isinstance(module, str) and module in _run_by(imported):
+        return None  # imported first by a view, but a tasks module imports it too
     return _text(path, module or "?", named)
+
+
+def _run_by(starts: set[str]) -> set[str]:
+    """The modules of the installed apps and TASK_MODULES whose import ``starts`` run,
+    as their module-level import statements say. A module imported here first by
+    something else (a view) declared its tasks under that import, and a tasks module's
+    ``import shop.helpers`` (or ``from shop import middle``, which imports
+    ``shop.helpers``) names no object of it."""
+    seen: set[str] = set()
+    todo = sorted(starts)
+    while todo:
+        name = todo.pop()
+        if name in seen or not registry.importable(name):
+            continue
+        seen.add(name)
+        todo.extend(_imports(name))
+    return seen
+
+
+def _imports(name: str) -> list[str]:
+    """The modules ``name``'s import runs: its packages, and those its module-level
+    import statements name (not those of its functions, which a worker may never call)."""
+    found = [name.rpartition(".")[0]] if "." in name else []
+    spec = getattr(sys.modules.get(name), "__spec__", None)
+    origin = getattr(spec, "origin", None)
+    try:
+        with open(str(origin), encoding="utf-8") as source:
+            tree = ast.parse(source.read())
+    except (OSError, SyntaxError, ValueError):
+        return found
+    is_package = getattr(spec, "submodule_search_locations", None) is not None
+    base = name if is_package else name.rpartition(".")[0]
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            with contextlib.suppress(ImportError, ValueError):
+                at = importlib.util.resolve_name("." * node.level + (node.module or ""), base)
+                found += [at, *(f"{at}.{alias.name}" for alias in node.names)]
+        elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and not (
+            isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        ):
+            # if/try/with at module level run as the module does (not `if TYPE_CHECKING:`)
+            todo += [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt)]
+    # A dotted name (import shop.helpers) runs each of its packages too.
+    return [part for full in found for part in _with_packages(full)]
+
+
+def _with_packages(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def _text(path: str, module: str, named: str) -> str:

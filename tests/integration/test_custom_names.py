@@ -111,8 +111,22 @@ APP = {
     "deep.py": "from django_pgqueue import task\n\n\n"
     "@task(name='cnmail.deep')\ndef deep(x):\n    return x + 2\n",
     "middle.py": "from cnapp import deep  # noqa\n",
-    "tasks.py": "from cnapp import middle  # noqa\nfrom cnapp.helpers import send  # noqa\n",
+    # Imported by the app's tasks.py as `import cnapp.plain`, which binds only `cnapp`.
+    "plain.py": "from django_pgqueue import task\n\n\n"
+    "@task(name='cnmail.plain')\ndef plain(x):\n    return x + 3\n",
+    "tasks.py": "import cnapp.plain  # noqa\nfrom cnapp import middle  # noqa\n"
+    "from cnapp.helpers import send  # noqa\n",
 }
+
+
+def _app(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "cnapp").mkdir()
+    for name, text in APP.items():
+        (tmp_path / "cnapp" / name).write_text(text)
+    (tmp_path / "cn_app_settings.py").write_text(
+        "from tests.settings import *  # noqa\nINSTALLED_APPS = [*INSTALLED_APPS, 'cnapp']\n"
+    )
+    return {"DJANGO_SETTINGS_MODULE": "cn_app_settings", "PYTHONPATH": f"{tmp_path}:{ROOT}"}
 
 
 def test_a_custom_name_a_worker_declares_too_is_accepted_and_run(
@@ -121,13 +135,7 @@ def test_a_custom_name_a_worker_declares_too_is_accepted_and_run(
     """Declared in a module the app's tasks.py imports (directly, or through another
     module), or re-exports: a worker declares it too, so enqueue accepts it, here in
     a process that imported the module first, and a real worker runs it."""
-    (tmp_path / "cnapp").mkdir()
-    for name, text in APP.items():
-        (tmp_path / "cnapp" / name).write_text(text)
-    (tmp_path / "cn_app_settings.py").write_text(
-        "from tests.settings import *  # noqa\nINSTALLED_APPS = [*INSTALLED_APPS, 'cnapp']\n"
-    )
-    env = {"DJANGO_SETTINGS_MODULE": "cn_app_settings", "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    env = _app(tmp_path)
     script = (
         "from django_pgqueue import enqueue\n"
         "from cnapp.helpers import send\n"  # as a view imports it, before any tasks.py
@@ -141,3 +149,25 @@ def test_a_custom_name_a_worker_declares_too_is_accepted_and_run(
     assert list(rows) == [("cnmail.deep", "done", 3), ("cnmail.send", "done", 2)]
     checked = django_command(db_url, "check", env=env)
     assert (checked.returncode, checked.stderr) == (0, ""), checked.stderr
+
+
+def test_one_imported_first_by_a_view_through_no_name_the_tasks_module_holds(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The view imports the module first, so its declaration ran under the view's
+    import; the app's tasks.py imports it as ``import cnapp.plain`` (which binds only
+    ``cnapp``), or through ``cnapp.middle``: a worker declares both, and runs them.
+    Both were refused at enqueue (E006, "move it into cnapp.tasks (or import it
+    there)"), though imported there."""
+    env = _app(tmp_path)
+    script = (
+        "from django_pgqueue import enqueue\n"
+        "import cnapp.deep, cnapp.plain\n"  # as views import them, before any tasks.py
+        "print(enqueue('cnmail.plain', [1]).task, enqueue('cnmail.deep', [1]).task)\n"
+    )
+    done = django_command(db_url, "shell", "-v", "0", "-c", script, env=env)
+    assert done.stdout.split() == ["cnmail.plain", "cnmail.deep"], done.stderr
+    ran = django_command(db_url, "runworker", "--burst", env=env)
+    assert ran.returncode == 0, ran.stderr
+    rows = Job.objects.order_by("task").values_list("task", "status", "result")
+    assert list(rows) == [("cnmail.deep", "done", 3), ("cnmail.plain", "done", 4)]

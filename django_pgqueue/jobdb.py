@@ -43,6 +43,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgqueue.exceptions import PgQueueError
 from django_pgqueue.sql.goodbye import hung_up
+from django_pgqueue.sql.runner import hung_up_found
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -154,8 +155,11 @@ def tidy() -> None:
         elif conn.connection is None:
             continue
         elif conn.settings_dict.get("CONN_MAX_AGE"):
+            if conn.errors_occurred and hung_up(conn.connection):
+                hung_up_found()  # the job's statements met a lost connection
             conn.close_if_unusable_or_obsolete()
         elif conn.errors_occurred and not conn.is_usable():
+            hung_up_found()
             conn.close()
 
 
@@ -175,6 +179,7 @@ def check_idle(idle: float) -> None:
             continue
         if hung_up(conn.connection) or (idle >= IDLE_CHECK and not conn.is_usable()):
             logger.info("a connection to %r was closed while idle; reconnecting", conn.alias)
+            hung_up_found()  # the server may have restarted: a lost connection for the worker
             try:
                 conn.close()
             except Exception:

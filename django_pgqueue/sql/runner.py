@@ -60,13 +60,20 @@ def bookkeeping(on: bool = True) -> None:
 
 
 #: Connections of a worker's own threads found closed while idle (a restarted server,
-#: pg_terminate_backend), replaced without a failed statement: each is a lost
-#: connection all the same (see ``worker.services.ConnectionEpoch``).
+#: pg_terminate_backend), replaced without a failed statement, and those of its job
+#: threads found closed before or after a job (``jobdb``): each is a lost connection
+#: all the same (see ``worker.services.ConnectionEpoch``).
 _hangups = 0
 
 
 def hangups() -> int:
     return _hangups
+
+
+def hung_up_found() -> None:
+    """A connection of the worker's was found closed by the server (see ``_hangups``)."""
+    global _hangups
+    _hangups += 1
 
 
 def commit_mode() -> str | None:
@@ -113,8 +120,7 @@ def _ready(alias: str) -> BaseDatabaseWrapper:
         logger.info("a connection to %r was closed while idle; reconnecting", alias)
         wrapper.close()
         if getattr(_thread, "bookkeeping", False):
-            global _hangups
-            _hangups += 1
+            hung_up_found()
     wrapper.ensure_connection()
     if wrapper.in_atomic_block:  # before anything runs, as Django's own cursors do
         wrapper.validate_no_broken_transaction()

@@ -216,6 +216,14 @@ class JobPool:
         tidied = time.monotonic()
         while (job := self._next(me, parking, ran)) is not None:
             ran = None
+            # Before the start: a connection this thread finds lost is a lost
+            # connection of the worker's (the epoch), and a run claimed ahead before it
+            # then waits for a heartbeat to confirm its claim.
+            try:
+                jobdb.check_idle(time.monotonic() - tidied)
+            except Exception:
+                logger.exception("job %s: checking its idle connections failed", job.id)
+                jobdb.drop_all()
             control = self._on_start(job)
             if control is False:
                 continue  # given back while it waited
@@ -223,11 +231,6 @@ class JobPool:
                 # The worker lost its database since this thread's last job: its
                 # kept connections are likely dead, and not this job's fault.
                 seen_epoch = self._epoch.value
-                jobdb.drop_all()
-            try:
-                jobdb.check_idle(time.monotonic() - tidied)
-            except Exception:
-                logger.exception("job %s: checking its idle connections failed", job.id)
                 jobdb.drop_all()
             wall, cpu = time.monotonic(), time.thread_time()
             try:

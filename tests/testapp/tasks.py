@@ -223,6 +223,14 @@ def waits_for_gate(label: str) -> str:
     return label
 
 
+@task
+def records_then_waits_for_gate(label: str) -> str:
+    """Records its run (its thread then keeps a connection), then waits for the gate."""
+    record(label)
+    GATES.setdefault(label, threading.Event()).wait(30)
+    return label
+
+
 @task(max_attempts=3)
 def fails_after_gate(label: str) -> None:
     """Raises once the test opens its gate (or after 30 s)."""

@@ -4,18 +4,20 @@ its tasks.py, it was accepted by enqueue and buried by every worker."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.core import checks
 from django.test import override_settings
 
-from django_pgqueue import enqueue
+from django_pgqueue import custom_names, enqueue, registry
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.models import Job
-from tests.testapp.mailing import deliver
-from tests.testapp.named import renamed
 from tests.worker.conftest import ROOT, django_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,6 +30,7 @@ DELIVER = (
     "into tests.testapp.tasks (or import it there), or add 'tests.testapp.mailing' to "
     "PGQUEUE['TASK_MODULES']"
 )
+RENAMED_PATH = "tests.testapp.mail.renamed"
 RENAMED = (
     "task 'tests.testapp.mail.renamed' has a name of its own and is declared in "
     "'tests.testapp.named', which a worker does not import: at start it imports each "
@@ -38,47 +41,73 @@ RENAMED = (
 )
 
 
+MISPLACED = {"tests.testapp.mailing": "mailer.deliver", "tests.testapp.named": RENAMED_PATH}
+
+
+@pytest.fixture
+def misplaced() -> Iterator[SimpleNamespace]:
+    """The two test-app modules that declare a task where no worker looks, imported
+    for this test only: left registered, they would be reported (E006) by every
+    other test of the session that runs ``manage.py check`` in process."""
+    modules = {name: importlib.import_module(name) for name in MISPLACED}
+    yield SimpleNamespace(
+        deliver=modules["tests.testapp.mailing"].deliver,
+        renamed=modules["tests.testapp.named"].renamed,
+    )
+    for name, path in MISPLACED.items():
+        sys.modules.pop(name, None)
+        registry._registry.pop(path, None)
+        custom_names._declared_by.pop(path, None)
+        custom_names._found.discard(path)
+
+
 @pytest.mark.parametrize(
     "give",
     [
-        lambda: deliver.enqueue(2),
-        lambda: deliver.using(priority=5).enqueue(2),
-        lambda: enqueue("mailer.deliver", [2]),  # by path, as the web process knows it
-        lambda: Job.objects.enqueue(deliver, [2]),
+        lambda m: m.deliver.enqueue(2),
+        lambda m: m.deliver.using(priority=5).enqueue(2),
+        lambda m: enqueue("mailer.deliver", [2]),  # by path, as the web process knows it
+        lambda m: Job.objects.enqueue(m.deliver, [2]),
     ],
 )
-def test_a_custom_name_in_a_module_no_worker_imports_is_refused_at_enqueue(give: object) -> None:
+def test_a_custom_name_in_a_module_no_worker_imports_is_refused_at_enqueue(
+    give: object, misplaced: SimpleNamespace
+) -> None:
     for _ in range(2):  # refused every time, not only the first
         with pytest.raises(InvalidJob) as refused:
-            give()  # type: ignore[operator]
+            give(misplaced)  # type: ignore[operator]
         assert str(refused.value) == f"{DELIVER} (django_pgqueue.E006)"
     assert Job.objects.count() == 0
 
 
-def test_a_custom_name_naming_a_missing_module_of_the_app_is_refused_too() -> None:
+def test_a_custom_name_naming_a_missing_module_of_the_app_is_refused_too(
+    misplaced: SimpleNamespace,
+) -> None:
     with pytest.raises(InvalidJob) as refused:
-        renamed.enqueue(2)
+        misplaced.renamed.enqueue(2)
     assert str(refused.value) == f"{RENAMED} (django_pgqueue.E006)"
     assert Job.objects.count() == 0
 
 
-def test_check_reports_them_before_deploy() -> None:
+def test_check_reports_them_before_deploy(misplaced: SimpleNamespace) -> None:
     found = [m for m in checks.run_checks() if m.id == "django_pgqueue.E006"]
     assert [(m.level, m.msg) for m in found] == [
         (checks.ERROR, DELIVER),
         (checks.ERROR, RENAMED),
     ]
     with override_settings(SILENCED_SYSTEM_CHECKS=["django_pgqueue.E006"]):
-        assert deliver.enqueue(1).task == "mailer.deliver"  # silenced, as E103 is
+        assert misplaced.deliver.enqueue(1).task == "mailer.deliver"  # silenced, as E103 is
 
 
-def test_the_fix_the_message_gives_lets_a_real_worker_run_them(db_url: str) -> None:
+def test_the_fix_the_message_gives_lets_a_real_worker_run_them(
+    db_url: str, misplaced: SimpleNamespace
+) -> None:
     """With the modules in TASK_MODULES enqueue accepts the jobs and a real worker
     runs them. Before, enqueue accepted them without it, and the worker buried each
     (UnknownTask: 'mailer.deliver' is not a registered task, ...)."""
     listed = ["tests.testapp.mailing", "tests.testapp.named"]
     with override_settings(PGQUEUE={"TASK_MODULES": listed}):
-        ids = [deliver.enqueue(2).pk, renamed.enqueue(3).pk]
+        ids = [misplaced.deliver.enqueue(2).pk, misplaced.renamed.enqueue(3).pk]
     env = {"PGQUEUE_TEST_PGQUEUE": json.dumps({"TASK_MODULES": listed})}
     ran = django_command(db_url, "runworker", "--burst", env=env)
     assert ran.returncode == 0, ran.stderr

@@ -66,32 +66,26 @@ def _found(schema_editor: BaseDatabaseSchemaEditor, sql: str, params: list[str])
         return cursor.fetchone() is not None
 
 
-class CreateModel(migrations.CreateModel):
+class _IfNotExists(migrations.operations.base.Operation):
+    """A Django operation whose statements skip a table, column or index already there."""
+
+    def database_forwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: ProjectState,
+        to_state: ProjectState,
+    ) -> None:
+        with if_not_exists(schema_editor):
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+
+class CreateModel(_IfNotExists, migrations.CreateModel):
     """``CreateModel``, whose table and indexes are skipped where already there."""
 
-    def database_forwards(
-        self,
-        app_label: str,
-        schema_editor: BaseDatabaseSchemaEditor,
-        from_state: ProjectState,
-        to_state: ProjectState,
-    ) -> None:
-        with if_not_exists(schema_editor):
-            super().database_forwards(app_label, schema_editor, from_state, to_state)
 
-
-class AddField(migrations.AddField):
+class AddField(_IfNotExists, migrations.AddField):
     """``AddField``, whose column is skipped where already there."""
-
-    def database_forwards(
-        self,
-        app_label: str,
-        schema_editor: BaseDatabaseSchemaEditor,
-        from_state: ProjectState,
-        to_state: ProjectState,
-    ) -> None:
-        with if_not_exists(schema_editor):
-            super().database_forwards(app_label, schema_editor, from_state, to_state)
 
 
 class AddConstraintNotValid(postgres.AddConstraintNotValid):

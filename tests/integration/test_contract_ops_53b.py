@@ -36,13 +36,13 @@ def no_answer(seconds: str) -> str:
     )
 
 
-def run_check(url: str, *args: str, bound: float) -> tuple[subprocess.CompletedProcess[str], float]:
-    """``queuestats --check ARGS`` on ``url``, and the seconds it took; a run past
-    ``bound`` (the check hangs) fails the test rather than waiting for it."""
+def run_stats(url: str, *args: str, bound: float) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``queuestats ARGS`` on ``url``, and the seconds it took; a run past ``bound``
+    (it hangs) fails the test rather than waiting for it."""
     started = time.monotonic()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "django", "queuestats", "--check", *args],
+            [sys.executable, "-m", "django", "queuestats", *args],
             cwd=ROOT,
             env={**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tests.settings"},
             capture_output=True,
@@ -51,10 +51,13 @@ def run_check(url: str, *args: str, bound: float) -> tuple[subprocess.CompletedP
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise AssertionError(
-            f"queuestats --check {' '.join(args)} still ran after {bound}s"
-        ) from None
+        raise AssertionError(f"queuestats {' '.join(args)} still ran after {bound}s") from None
     return done, time.monotonic() - started
+
+
+def run_check(url: str, *args: str, bound: float) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``queuestats --check ARGS``, as :func:`run_stats`."""
+    return run_stats(url, "--check", *args, bound=bound)
 
 
 @pytest.fixture

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
@@ -21,32 +18,13 @@ from django.db import connection
 from tests.integration.test_contract_ops_53b import (  # noqa: F401  (fixtures)
     locked,
     no_answer,
+    run_stats,
     silent_server,
 )
-from tests.worker.conftest import ROOT
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 MODES = [pytest.param([], id="table"), pytest.param(["--json"], id="json")]
-
-
-def run_stats(url: str, *args: str, bound: float) -> tuple[subprocess.CompletedProcess[str], float]:
-    """``queuestats ARGS`` on ``url``, and the seconds it took; a run past ``bound``
-    (it hangs) fails the test rather than waiting for it."""
-    started = time.monotonic()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "django", "queuestats", *args],
-            cwd=ROOT,
-            env={**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tests.settings"},
-            capture_output=True,
-            text=True,
-            timeout=bound,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise AssertionError(f"queuestats {' '.join(args)} still ran after {bound}s") from None
-    return done, time.monotonic() - started
 
 
 @pytest.mark.parametrize("mode", MODES)

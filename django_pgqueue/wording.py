@@ -63,6 +63,13 @@ def not_top_level(qualname: str) -> str | None:
     return None
 
 
+def task_path(func: object) -> str:
+    """``shop.tasks.send``: where a task's function is (its module and qualified name),
+    for a message; whatever a callable without them (a ``partial``) can say."""
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    return f"{getattr(func, '__module__', None)}.{name}" if name else repr(func)
+
+
 def did_you_mean(unknown: Iterable[str], known: Iterable[str]) -> str:
     """`` (did you mean 'CONCURRENCY'?)`` for the unknown names that look like known
     ones (in any case), or an empty string."""

@@ -47,6 +47,24 @@ def queues_problem(alias: str, queues: object) -> str | None:
     return None
 
 
+def queue_not_listed(backend: Any, queue: str, path: str) -> str:
+    """Why a task of ``path`` is refused on ``backend``: its ``queue`` is not one of
+    the backend's QUEUES (Django's words first, then which task and the fix)."""
+    fix = f"add {queue!r} there."
+    listed = f"TASKS[{backend.alias!r}]['QUEUES'] is {sorted(backend.queues)}"
+    if backend.queues_setting is QUEUES_UNSET:  # not written by the user: say whose it is
+        listed = f"TASKS[{backend.alias!r}] sets no QUEUES, so it has Django's default, ['default']"
+        fix = f"set its QUEUES to {sorted({*backend.queues, queue})}."
+    if not validation.QUEUE.is_valid(queue):  # E105 if it were added
+        fix = f"rename it: {validation.QUEUE.message(queue)}."
+    if (meant := wording.alike(queue, backend.queues)) is not None:  # a typo: not added
+        fix = f"did you mean {meant}? If not, {fix}"
+    if backend.unknown_params:  # "QUEUE": the QUEUES meant were never read (E109)
+        said = unknown_params_text(backend.alias, backend.unknown_params)
+        fix = said if backend.queues_setting is QUEUES_UNSET else f"{fix} {said}"
+    return f"Queue {queue!r} is not valid for backend. Task {path} uses it, and {listed}: {fix}"
+
+
 def options_problem(alias: str, options: object) -> str | None:
     """``TASKS[alias]['OPTIONS']`` that is not a dict; None if it is one."""
     if not isinstance(options, Mapping):

@@ -15,10 +15,10 @@ from django_pgqueue.backend.checks import (
     PARAMS,
     QUEUES_UNSET,
     check_backend,
+    queue_not_listed,
     queues_problem,
     shape_problem,
     unknown_params_problem,
-    unknown_params_text,
 )
 from django_pgqueue.backend.compat import (
     BaseTaskBackend,
@@ -98,20 +98,11 @@ class PgQueueBackend(BaseTaskBackend):
                 f"priority must be a whole number between -100 and 100, not {task.priority!r}"
             )
         if self.queues and task.queue_name not in self.queues:
-            meant = wording.alike(task.queue_name, self.queues)
-            fix = f"add {task.queue_name!r} there."
-            if not validation.QUEUE.is_valid(task.queue_name):  # E105 if it were added
-                fix = f"rename it: {validation.QUEUE.message(task.queue_name)}."
-            if meant is not None:  # a typo: adding it to QUEUES would be the wrong fix
-                fix = f"did you mean {meant}? If not, {fix}"
-            if self.unknown_params:  # "QUEUE": the QUEUES meant were never read (E109)
-                fix += " " + unknown_params_text(self.alias, self.unknown_params)
-            raise InvalidTask(  # Django's words first, then which task and the fix
-                f"Queue {task.queue_name!r} is not valid for backend. Task "
-                f"{task.module_path} uses it, and TASKS[{self.alias!r}]['QUEUES'] is "
-                f"{sorted(self.queues)}: {fix}"
-            )
-        super().validate_task(task)  # refuses a function defined inside another
+            raise InvalidTask(queue_not_listed(self, task.queue_name, task.module_path))
+        try:
+            super().validate_task(task)  # refuses a function defined inside another
+        except InvalidTask as exc:  # Django's words do not say which task
+            raise InvalidTask(f"{exc} (task {wording.task_path(task.func)!r})") from None
         if "<lambda>" in task.func.__qualname__:  # all of a module's share its path
             raise InvalidTask(
                 f"Task {task.module_path!r} is a lambda: a worker finds a task by its module "

@@ -250,8 +250,8 @@ class _Holder:
 
 def test_what_task_test_case_asserts_of_the_backend_settings() -> None:
     for function in (any, _Holder().method):
-        with pytest.raises(
-            InvalidTask, match=r"^Task function must be defined at a module level\.$"
+        with pytest.raises(  # Django's words, then which task (ours)
+            InvalidTask, match=r"^Task function must be defined at a module level\. \(task '"
         ):
             task()(function)
     with pytest.raises(InvalidTaskBackend, match=r"^The connection 'unknown' doesn't exist\.$"):

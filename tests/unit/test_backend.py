@@ -188,8 +188,9 @@ def test_a_queue_refused_at_declaration_names_a_misspelt_queues_key() -> None:
     tasks = {"default": {**misspelt, "QUEUE": ["default", "emails"]}}
     with override_settings(TASKS=tasks), pytest.raises(InvalidTask) as refused:
         task(queue_name="emails")(djtasks.noop_task.func)
-    assert str(refused.value).endswith(
-        "add 'emails' there. TASKS['default'] has unknown key(s) 'QUEUE' (did you mean 'QUEUES'?)."
+    assert str(refused.value).endswith(  # the key to rename, not a QUEUES to add
+        "TASKS['default'] sets no QUEUES, so it has Django's default, ['default']: "
+        "TASKS['default'] has unknown key(s) 'QUEUE' (did you mean 'QUEUES'?)."
     ), str(refused.value)
 
 

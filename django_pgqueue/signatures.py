@@ -68,7 +68,23 @@ def check_arguments(target: Any, args: Any, kwargs: Any) -> None:
     context = bool(getattr(target, "takes_context", False))
     problem = _shape_problem(func, context, len(args), tuple(kwargs))
     if problem is not None:
-        raise TypeError(problem)
+        # False on a Tasks-framework task (the direct API's have no such option).
+        context_off = getattr(target, "takes_context", None) is False
+        raise TypeError(problem + (_no_context(func) if context_off else ""))
+
+
+def _no_context(func: Any) -> str:
+    """The likely mistake when a Tasks-framework task's first parameter is ``context``
+    and it is not declared ``takes_context=True``: the call fills that parameter
+    (nothing passes a context), so the call seems an argument short."""
+    signature = _signature(func)
+    first = next(iter(signature.parameters), None) if signature is not None else None
+    if first != "context":
+        return ""
+    return (
+        "; its first parameter is 'context', which is passed a TaskContext only when "
+        "the task is declared with @task(takes_context=True)"
+    )
 
 
 @lru_cache(maxsize=4096)

@@ -9,9 +9,39 @@ import pytest
 from django.test import override_settings
 
 from django_pgqueue.backend.compat import InvalidTask, task
+from django_pgqueue.exceptions import InvalidJobArguments
+from django_pgqueue.models import Job
 from tests.testapp import djtasks
+from tests.testapp.contextless import note
 
 pytestmark = pytest.mark.django_db
+
+CONTEXT_HINT = (
+    "; its first parameter is 'context', which is passed a TaskContext only when the "
+    "task is declared with @task(takes_context=True)"
+)
+
+
+def test_a_context_parameter_without_takes_context_is_named_at_enqueue() -> None:
+    """``def note(context, text)`` declared with a bare ``@task``: the call fills
+    ``context`` itself, so ``note.enqueue("hi")`` was "missing a required argument:
+    'text'", though the user had passed the text."""
+    with pytest.raises(InvalidJobArguments) as raised:
+        note.enqueue("hi")  # type: ignore[call-arg]
+    assert str(raised.value) == (
+        "arguments do not match the task's signature note(context, text): missing a "
+        f"required argument: 'text'{CONTEXT_HINT} (tests.testapp.contextless.note)"
+    )
+    assert Job.objects.count() == 0
+
+
+def test_a_task_that_takes_context_is_not_told_to_take_it() -> None:
+    with pytest.raises(InvalidJobArguments) as raised:
+        djtasks.check_context.enqueue()  # type: ignore[call-arg]
+    assert str(raised.value) == (
+        "arguments do not match the task's signature check_context(context, attempt): "
+        "missing a required argument: 'attempt' (tests.testapp.djtasks.check_context)"
+    )
 
 
 def test_djangos_own_refusal_of_a_declaration_names_the_task() -> None:

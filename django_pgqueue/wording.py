@@ -84,7 +84,10 @@ def did_you_mean(unknown: Iterable[str], known: Iterable[str]) -> str:
 def closest(name: str, known: Iterable[str]) -> str | None:
     """The known name that ``name`` looks most like, in any case; None if none does."""
     by_fold = {k.casefold(): k for k in known}
-    close = difflib.get_close_matches(str(name).casefold(), list(by_fold), n=1, cutoff=0.75)
+    folded = str(name).casefold()
+    close = difflib.get_close_matches(folded, list(by_fold), n=1, cutoff=0.75)
+    if not close:  # a known name with a word added: LEASE_SECONDS, QUEUES_LIST
+        close = sorted((k for k in by_fold if folded.startswith(k + "_")), key=len)[-1:]
     return by_fold[close[0]] if close else None
 
 

@@ -78,11 +78,13 @@ def shape_problem(alias: str, options: object, queues: object) -> str | None:
 
 
 def unknown_params_text(alias: str, unknown: list[str]) -> str:
-    """What E109 says, with the key the typo meant."""
-    return (
-        f"TASKS[{alias!r}] has unknown key(s) {', '.join(map(repr, unknown))}"
-        f"{wording.did_you_mean(unknown, PARAMS)}."
-    )
+    """What E109 says, with the key the typo meant, or the OPTIONS a key belongs in
+    (``"MAX_ATTEMPTS": 5`` beside ``BACKEND``)."""
+    said = wording.did_you_mean(unknown, PARAMS)
+    options = [wording.closest(name, OPTION_RULES) for name in unknown]
+    if misplaced := sorted({name for name in options if name is not None}):
+        said += f" (put {' and '.join(misplaced)} in TASKS[{alias!r}]['OPTIONS'])"
+    return f"TASKS[{alias!r}] has unknown key(s) {', '.join(map(repr, unknown))}{said}."
 
 
 def unknown_options(options: Mapping[str, Any]) -> list[str]:

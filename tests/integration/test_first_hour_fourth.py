@@ -69,3 +69,18 @@ def test_a_queue_refused_by_the_default_queues_says_queues_is_not_set() -> None:
         "it, and TASKS['default'] sets no QUEUES, so it has Django's default, ['default']: "
         "set its QUEUES to ['default', 'emails']."
     )
+
+
+def test_an_option_written_beside_backend_is_told_to_go_in_options() -> None:
+    """``TASKS = {"default": {"BACKEND": ..., "MAX_ATTEMPTS": 5}}``: E109 and enqueue
+    said only "unknown key(s) 'MAX_ATTEMPTS'", a key the backend does read, in
+    OPTIONS."""
+    entry = {"BACKEND": "django_pgqueue.backend.PgQueueBackend", "QUEUES": []}
+    tasks = {"default": {**entry, "MAX_ATTEMPTS": 5, "backoff": 2}}
+    with override_settings(TASKS=tasks), pytest.raises(InvalidTask) as raised:
+        djtasks.noop_task.enqueue()
+    assert str(raised.value) == (
+        "TASKS['default'] has unknown key(s) 'MAX_ATTEMPTS', 'backoff' (put BACKOFF and "
+        "MAX_ATTEMPTS in TASKS['default']['OPTIONS']) (django_pgqueue.E109)"
+    )
+    assert Job.objects.count() == 0

@@ -92,6 +92,8 @@ class PgQueueCommand(BaseCommand):
             self._check_given(options)
         # A database that cannot be reached, or lacks the tables, is one line too.
         try:
+            if options.get("skip_checks") and (alias := _job_database()) is not None:
+                runner.usable(alias)  # E002's error, before a command trips over it
             return super().execute(*args, **options)
         except DatabaseError as exc:
             problem = schema_problem(exc, _job_database())

@@ -103,16 +103,24 @@ def missing_database(alias: str) -> ConnectionDoesNotExist:
     )
 
 
-def _ready(alias: str) -> BaseDatabaseWrapper:
+def usable(alias: str) -> BaseDatabaseWrapper:
+    """``alias``'s connection, not yet opened; E002's error, where checks do not run (a
+    shell, a script, a command with ``--skip-checks``), if it is missing or not
+    PostgreSQL."""
     try:
         wrapper = connections[alias]
-    except ConnectionDoesNotExist:  # where checks do not run (shell, a script)
+    except ConnectionDoesNotExist:
         raise missing_database(alias) from None
-    if wrapper.vendor != "postgresql":  # where checks do not run (shell, a script)
+    if wrapper.vendor != "postgresql":
         raise ImproperlyConfigured(
             f"django-pgqueue needs PostgreSQL, but database {alias!r} is {wrapper.vendor}: "
             "see manage.py check (django_pgqueue.E002)"
         )
+    return wrapper
+
+
+def _ready(alias: str) -> BaseDatabaseWrapper:
+    wrapper = usable(alias)
     # Closed by the server while it sat idle (idle_session_timeout, an operator's
     # pg_terminate_backend): a new one, not a failed statement and a retry. Not in
     # a transaction (atomic, or autocommit off): the statement must fail with it.

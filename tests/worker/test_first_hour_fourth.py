@@ -35,3 +35,23 @@ def test_a_declaration_django_refuses_is_named_by_check_and_by_the_worker(
     worker = django_command(db_url, "runworker", "--burst", "--skip-checks", env=env)
     assert worker.returncode == 1
     assert REFUSED in worker.stdout + worker.stderr, worker.stderr
+
+
+def test_every_command_run_past_the_checks_on_sqlite_says_e002_in_one_line(
+    db_url: str, tmp_path: Path
+) -> None:
+    """``--skip-checks`` (and ``call_command()``, which skips them) on SQLite: runworker
+    ended in a TypeError traceback about ``connect_timeout``, and queuestats and
+    schedules said "cannot reach the database: no such function: current_setting"."""
+    env = settings_module(
+        tmp_path,
+        "fh4_sqlite",
+        "DATABASES = {'default': {'ENGINE': 'django.db.backends.sqlite3', 'NAME': ':memory:'}}",
+    )
+    e002 = (
+        "CommandError: django-pgqueue needs PostgreSQL, but database 'default' is sqlite: "
+        "see manage.py check (django_pgqueue.E002)\n"
+    )
+    for command in (["runworker", "--burst"], ["queuestats"], ["schedules"], ["reapjobs"]):
+        done = django_command(db_url, *command, "--skip-checks", env=env)
+        assert (done.returncode, done.stdout, done.stderr) == (1, "", e002), command

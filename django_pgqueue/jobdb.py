@@ -214,11 +214,19 @@ def _watch(
     execute: Callable[..., Any], sql: Any, params: Any, many: bool, context: dict[str, Any]
 ) -> Any:
     """Django's execute wrapper on a job thread's connections: note the aliases
-    whose session a job changed, for :func:`tidy` to close after it."""
+    whose session a job changed, for :func:`tidy` to close after it, and a statement
+    that met a lost connection: one inside transaction.atomic() is closed as the
+    block exits, before :func:`tidy` could find it lost."""
     if isinstance(sql, str) and changes_session(sql):
         wrapper: BaseDatabaseWrapper = context["connection"]
         _changed.aliases = {*getattr(_changed, "aliases", ()), wrapper.alias}
-    return execute(sql, params, many, context)
+    try:
+        return execute(sql, params, many, context)
+    except Exception:
+        raw = context["connection"].connection
+        if raw is not None and hung_up(raw):
+            hung_up_found()  # a lost connection for the worker (see check_idle)
+        raise
 
 
 def drop_all() -> None:

@@ -231,6 +231,19 @@ def records_then_waits_for_gate(label: str) -> str:
     return label
 
 
+@task(max_attempts=1)
+def waits_for_gate_in_transaction(label: str) -> str:
+    """Opens a transaction (a statement marked ``label``), says so (the gate
+    ``label + ':in'``), waits for the gate (or 30 s), then writes in it."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(f'SELECT 1 AS "{label}"')
+        GATES.setdefault(label + ":in", threading.Event()).set()
+        GATES.setdefault(label, threading.Event()).wait(30)
+        record(label)
+    return label
+
+
 @task(max_attempts=3)
 def fails_after_gate(label: str) -> None:
     """Raises once the test opens its gate (or after 30 s)."""

@@ -22,6 +22,7 @@ from django.db import connections
 
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
 from django_pgqueue.sql import runner
+from django_pgqueue.sql.goodbye import hung_up
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -34,9 +35,14 @@ def bookkeeping_thread(on: bool = True) -> None:
 
 
 def reset_connection(alias: str) -> None:
-    """Drop this thread's connection after an error, so the next call reconnects."""
+    """Drop this thread's connection after an error, so the next call reconnects. One
+    the server closed is a lost connection for the worker (:class:`ConnectionEpoch`),
+    whichever statement met it: a give-back's that failed keeps its runs to start."""
+    conn = connections[alias]
+    if conn.connection is not None and hung_up(conn.connection):
+        runner.hung_up_found()
     try:
-        connections[alias].close()
+        conn.close()
     except Exception:  # the socket is already gone: nothing to close cleanly
         logger.debug("closing a broken connection failed", exc_info=True)
 

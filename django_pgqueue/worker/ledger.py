@@ -135,12 +135,12 @@ class Ledger:
             window.cancelled += cancelled
 
     def waiting_since(self) -> float | None:
-        """When the longest-waiting prefetched run (ours, no thread yet) was claimed."""
+        """When the longest-waiting prefetched run (ours, no thread yet) was claimed;
+        not one parked (:meth:`start`): it waits for a heartbeat, not for a thread."""
         with self._lock:
-            return min(
-                (h.claimed for h in self._held.values() if h.started is None and h.ours),
-                default=None,
-            )
+            parked = {job.key for job in self._parked}
+            waiting = (h for key, h in self._held.items() if h.ours and key not in parked)
+            return min((h.claimed for h in waiting if h.started is None), default=None)
 
     def forget(self, jobs: list[ClaimedJob]) -> None:
         """Drop runs no thread started (given back): no longer claimed, for --max-jobs."""

@@ -6,17 +6,21 @@ session cut from a second connection (pg_terminate_backend)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 from django.db import connection, transaction
 
 from django_pgqueue.models import Job
+from django_pgqueue.worker.prefetch import GIVE_BACK_AFTER, LOOK_EVERY
 from tests.conftest import run_counts
 from tests.testapp.tasks import GATES, mark, records_then_waits_for_gate
 from tests.worker.conftest import wait_for
 from tests.worker.inprocess import worker_thread
+from tests.worker.test_reconnect_job_thread import cut_job_connection
 from tests.worker.test_reconnect_prefetch import undo_claim
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -29,19 +33,19 @@ WAITING = (
 )
 
 
-@pytest.fixture
-def held_give_backs() -> Iterator[None]:
-    """Until the end of the test, a statement giving back runs that never started
-    waits for the test's advisory lock before it writes anything."""
+@contextlib.contextmanager
+def holding(marker: str) -> Iterator[None]:
+    """Meanwhile, a statement of the worker's whose text holds ``marker`` waits for
+    the test's advisory lock before it writes anything (a trigger)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "CREATE FUNCTION hold_give_back() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            "IF current_query() LIKE '%%given back before it started%%' THEN "
+            "CREATE FUNCTION hold_statement() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF strpos(current_query(), '{marker}') > 0 THEN "
             f"PERFORM pg_advisory_xact_lock_shared({HOLD}); END IF; RETURN NULL; END $$"
         )
         cursor.execute(
-            "CREATE TRIGGER hold_give_back BEFORE UPDATE ON pgqueue_job "
-            "FOR EACH STATEMENT EXECUTE FUNCTION hold_give_back()"
+            "CREATE TRIGGER hold_statement BEFORE UPDATE ON pgqueue_job "
+            "FOR EACH STATEMENT EXECUTE FUNCTION hold_statement()"
         )
         cursor.execute("SELECT pg_advisory_lock(%s)", [HOLD])
     try:
@@ -49,8 +53,14 @@ def held_give_backs() -> Iterator[None]:
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock_all()")
-            cursor.execute("DROP TRIGGER hold_give_back ON pgqueue_job")
-            cursor.execute("DROP FUNCTION hold_give_back()")
+            cursor.execute("DROP TRIGGER hold_statement ON pgqueue_job")
+            cursor.execute("DROP FUNCTION hold_statement()")
+
+
+@pytest.fixture
+def give_backs_held() -> Iterator[None]:
+    with holding("given back before it started"):  # (prefetched runs' give-backs)
+        yield
 
 
 def held() -> int:
@@ -66,8 +76,9 @@ def cut_held() -> int:
         return int(cursor.fetchone()[0])
 
 
+@pytest.mark.usefixtures("give_backs_held")
 def test_a_give_back_failing_on_a_lost_connection_starts_no_lost_claim(
-    held_give_backs: None, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The worker holds ``ahead`` claimed ahead behind a job on its only thread; its
     queue is paused, and the heartbeat gives it back. The server goes away during
@@ -110,3 +121,42 @@ def test_a_give_back_failing_on_a_lost_connection_starts_no_lost_claim(
     assert run_counts("revG-ahead") == {}  # w2 holds it: this worker never ran it
     row = Job.objects.get(pk=ahead.pk)
     assert (row.status, row.locked_by, row.attempts) == ("running", "w2", 1)
+
+
+def test_a_run_waiting_for_its_claim_to_be_confirmed_is_not_stuck_behind_long_ones() -> None:
+    """A run held back after a lost connection waits for a heartbeat, not for a
+    thread (here the heartbeat's statement is held). The adaptive prefetch took it
+    for one stuck behind long jobs: a second after its claim, it gave back the jobs
+    claimed ahead just then, as if they had waited that long, and claimed no more
+    ahead (its estimate of a job's length set to that second): with one thread,
+    whose slot the run held back keeps, it claimed nothing more until the heartbeat
+    came back, and the jobs it gave back waited for another worker."""
+    with worker_thread(concurrency=1, poll_interval=600, lease=600) as worker:
+        for n in range(50):  # short jobs: it learns to claim ahead
+            mark.enqueue(f"revS-warm-{n}")
+        worker.recorder.wait_total("recorded", "succeeded", 50, timeout=30)
+        assert worker.worker.prefetch.limit() > 1
+        with holding("true AS kept"):  # the heartbeat's renewal waits
+            # The job thread's connection found closed before the next job: a lost
+            # connection, so the job claimed before it waits for the heartbeat.
+            assert cut_job_connection("INSERT INTO testapp_run%") == 1
+            parked = mark.enqueue("revS-parked")
+            wait_for(lambda: held() == 1, 10, "the heartbeat hurried for the run held back")
+            claimed = time.monotonic()
+            wait_for(
+                lambda: time.monotonic() - claimed > GIVE_BACK_AFTER + LOOK_EVERY,
+                10,
+                "the run held back for longer than a prefetched job may wait",
+            )
+            # A job of half a second, with short ones claimed ahead behind it.
+            with transaction.atomic():
+                half = mark.using(priority=10).enqueue("revS-half", sleep=0.5)
+                for n in range(4):
+                    mark.enqueue(f"revS-short-{n}")
+            worker.wait("finished", where=lambda d: d["job"].id == half.pk)
+            assert worker.recorder.count("released") == 0  # none went back
+            # They run (their outcomes wait: the heartbeat holds the worker's writes).
+            worker.wait("finished", 55, where=lambda d: d["job"].id != parked.pk)
+        worker.recorder.wait_total("recorded", "succeeded", 56, timeout=10)
+    assert Job.objects.get(pk=parked.pk).status == "done"
+    assert set(run_counts("revS-").values()) == {1}

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
+import importlib.machinery
 import importlib.util
 import sys
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any
 
 from django.apps import apps
@@ -36,8 +38,22 @@ CHECK_ID = "django_pgqueue.E006"
 #: Stands for Django's app loading (``django.setup()``) among a declaration's importers.
 _APP_LOADING = "<django.setup>"
 
-#: For each path declared with a name of its own: the modules whose import ran it.
-_declared_by: dict[str, set[str]] = {}
+
+@dataclasses.dataclass(slots=True)
+class _Declared:
+    #: The modules whose import ran the declaration (and Django's app loading, if it did).
+    importers: set[str] = dataclasses.field(default_factory=set)
+    #: The modules whose top-level code ran it: the decorated function's own module, or
+    #: the one that called ``task(name=...)(func)`` (``func`` from a library, or made by
+    #: a factory), which is what a worker must import.
+    homes: set[str] = dataclasses.field(default_factory=set)
+    #: The modules that define the declared functions (said when no home is in an app:
+    #: a declaration run by a test's function, whose innermost module is pytest's).
+    defined: set[str] = dataclasses.field(default_factory=set)
+
+
+#: For each path declared with a name of its own: where its declarations ran.
+_declared_by: dict[str, _Declared] = {}
 
 #: Paths found to be declared by a worker too (enqueue asks once per task).
 _found: set[str] = set()
@@ -45,19 +61,26 @@ _found: set[str] = set()
 
 def note(path: str, module: str) -> None:
     """Remember which imports ran the declaration of ``path`` (the task's ``name=``),
-    defined in ``module``; called by ``@task``."""
-    if path.rpartition(".")[0] == module:
-        return  # its default path: a worker imports that module for it
-    importers = _declared_by.setdefault(path, set())
+    of a function defined in ``module``; called by ``@task``."""
+    importers: set[str] = set()
+    home = None
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         name = frame.f_globals.get("__name__")
         if code.co_name == "<module>" and isinstance(name, str):
             importers.add(name)
+            home = home or name  # the innermost: the module whose code ran it
         elif code.co_name == "populate" and name == "django.apps.registry":
             importers.add(_APP_LOADING)
         frame = frame.f_back
+    home = home or module
+    if path.rpartition(".")[0] == home and home == module:
+        return  # its default path: a worker imports that module for it
+    declared = _declared_by.setdefault(path, _Declared())
+    declared.importers |= importers
+    declared.homes.add(home)
+    declared.defined.add(module)
 
 
 def _forget(*, setting: str, **kwargs: Any) -> None:
@@ -70,53 +93,71 @@ setting_changed.connect(_forget)
 
 def check_findable(path: str, task: Any) -> None:
     """Raise :class:`InvalidJob` unless a worker would find the task ``path`` (a
-    ``TaskFunction`` or a path): its module in an installed app or TASK_MODULES,
-    and, for a name of its own, its declaration run by what a worker imports."""
+    ``TaskFunction`` or a path): the module that declares it in an installed app or
+    TASK_MODULES, and, for a name of its own, its declaration run by what a worker
+    imports."""
+    if path in _found:
+        return  # the hot path for these: one set lookup
+    declared = _declared_by.get(path)
+    home = _home(declared) if declared else getattr(getattr(task, "func", None), "__module__", None)
     try:
-        registry.check_importable(path, getattr(getattr(task, "func", None), "__module__", None))
+        registry.check_importable(path, home)
     except UnknownTask as exc:
         raise InvalidJob(str(exc)) from None
-    problem = refusal(path, task)
+    if declared is None:
+        return  # its default path (or a task not declared here): the module is the path's
+    problem = _problem(path, task, declared)
     if problem is not None:
         raise InvalidJob(problem)
+    _found.add(path)
+
+
+def _home(declared: _Declared) -> str:
+    """The module a worker must import for the declaration: one it would import, if any."""
+    homes = [*sorted(declared.homes), *sorted(declared.defined)]
+    return next((home for home in homes if registry.importable(home)), homes[0])
 
 
 def refusal(path: str, target: Any) -> str | None:
     """Why a worker would not find ``target``, declared under the name ``path`` of
     its own; None when it would (or when this process cannot tell)."""
-    if path in _found:
-        return None  # the hot path: a set lookup for every task
-    importers = _declared_by.get(path)
-    if importers is None:  # its default path, or not declared by @task here
+    declared = _declared_by.get(path)
+    if path in _found or declared is None:  # its default path, or not declared by @task here
         return None
-    problem = _problem(path, target, importers)
-    if problem is None:
-        _found.add(path)
-    return problem
+    return _problem(path, target, declared)
 
 
-def _problem(path: str, target: Any, importers: set[str]) -> str | None:
+def _problem(path: str, target: Any, declared: _Declared) -> str | None:
     if CHECK_ID in settings.SILENCED_SYSTEM_CHECKS:
         return None
     starts = registry.task_module_names()
     named = path.rpartition(".")[0]
     imported = {*starts, named} if registry.importable(named) else set(starts)
-    if _APP_LOADING in importers or importers & imported:
+    if _APP_LOADING in declared.importers or declared.importers & imported:
         return None
     try:
         registry.discover()  # to see what the tasks modules hold
-    except Exception:  # a tasks module fails to import here: the workers' to say
+    except Exception:  # a tasks module fails to import: the workers' to say
         return None
-    module = getattr(getattr(target, "func", None), "__module__", None)
-    held = sys.modules.get(module) if isinstance(module, str) else None
     for importer in sorted(imported):
         found = sys.modules.get(importer)
-        values = list(vars(found).values()) if found is not None else []
-        if any(value is target or (held is not None and value is held) for value in values):
-            return None  # re-exported by a tasks module (from .helpers import send)
-    if isinstance(module, str) and module in _run_by(imported):
+        for attribute, value in (vars(found) if found is not None else {}).items():
+            if value is target:
+                return None  # re-exported by a tasks module (from .helpers import send)
+            # Its module, bound by the tasks module (helpers = import_module(...)); not a
+            # package's own submodule, which any import of it binds there.
+            name = getattr(value, "__name__", None) if isinstance(value, ModuleType) else None
+            if name in declared.homes and name != f"{importer}.{attribute}":
+                return None
+    reached = _run_by(imported)
+    if declared.homes & reached or any(
+        home.startswith(name[:-1])
+        for name in reached
+        if name.endswith("*")
+        for home in declared.homes
+    ):
         return None  # imported first by a view, but a tasks module imports it too
-    return _text(path, module or "?", named)
+    return _text(path, _home(declared), named)
 
 
 def _run_by(starts: set[str]) -> set[str]:
@@ -124,11 +165,14 @@ def _run_by(starts: set[str]) -> set[str]:
     as their module-level import statements say. A module imported here first by
     something else (a view) declared its tasks under that import, and a tasks module's
     ``import shop.helpers`` (or ``from shop import middle``, which imports
-    ``shop.helpers``) names no object of it."""
+    ``shop.helpers``) names no object of it. ``"shop.*"`` stands for the modules an
+    ``import_module(f"shop.{name}")`` may import (``"*"``: any, when it cannot tell)."""
     seen: set[str] = set()
     todo = sorted(starts)
     while todo:
         name = todo.pop()
+        if name.endswith("*"):
+            seen.add(name)
         if name in seen or not registry.importable(name):
             continue
         seen.add(name)
@@ -138,9 +182,10 @@ def _run_by(starts: set[str]) -> set[str]:
 
 def _imports(name: str) -> list[str]:
     """The modules ``name``'s import runs: its packages, and those its module-level
-    import statements name (not those of its functions, which a worker may never call)."""
+    import statements name (not those of its functions, which a worker may never
+    call), or ``importlib.import_module()`` (or ``__import__()``) calls."""
     found = [name.rpartition(".")[0]] if "." in name else []
-    spec = getattr(sys.modules.get(name), "__spec__", None)
+    spec = _spec(name)
     origin = getattr(spec, "origin", None)
     try:
         with open(str(origin), encoding="utf-8") as source:
@@ -149,7 +194,7 @@ def _imports(name: str) -> list[str]:
         return found
     is_package = getattr(spec, "submodule_search_locations", None) is not None
     base = name if is_package else name.rpartition(".")[0]
-    todo: list[ast.stmt] = list(tree.body)
+    todo: list[ast.AST] = list(tree.body)
     while todo:
         node = todo.pop()
         if isinstance(node, ast.Import):
@@ -158,13 +203,59 @@ def _imports(name: str) -> list[str]:
             with contextlib.suppress(ImportError, ValueError):
                 at = importlib.util.resolve_name("." * node.level + (node.module or ""), base)
                 found += [at, *(f"{at}.{alias.name}" for alias in node.names)]
-        elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and not (
-            isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        ):
+        elif isinstance(node, ast.Call):
+            found += _imported_by_call(node, name, base)
+            todo += ast.iter_child_nodes(node)
+        elif not isinstance(
+            node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda
+        ) and not (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)):
             # if/try/with at module level run as the module does (not `if TYPE_CHECKING:`)
-            todo += [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt)]
+            todo += ast.iter_child_nodes(node)
     # A dotted name (import shop.helpers) runs each of its packages too.
     return [part for full in found for part in _with_packages(full)]
+
+
+def _imported_by_call(call: ast.Call, name: str, base: str) -> list[str]:
+    """The module ``import_module("shop.helpers")`` (or ``"..helpers", package=...``,
+    or ``__import__``) imports, when its arguments are literal (or ``__name__``,
+    ``__package__``); ``"shop.*"`` for ``f"shop.{name}"``, ``"*"`` for a name computed
+    otherwise; ``[]`` for any other call."""
+    called = call.func
+    what = called.attr if isinstance(called, ast.Attribute) else getattr(called, "id", None)
+    if what not in {"import_module", "__import__"} or not call.args:
+        return []
+    given = [*call.args[1:2], *(k.value for k in call.keywords if k.arg == "package")]
+    values = {"__name__": name, "__package__": base}
+    texts: list[str] = []
+    for arg in [call.args[0], *given[:1]]:
+        text = arg.value if isinstance(arg, ast.Constant) else values.get(getattr(arg, "id", ""))
+        if isinstance(arg, ast.JoinedStr):  # f"shop.{name}": any module named so
+            lead = getattr(arg.values[0], "value", "") if arg.values else ""
+            text = f"{lead if isinstance(lead, str) else ''}*"
+        if not isinstance(text, str):
+            return ["*"]  # computed at run time: any module, as far as this can tell
+        texts.append(text)
+    if what == "__import__" or not texts[0].startswith("."):
+        return [texts[0]]
+    with contextlib.suppress(ImportError, ValueError):
+        return [importlib.util.resolve_name(texts[0], texts[1] if len(texts) > 1 else "")]
+    return ["*"]
+
+
+def _spec(name: str) -> Any:
+    """``name``'s spec, without importing anything (a module the tasks modules import
+    but this process has not, such as the one a task's name names)."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return getattr(module, "__spec__", None)
+    parent, _, _ = name.rpartition(".")
+    if parent and parent not in sys.modules:
+        places = getattr(_spec(parent), "submodule_search_locations", None)
+        return importlib.machinery.PathFinder.find_spec(name, list(places)) if places else None
+    try:
+        return importlib.util.find_spec(name)  # its package imported: imports nothing
+    except (ImportError, ValueError):
+        return None
 
 
 def _with_packages(name: str) -> list[str]:

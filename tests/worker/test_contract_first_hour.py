@@ -19,6 +19,7 @@ from django.test import override_settings
 from django.utils.connection import ConnectionDoesNotExist
 
 import django_pgqueue.migrations
+from django_pgqueue import custom_names, registry
 from django_pgqueue import task as pgqueue_task
 from django_pgqueue.backend.compat import InvalidTask
 from django_pgqueue.backend.compat import task as django_task
@@ -54,8 +55,13 @@ def test_a_lambda_is_refused_as_a_direct_task_where_it_is_declared() -> None:
         "module and name, and every lambda of a module has the same one. Define it with def, "
         "or give it a name of its own: @task(name='app.tasks.double')"
     )
-    named = pgqueue_task(name="tests.testapp.tasks.fh_double")(double)  # a name of its own
-    assert named.path == "tests.testapp.tasks.fh_double"
+    path = "tests.testapp.tasks.fh_double"
+    try:
+        named = pgqueue_task(name=path)(double)  # a name of its own
+        assert named.path == path
+    finally:  # declared by this test's body, which no worker runs: E006 for the session
+        registry._registry.pop(path, None)
+        custom_names._declared_by.pop(path, None)
     assert Job.objects.count() == 0
 
 

@@ -21,7 +21,7 @@ import dataclasses
 import importlib.machinery
 import importlib.util
 import sys
-from types import FrameType, ModuleType
+from types import FrameType
 from typing import Any
 
 from django.apps import apps
@@ -141,14 +141,11 @@ def _problem(path: str, target: Any, declared: _Declared) -> str | None:
         return None
     for importer in sorted(imported):
         found = sys.modules.get(importer)
-        for attribute, value in (vars(found) if found is not None else {}).items():
-            if value is target:
-                return None  # re-exported by a tasks module (from .helpers import send)
-            # Its module, bound by the tasks module (helpers = import_module(...)); not a
-            # package's own submodule, which any import of it binds there.
-            name = getattr(value, "__name__", None) if isinstance(value, ModuleType) else None
-            if name in declared.homes and name != f"{importer}.{attribute}":
-                return None
+        # Re-exported by a tasks module (from .helpers import send). Not its module bound
+        # there: a package's submodule, or ``from shop import *``, binds one that a view
+        # imported first, and no worker's import does (the imports below say which).
+        if any(value is target for value in (vars(found) if found is not None else {}).values()):
+            return None
     reached = _run_by(imported)
     if declared.homes & reached or any(
         home.startswith(name[:-1])
@@ -202,17 +199,29 @@ def _imports(name: str) -> list[str]:
         elif isinstance(node, ast.ImportFrom):
             with contextlib.suppress(ImportError, ValueError):
                 at = importlib.util.resolve_name("." * node.level + (node.module or ""), base)
-                found += [at, *(f"{at}.{alias.name}" for alias in node.names)]
+                found += [at, *(f"{at}.{name}" for name in _names(node, at))]
         elif isinstance(node, ast.Call):
             found += _imported_by_call(node, name, base)
             todo += ast.iter_child_nodes(node)
-        elif not isinstance(
-            node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda
-        ) and not (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)):
-            # if/try/with at module level run as the module does (not `if TYPE_CHECKING:`)
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            # Not `if TYPE_CHECKING:`'s body: only its else runs (the body of `if not ...:`)
+            todo += node.body if isinstance(node.test, ast.UnaryOp) else node.orelse
+        elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            # if/try/with and class bodies at module level run as the module does
             todo += ast.iter_child_nodes(node)
     # A dotted name (import shop.helpers) runs each of its packages too.
     return [part for full in found for part in _with_packages(full)]
+
+
+def _names(node: ast.ImportFrom, at: str) -> list[str]:
+    """The names ``from at import ...`` imports; for ``*``, those of ``at``'s ``__all__``
+    (what else the package holds here, its submodules a view imported, say, a
+    worker's import does not bind)."""
+    names = [alias.name for alias in node.names if alias.name != "*"]
+    if len(names) < len(node.names):
+        listed = getattr(sys.modules.get(at), "__all__", ())
+        names += [name for name in listed if isinstance(name, str)]
+    return names
 
 
 def _imported_by_call(call: ast.Call, name: str, base: str) -> list[str]:

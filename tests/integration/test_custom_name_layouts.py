@@ -27,7 +27,7 @@ LAYOUT = {
     "cnlib/util.py": "def add(x):\n    return x + 4\n",
     "cnlay/__init__.py": "",
     "cnlay/tasks/__init__.py": (
-        "import importlib\n\n"
+        "import importlib\nfrom typing import TYPE_CHECKING\n\n"
         "from django_pgqueue import task\n"
         "from cnlib.util import add\n\n"
         "from cnlay import factory  # noqa: F401\n\n"
@@ -36,7 +36,15 @@ LAYOUT = {
         "for name in ['loop']:\n"
         "    importlib.import_module(f'cnlay.plugins.{name}')\n"
         "add_task = task(name='cnlay_mail.add')(add)\n"
+        "from cnlay import *  # noqa: F403 (binds what cnlay holds: no submodule here)\n"
+        "if TYPE_CHECKING:\n    pass\nelse:\n    import cnlay.typed  # noqa: F401\n"
+        "class Plugins:\n    import cnlay.classy  # noqa: F401\n"
     ),
+    # Imported at module level of tasks/__init__.py, in an else: and a class body.
+    "cnlay/typed.py": _task("cnlay_mail.typed", "x + 8"),
+    "cnlay/classy.py": _task("cnlay_mail.classy", "x + 9"),
+    # Imported by a view only: `from cnlay import *` in a worker binds no module of it.
+    "cnlay/starred.py": _task("cnlay_mail.starred", "x + 10"),
     # Imported by importlib.import_module() in tasks/__init__.py.
     "cnlay/dyn.py": _task("cnlay_mail.dyn", "x + 1"),
     "cnlay/rel.py": _task("cnlay_mail.rel", "x + 2"),
@@ -59,11 +67,14 @@ LAYOUT = {
 }
 # As the web process's views import them, before any tasks module.
 VIEWS = (
-    "import cnlay.dyn, cnlay.rel, cnlay.plugins.loop, cnlay.helpers, cnlay.tasks.stray, "
-    "cnlay.views  # noqa\n"
+    "import cnlay.dyn, cnlay.rel, cnlay.plugins.loop, cnlay.helpers, cnlay.typed, "
+    "cnlay.classy, cnlay.starred, cnlay.tasks.stray, cnlay.views  # noqa\n"
 )
-RUN = ["cnlay_mail.dyn", "cnlay_mail.rel", "cnlay_mail.loop", "cnlay.other.f", "cnlay_mail.add"]
-BURIED = ["cnlay_mail.stray", "cnlay_mail.late"]
+RUN = [
+    *("cnlay_mail.dyn", "cnlay_mail.rel", "cnlay_mail.loop", "cnlay.other.f", "cnlay_mail.add"),
+    *("cnlay_mail.typed", "cnlay_mail.classy"),
+]
+BURIED = ["cnlay_mail.stray", "cnlay_mail.late", "cnlay_mail.starred"]
 ENQUEUE = (
     "from django_pgqueue import enqueue\n"
     "from django_pgqueue.exceptions import InvalidJob\n"
@@ -123,9 +134,10 @@ def test_tasks_a_worker_declares_are_accepted(db_url: str, tmp_path: Path) -> No
     """Declared in a module the tasks module imports with importlib.import_module
     (a literal name, relative with package=, or one computed within a package), in
     one the module their name names imports, or wrapping a library's function in
-    the tasks module: a real worker runs each. Enqueue refused all five (E006, or
-    "defined in 'cnlib.util', which is not in an installed app" for the library's
-    function), and check reported the one whose name's module imports it."""
+    the tasks module, or imported in the else of `if TYPE_CHECKING:` or in a class
+    body: a real worker runs each. Enqueue refused all seven (E006, or "defined in
+    'cnlib.util', which is not in an installed app" for the library's function), and
+    check reported the one whose name's module imports it."""
     _agree(db_url, tmp_path, RUN, runs=True)
 
 
@@ -133,6 +145,8 @@ def test_tasks_no_worker_declares_are_refused(db_url: str, tmp_path: Path) -> No
     """A submodule of the tasks package that only a view imports (the import binds it
     on the package, which looked like a re-export), and a task a view declares with
     a factory of a module the tasks module imports (the function's module, not the
-    view, was taken as where it was declared): every worker buries them. Enqueue
-    accepted both, and check said nothing."""
+    view, was taken as where it was declared), and a module only a view imports while
+    the tasks module says ``from cnlay import *`` (which bound it here, imported
+    first, and in no worker): every worker buries them. Enqueue accepted all three,
+    and check said nothing."""
     _agree(db_url, tmp_path, BURIED, runs=False)

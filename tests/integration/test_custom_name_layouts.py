@@ -39,7 +39,17 @@ LAYOUT = {
         "from cnlay import *  # noqa: F403 (binds what cnlay holds: no submodule here)\n"
         "if TYPE_CHECKING:\n    pass\nelse:\n    import cnlay.typed  # noqa: F401\n"
         "class Plugins:\n    import cnlay.classy  # noqa: F401\n"
+        "def load():\n    import cnlay.loaded  # noqa: F401\n"
+        "def unused():\n    import cnlay.unused  # noqa: F401\n"
+        "load()\n"
+        "from django.utils.module_loading import autodiscover_modules\n"
+        "autodiscover_modules('cnjobs')\n"
     ),
+    # Imported by a function the module calls, and by Django's autodiscover_modules().
+    "cnlay/loaded.py": _task("cnlay_mail.loaded", "x + 11"),
+    "cnlay/cnjobs.py": _task("cnlay_mail.cnjobs", "x + 12"),
+    # Imported by a function nothing calls.
+    "cnlay/unused.py": _task("cnlay_mail.unused", "x + 13"),
     # Imported at module level of tasks/__init__.py, in an else: and a class body.
     "cnlay/typed.py": _task("cnlay_mail.typed", "x + 8"),
     "cnlay/classy.py": _task("cnlay_mail.classy", "x + 9"),
@@ -68,13 +78,14 @@ LAYOUT = {
 # As the web process's views import them, before any tasks module.
 VIEWS = (
     "import cnlay.dyn, cnlay.rel, cnlay.plugins.loop, cnlay.helpers, cnlay.typed, "
-    "cnlay.classy, cnlay.starred, cnlay.tasks.stray, cnlay.views  # noqa\n"
+    "cnlay.classy, cnlay.starred, cnlay.loaded, cnlay.cnjobs, cnlay.unused, cnlay.tasks.stray, "
+    "cnlay.views  # noqa\n"
 )
 RUN = [
     *("cnlay_mail.dyn", "cnlay_mail.rel", "cnlay_mail.loop", "cnlay.other.f", "cnlay_mail.add"),
-    *("cnlay_mail.typed", "cnlay_mail.classy"),
+    *("cnlay_mail.typed", "cnlay_mail.classy", "cnlay_mail.loaded", "cnlay_mail.cnjobs"),
 ]
-BURIED = ["cnlay_mail.stray", "cnlay_mail.late", "cnlay_mail.starred"]
+BURIED = ["cnlay_mail.stray", "cnlay_mail.late", "cnlay_mail.starred", "cnlay_mail.unused"]
 ENQUEUE = (
     "from django_pgqueue import enqueue\n"
     "from django_pgqueue.exceptions import InvalidJob\n"
@@ -134,8 +145,9 @@ def test_tasks_a_worker_declares_are_accepted(db_url: str, tmp_path: Path) -> No
     """Declared in a module the tasks module imports with importlib.import_module
     (a literal name, relative with package=, or one computed within a package), in
     one the module their name names imports, or wrapping a library's function in
-    the tasks module, or imported in the else of `if TYPE_CHECKING:` or in a class
-    body: a real worker runs each. Enqueue refused all seven (E006, or "defined in
+    the tasks module, or imported in the else of `if TYPE_CHECKING:`, in a class
+    body, by a function the module calls, or by ``autodiscover_modules()``: a real
+    worker runs each. Enqueue refused all nine (E006, or "defined in
     'cnlib.util', which is not in an installed app" for the library's function), and
     check reported the one whose name's module imports it."""
     _agree(db_url, tmp_path, RUN, runs=True)
@@ -147,6 +159,6 @@ def test_tasks_no_worker_declares_are_refused(db_url: str, tmp_path: Path) -> No
     a factory of a module the tasks module imports (the function's module, not the
     view, was taken as where it was declared), and a module only a view imports while
     the tasks module says ``from cnlay import *`` (which bound it here, imported
-    first, and in no worker): every worker buries them. Enqueue accepted all three,
-    and check said nothing."""
+    first, and in no worker); and one imported by a function nothing calls: every
+    worker buries them. Enqueue accepted the first three, and check said nothing."""
     _agree(db_url, tmp_path, BURIED, runs=False)

@@ -257,7 +257,8 @@ def _build(raw: Any) -> Settings:
     if unknown:
         raise ImproperlyConfigured(
             f"PGQUEUE has unknown key(s) {', '.join(map(repr, unknown))}"
-            f"{wording.did_you_mean(unknown, known)}; known keys: {', '.join(sorted(known))}"
+            f"{wording.did_you_mean(unknown, known, word_added=True)}; "
+            f"known keys: {', '.join(sorted(known))}"
         )
     values = dict(raw)
     for key in DURATIONS:  # a timedelta as its seconds, as run_after and "every" take it

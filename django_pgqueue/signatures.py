@@ -87,6 +87,9 @@ def _no_context(func: Any) -> str:
     )
 
 
+_BY_NAME = (Parameter.POSITIONAL_OR_KEYWORD, Parameter.KEYWORD_ONLY)
+
+
 @lru_cache(maxsize=4096)
 def _shape_problem(func: Any, context: bool, positional: int, names: tuple[str, ...]) -> str | None:
     """Why ``positional`` arguments (after the context, if any) and the keyword
@@ -97,15 +100,19 @@ def _shape_problem(func: Any, context: bool, positional: int, names: tuple[str, 
     if signature is None:
         return None
     params = signature.parameters.values()
-    if not any(p.kind is p.VAR_KEYWORD for p in params):
-        # Named first, as Python's own call does: bind() would say "missing 'order_id'".
-        takes = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        if unexpected := [name for name in names if name not in signature.parameters]:
-            return (
-                f"arguments do not match the task's signature {_described(func, signature)}: "
-                f"got an unexpected keyword argument {unexpected[0]!r}"
-                f"{wording.did_you_mean(unexpected[:1], takes)}"
-            )
+    # Named first, as Python's own call does: bind() would say "missing 'order_id'".
+    if not any(p.kind is p.VAR_KEYWORD for p in params) and (
+        unexpected := [name for name in names if name not in signature.parameters]
+    ):
+        # Not one the call passes by position already: no did-you-mean for it.
+        slots = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        passed = slots[: context + positional]
+        takes = [p.name for p in params if p.kind in _BY_NAME and p not in passed]
+        return (
+            f"arguments do not match the task's signature {_described(func, signature)}: "
+            f"got an unexpected keyword argument {unexpected[0]!r}"
+            f"{wording.did_you_mean(unexpected[:1], takes)}"
+        )
     try:
         signature.bind(*([None] * (context + positional)), **dict.fromkeys(names))
     except TypeError as exc:

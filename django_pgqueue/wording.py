@@ -70,23 +70,30 @@ def task_path(func: object) -> str:
     return f"{getattr(func, '__module__', None)}.{name}" if name else repr(func)
 
 
-def did_you_mean(unknown: Iterable[str], known: Iterable[str]) -> str:
+def did_you_mean(unknown: Iterable[str], known: Iterable[str], *, word_added: bool = False) -> str:
     """`` (did you mean 'CONCURRENCY'?)`` for the unknown names that look like known
-    ones (in any case), or an empty string."""
+    ones (in any case), or an empty string (``word_added``: see :func:`closest`)."""
     choices = list(known)
-    meant = {name: close for name in unknown if (close := closest(name, choices)) is not None}
+    meant = {
+        name: close
+        for name in unknown
+        if (close := closest(name, choices, word_added=word_added)) is not None
+    }
     if len(meant) == 1:
         return f" (did you mean {next(iter(meant.values()))!r}?)"
     said = ", ".join(f"{right!r} for {wrong!r}" for wrong, right in meant.items())
     return f" (did you mean {said}?)" if meant else ""
 
 
-def closest(name: str, known: Iterable[str]) -> str | None:
-    """The known name that ``name`` looks most like, in any case; None if none does."""
+def closest(name: str, known: Iterable[str], *, word_added: bool = False) -> str | None:
+    """The known name that ``name`` looks most like, in any case; None if none does.
+    ``word_added``: or that ``name`` is with a word added (``LEASE_SECONDS``), for
+    settings keys only: a task, an argument or a database alias with a word added
+    (``send_email``, ``user_id``, ``default_replica``) is most often another one."""
     by_fold = {k.casefold(): k for k in known}
     folded = str(name).casefold()
     close = difflib.get_close_matches(folded, list(by_fold), n=1, cutoff=0.75)
-    if not close:  # a known name with a word added: LEASE_SECONDS, QUEUES_LIST
+    if not close and word_added:  # LEASE_SECONDS, QUEUES_LIST
         close = sorted((k for k in by_fold if folded.startswith(k + "_")), key=len)[-1:]
     return by_fold[close[0]] if close else None
 

@@ -29,6 +29,10 @@ QUEUES_HINT = 'Give QUEUES as a list of queue names, such as ["default", "emails
 #: The keys of a TASKS entry that Django's backends read.
 PARAMS = ("BACKEND", "QUEUES", "OPTIONS")
 
+#: PGQUEUE's settings that a backend's jobs obey too, and that OPTIONS has no key for:
+#: written in a TASKS entry, not a misspelt BACKOFF (the first retry's delay).
+FOR_EVERY_BACKEND = ("BACKOFF_MAX", "BACKOFF_JITTER")
+
 #: QUEUES as written when the settings give none (Django's default, ["default"]).
 QUEUES_UNSET = object()
 
@@ -80,11 +84,38 @@ def shape_problem(alias: str, options: object, queues: object) -> str | None:
 def unknown_params_text(alias: str, unknown: list[str]) -> str:
     """What E109 says, with the key the typo meant, or the OPTIONS a key belongs in
     (``"MAX_ATTEMPTS": 5`` beside ``BACKEND``)."""
-    said = wording.did_you_mean(unknown, PARAMS)
-    options = [wording.closest(name, OPTION_RULES) for name in unknown]
+    said = wording.did_you_mean(unknown, PARAMS, word_added=True)
+    options = [
+        wording.closest(name, OPTION_RULES, word_added=True) for name in _not_pgqueue(unknown)
+    ]
     if misplaced := sorted({name for name in options if name is not None}):
         said += f" (put {' and '.join(misplaced)} in TASKS[{alias!r}]['OPTIONS'])"
-    return f"TASKS[{alias!r}] has unknown key(s) {', '.join(map(repr, unknown))}{said}."
+    return (
+        f"TASKS[{alias!r}] has unknown key(s) {', '.join(map(repr, unknown))}{said}"
+        f"{_pgqueue_settings(unknown)}."
+    )
+
+
+def options_meant(unknown: list[str]) -> str:
+    """What E103 adds to the unknown OPTIONS keys: the key a typo meant, or the
+    PGQUEUE setting a key is (``BACKOFF_MAX``)."""
+    typos = _not_pgqueue(unknown)
+    return wording.did_you_mean(typos, OPTION_RULES, word_added=True) + _pgqueue_settings(unknown)
+
+
+def _not_pgqueue(names: list[str]) -> list[str]:
+    return [name for name in names if name.upper() not in FOR_EVERY_BACKEND]
+
+
+def _pgqueue_settings(names: list[str]) -> str:
+    """`` (a PGQUEUE setting, for every backend: set PGQUEUE['BACKOFF_MAX'] instead)``
+    for the names among ``names`` of :data:`FOR_EVERY_BACKEND`, in any case."""
+    found = sorted({name.upper() for name in names} & set(FOR_EVERY_BACKEND))
+    if not found:
+        return ""
+    what = "a PGQUEUE setting" if len(found) == 1 else "PGQUEUE settings"
+    where = " and ".join(f"PGQUEUE[{name!r}]" for name in found)
+    return f" ({what}, for every backend: set {where} instead)"
 
 
 def unknown_options(options: Mapping[str, Any]) -> list[str]:
@@ -103,7 +134,7 @@ def unknown_keys_text(alias: str, params: list[str], options: Mapping[str, Any])
     if unknown and "django_pgqueue.E103" not in silenced:
         return (
             f"TASKS[{alias!r}]['OPTIONS'] has unknown key(s) {', '.join(map(repr, unknown))}"
-            f"{wording.did_you_mean(unknown, OPTION_RULES)}: PgQueueBackend reads "
+            f"{options_meant(unknown)}: PgQueueBackend reads "
             f"{', '.join(sorted(OPTION_RULES))} (django_pgqueue.E103)"
         )
     return None
@@ -159,7 +190,7 @@ def _check_options(name: str, options: Mapping[str, Any]) -> list[checks.CheckMe
         errors.append(
             checks.Error(
                 f"{name}['OPTIONS'] has unknown key(s) {', '.join(map(repr, unknown))}"
-                f"{wording.did_you_mean(unknown, OPTION_RULES)}.",
+                f"{options_meant(unknown)}.",
                 hint=f"PgQueueBackend reads: {', '.join(sorted(OPTION_RULES))}.",
                 id="django_pgqueue.E103",
             )

@@ -65,7 +65,11 @@ def queue_not_listed(backend: Any, queue: str, path: str) -> str:
         fix = f"did you mean {meant}? If not, {fix}"
     if backend.unknown_params:  # "QUEUE": the QUEUES meant were never read (E109)
         said = unknown_params_text(backend.alias, backend.unknown_params)
-        fix = said if backend.queues_setting is QUEUES_UNSET else f"{fix} {said}"
+        misspelt = any(
+            wording.closest(name, PARAMS, word_added=True) == "QUEUES"
+            for name in backend.unknown_params
+        )  # else ("MAX_ATTEMPTS" beside BACKEND) renaming it would not take the queue
+        fix = said if backend.queues_setting is QUEUES_UNSET and misspelt else f"{fix} {said}"
     return f"Queue {queue!r} is not valid for backend. Task {path} uses it, and {listed}: {fix}"
 
 

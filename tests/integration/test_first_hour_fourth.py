@@ -71,6 +71,21 @@ def test_a_queue_refused_by_the_default_queues_says_queues_is_not_set() -> None:
     )
 
 
+def test_a_queue_refused_beside_another_unknown_key_still_says_to_set_queues() -> None:
+    """QUEUES left out, and an unknown key that is no QUEUES misspelt (an option
+    written beside BACKEND): the message named only that key's fix, after which the
+    queue was refused all the same."""
+    entry = {"BACKEND": "django_pgqueue.backend.PgQueueBackend", "MAX_ATTEMPTS": 5}
+    with override_settings(TASKS={"default": entry}), pytest.raises(InvalidTask) as raised:
+        djtasks.noop_task.using(queue_name="emails")
+    assert str(raised.value) == (
+        "Queue 'emails' is not valid for backend. Task tests.testapp.djtasks.noop_task uses "
+        "it, and TASKS['default'] sets no QUEUES, so it has Django's default, ['default']: "
+        "set its QUEUES to ['default', 'emails']. TASKS['default'] has unknown key(s) "
+        "'MAX_ATTEMPTS' (put MAX_ATTEMPTS in TASKS['default']['OPTIONS'])."
+    )
+
+
 def test_an_option_written_beside_backend_is_told_to_go_in_options() -> None:
     """``TASKS = {"default": {"BACKEND": ..., "MAX_ATTEMPTS": 5}}``: E109 and enqueue
     said only "unknown key(s) 'MAX_ATTEMPTS'", a key the backend does read, in

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -58,6 +59,19 @@ def cut_job_connection(query: str, state: str = "idle") -> int:
     return int(count)
 
 
+def not_started_from_memory(worker: Any, job_id: int) -> None:
+    """Wait until the worker starts ``job_id`` or a heartbeat finds claims lost, and
+    assert that it did not start it."""
+
+    def decided() -> bool:
+        rec = worker.recorder
+        started = rec.count("started", lambda d: d["job"].id == job_id)
+        return bool(started or rec.count("heartbeat", lambda d: bool(d["lost"])))
+
+    wait_for(decided, 20, "the worker to decide about the job claimed ahead")
+    assert worker.recorder.count("started", lambda d: d["job"].id == job_id) == 0
+
+
 def lost_claim_ahead(
     prefix: str, blocker_waits: Callable[[], object], cut: Callable[[], int]
 ) -> None:
@@ -83,13 +97,7 @@ def lost_claim_ahead(
         assert cut() == 1
         GATES[f"{prefix}-blocker"].set()  # the blocker goes on; its thread then meets the loss
 
-        def decided() -> bool:
-            rec = worker.recorder
-            started = rec.count("started", lambda d: d["job"].id == ahead.pk)
-            return bool(started or rec.count("heartbeat", lambda d: bool(d["lost"])))
-
-        wait_for(decided, 20, "the worker to decide about the job claimed ahead")
-        assert worker.recorder.count("started", lambda d: d["job"].id == ahead.pk) == 0
+        not_started_from_memory(worker, ahead.pk)
         (lost,) = [
             d["lost"] for name, d in worker.recorder.seen if name == "heartbeat" and d["lost"]
         ]

@@ -141,7 +141,8 @@ def _problem(path: str, target: Any, declared: _Declared) -> str | None:
         # Re-exported by a tasks module (from .helpers import send). Not its module bound
         # there: a package's submodule, or ``from shop import *``, binds one that a view
         # imported first, and no worker's import does (the imports below say which).
-        if any(value is target for value in (vars(found) if found is not None else {}).values()):
+        # A list first: a thread importing a submodule of it adds to that dict meanwhile.
+        if any(value is target for value in list(getattr(found, "__dict__", {}).values())):
             return None
     reached = _run_by(imported)
     if declared.homes & reached or any(

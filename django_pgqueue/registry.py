@@ -208,7 +208,8 @@ def discover() -> None:
         importlib.import_module(extra)  # an error inside the module keeps its traceback
     for name in task_module_names():
         found = sys.modules.get(name)
-        for value in vars(found).values() if found is not None else ():
+        # A list first: another thread's import of a submodule adds to that dict meanwhile.
+        for value in list(vars(found).values()) if found is not None else ():
             # Asked of the type first: a lazy object would evaluate itself if asked.
             if not hasattr(type(value), "module_path"):
                 continue

@@ -157,18 +157,20 @@ def _problem(path: str, target: Any, declared: _Declared) -> str | None:
 
 def _run_by(starts: set[str]) -> set[str]:
     """The modules of the installed apps and TASK_MODULES whose import ``starts`` run,
-    as their module-level import statements say. A module imported here first by
-    something else (a view) declared its tasks under that import, and a tasks module's
-    ``import shop.helpers`` (or ``from shop import middle``, which imports
-    ``shop.helpers``) names no object of it. ``"shop.*"`` stands for the modules an
-    ``import_module(f"shop.{name}")`` may import (``"*"``: any, when it cannot tell)."""
+    as their module-level import statements say (through the project's other modules
+    too: a ``common/loader.py`` outside the apps; not the libraries'). A module
+    imported here first by something else (a view) declared its tasks under that
+    import, and a tasks module's ``import shop.helpers`` (or ``from shop import
+    middle``, which imports ``shop.helpers``) names no object of it. ``"shop.*"``
+    stands for the modules an ``import_module(f"shop.{name}")`` may import (``"*"``:
+    any, when it cannot tell)."""
     seen: set[str] = set()
     todo = sorted(starts)
     while todo:
         name = todo.pop()
         if name.endswith("*"):
             seen.add(name)
-        if name in seen or not registry.importable(name):
+        if name in seen or not (registry.importable(name) or module_imports.projects(name)):
             continue
         seen.add(name)
         todo.extend(module_imports.imports(name))

@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import importlib.machinery
 import importlib.util
+import os
+import site
 import sys
+import sysconfig
 from typing import Any
 
 from django.apps import apps
@@ -160,6 +164,24 @@ def _dunder_import(call: ast.Call, first: ast.expr, name: str, base: str) -> lis
     if not all(isinstance(item, str) for item in names):
         return ["*"]
     return [text, *(f"{text}.{item}" for item in names if item != "*")]
+
+
+def projects(name: str) -> bool:
+    """Whether ``name`` is a module of the project's own (a source file outside the
+    standard library and the installed packages), whose imports E006 follows."""
+    spec = _spec(name)
+    origin = getattr(spec, "origin", None)
+    if not isinstance(origin, str) or not getattr(spec, "has_location", False):
+        return False
+    return not origin.startswith(_library_places())
+
+
+@functools.cache
+def _library_places() -> tuple[str, ...]:
+    places = {sysconfig.get_path(kind) for kind in ("stdlib", "platstdlib", "purelib", "platlib")}
+    places.update([*site.getsitepackages(), site.getusersitepackages()])
+    places |= {os.path.realpath(place) for place in places if place}
+    return tuple(os.path.join(place, "") for place in places if place)
 
 
 def _spec(name: str) -> Any:

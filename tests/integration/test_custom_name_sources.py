@@ -42,6 +42,8 @@ CASES: dict[str, dict[str, str | bytes]] = {
         "h2.py": _task("cnsrc_mail.h2"),
         "h3.py": _task("cnsrc_mail.h3"),
     },
+    # Through a module of the project outside the installed apps (written below).
+    "lib": {"tasks.py": "import cnsrclib.loader\n"},
     # An if whose test ast.unparse() recursed through.
     "deep": {"tasks.py": "import cnsrc.h\nif " + " + ".join(["1"] * 1200) + ":\n    pass\n"},
 }
@@ -67,6 +69,9 @@ def _project(tmp_path: Path, case: str, *, silenced: bool = False) -> dict[str, 
             (place / name).write_bytes(text)
         else:
             (place / name).write_text(text)
+    (tmp_path / "cnsrclib").mkdir(exist_ok=True)
+    (tmp_path / "cnsrclib" / "__init__.py").write_text("")
+    (tmp_path / "cnsrclib" / "loader.py").write_text("import cnsrc.h\n")
     if case == "pyc":
         source = place / "tasks.py"
         py_compile.compile(str(source), cfile=str(source.with_suffix(".pyc")), doraise=True)
@@ -100,8 +105,9 @@ def test_tasks_a_worker_declares_are_accepted_whatever_their_source(
 ) -> None:
     """A tasks module with a latin-1 coding declaration, one shipped as a .pyc only,
     one imported from a zip file, and one that imports with ``import_module(name=...)``,
-    an alias of ``import_module``, or ``__import__(..., fromlist=[...])``: a real
-    worker runs each task. Enqueue refused them (the source read as UTF-8 from its
+    an alias of ``import_module``, or ``__import__(..., fromlist=[...])``, or one that
+    imports it through a module of the project outside the apps: a real worker runs
+    each task. Enqueue refused them (the source read as UTF-8 from its
     file, or the call not seen); and raised RecursionError for a tasks module with a
     long ``if`` test, which ``ast.unparse()`` recursed through."""
     paths = [f"cnsrc_mail.{name.removesuffix('.py')}" for name in CASES[case] if name != "tasks.py"]

@@ -43,7 +43,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_pgqueue.exceptions import PgQueueError
 from django_pgqueue.sql.goodbye import hung_up
-from django_pgqueue.sql.runner import hung_up_found
+from django_pgqueue.sql.runner import count_if_hung_up, hung_up_found
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -155,8 +155,8 @@ def tidy() -> None:
         elif conn.connection is None:
             continue
         elif conn.settings_dict.get("CONN_MAX_AGE"):
-            if conn.errors_occurred and hung_up(conn.connection):
-                hung_up_found()  # the job's statements met a lost connection
+            if conn.errors_occurred:  # the job's statements may have met a lost connection
+                count_if_hung_up(conn.connection)
             conn.close_if_unusable_or_obsolete()
         elif conn.errors_occurred and not conn.is_usable():
             hung_up_found()
@@ -223,9 +223,7 @@ def _watch(
     try:
         return execute(sql, params, many, context)
     except Exception:
-        raw = context["connection"].connection
-        if raw is not None and hung_up(raw):
-            hung_up_found()  # a lost connection for the worker (see check_idle)
+        count_if_hung_up(context["connection"].connection)  # see check_idle
         raise
 
 

@@ -76,6 +76,13 @@ def hung_up_found() -> None:
     _hangups += 1
 
 
+def count_if_hung_up(raw: Any) -> None:
+    """Count ``raw`` (a DB-API connection, or None) as lost if the server closed it:
+    the one check after a statement, or an error, met a connection (``_hangups``)."""
+    if raw is not None and hung_up(raw):
+        hung_up_found()
+
+
 def commit_mode() -> str | None:
     """The ``commit`` parameter of the bookkeeping statements: ``'off'`` on a worker's
     own thread with ``ASYNC_COMMIT``, else None (the setting left as it is). It is

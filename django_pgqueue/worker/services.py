@@ -22,7 +22,6 @@ from django.db import connections
 
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
 from django_pgqueue.sql import runner
-from django_pgqueue.sql.goodbye import hung_up
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -39,8 +38,7 @@ def reset_connection(alias: str) -> None:
     the server closed is a lost connection for the worker (:class:`ConnectionEpoch`),
     whichever statement met it: a give-back's that failed keeps its runs to start."""
     conn = connections[alias]
-    if conn.connection is not None and hung_up(conn.connection):
-        runner.hung_up_found()
+    runner.count_if_hung_up(conn.connection)
     try:
         conn.close()
     except Exception:  # the socket is already gone: nothing to close cleanly

@@ -23,6 +23,7 @@ import time
 
 from django_pgqueue import wording
 from django_pgqueue.models import Job
+from django_pgqueue.records import ClaimedJob
 from django_pgqueue.worker import joblog
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
@@ -111,10 +112,13 @@ class Housekeeping:
         if lost:  # those still waiting for a thread (prefetched) free their slots now
             self.ledger.drop_lost(self.pool.take_waiting(set(lost)))
             self.waker.set()
-        # Runs parked since a lost connection: the renewal's fence confirmed them (or lost them).
-        confirmed = self.ledger.unpark(epoch)
-        if confirmed:
-            self.pool.submit(confirmed)
+        # Runs parked since a lost connection: the renewal's fence confirmed them (or lost
+        # them). Those of paused queues are not started: they go back, below.
+        confirmed, paused = self.ledger.unpark(epoch), renewal.paused
+        back = [job for job in confirmed if job.key in paused]
+        ready = [job for job in confirmed if job.key not in paused]
+        if ready:
+            self.pool.submit(ready)
         asked = renewal.cancel_requested
         if asked:
             for job in self.ledger.request_cancel(asked):
@@ -125,27 +129,27 @@ class Housekeeping:
                 self.events.emit("cancel_requested", job=job, reason=asked[job.key])
             # Those still waiting for a thread (prefetched) end now, not when a slot frees.
             self.pool.settle_waiting(asked.keys(), lambda job: cancel_outcome(job, asked[job.key]))
-        if renewal.paused:
-            # Claimed ahead, then their queue was paused: back to it, not started.
-            waiting = self.pool.take_waiting(renewal.paused)
-            released = (
-                give_back(self.config, self.ledger, self.events, self.pool, waiting)
-                if waiting
-                else []
-            )
-            if released:
-                self.waker.set()
-                logger.info(
-                    "gave back %s of paused queues, claimed ahead and not started: %s",
-                    wording.count(len(released), "job"),
-                    released,
-                )
+        if paused:  # claimed ahead, then their queue was paused: back to it, not started
+            back += self.pool.take_waiting(paused)
+        if back:
+            self._give_back(back)
         # Not those a reaper ended cancelled (told to stop above): they never run again.
         elsewhere = sorted(job_id for job_id, run in lost if (job_id, run) not in asked)
         if elsewhere:
             logger.warning("lost the lease on jobs %s: they may run again elsewhere", elsewhere)
         self.events.emit("heartbeat", kept=kept, lost=lost)
         return RunAgainIn(BUSY_RETRY) if renewal.busy else None
+
+    def _give_back(self, paused: list[ClaimedJob]) -> None:
+        """Give back runs claimed ahead that no thread started, of ``paused`` queues."""
+        released = give_back(self.config, self.ledger, self.events, self.pool, paused)
+        if released:
+            self.waker.set()
+            logger.info(
+                "gave back %s of paused queues, claimed ahead and not started: %s",
+                wording.count(len(released), "job"),
+                released,
+            )
 
     def spared(self) -> list[tuple[int, int]]:
         """The runs this worker's reaper leaves alone: those the worker holds, unless

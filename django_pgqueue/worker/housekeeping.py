@@ -113,12 +113,12 @@ class Housekeeping:
             self.ledger.drop_lost(self.pool.take_waiting(set(lost)))
             self.waker.set()
         # Runs parked since a lost connection: the renewal's fence confirmed them (or lost
-        # them). Those of paused queues are not started: they go back, below.
+        # them). Not started: those of paused queues, and those the pool refuses (the
+        # worker shuts down, and gave back the runs waiting): they go back, below.
         confirmed, paused = self.ledger.unpark(epoch), renewal.paused
         back = [job for job in confirmed if job.key in paused]
         ready = [job for job in confirmed if job.key not in paused]
-        if ready:
-            self.pool.submit(ready)
+        refused = self.pool.submit(ready) if ready else []
         asked = renewal.cancel_requested
         if asked:
             for job in self.ledger.request_cancel(asked):
@@ -131,8 +131,8 @@ class Housekeeping:
             self.pool.settle_waiting(asked.keys(), lambda job: cancel_outcome(job, asked[job.key]))
         if paused:  # claimed ahead, then their queue was paused: back to it, not started
             back += self.pool.take_waiting(paused)
-        if back:
-            self._give_back(back)
+        if back or refused:
+            self._give_back(back, refused)
         # Not those a reaper ended cancelled (told to stop above): they never run again.
         elsewhere = sorted(job_id for job_id, run in lost if (job_id, run) not in asked)
         if elsewhere:
@@ -140,16 +140,19 @@ class Housekeeping:
         self.events.emit("heartbeat", kept=kept, lost=lost)
         return RunAgainIn(BUSY_RETRY) if renewal.busy else None
 
-    def _give_back(self, paused: list[ClaimedJob]) -> None:
-        """Give back runs claimed ahead that no thread started, of ``paused`` queues."""
-        released = give_back(self.config, self.ledger, self.events, self.pool, paused)
+    def _give_back(self, paused: list[ClaimedJob], refused: list[ClaimedJob]) -> None:
+        """Give back runs claimed ahead that no thread started: of ``paused`` queues,
+        and ``refused`` by the pool (confirmed as the worker shut down)."""
+        released = give_back(self.config, self.ledger, self.events, self.pool, paused + refused)
         if released:
             self.waker.set()
-            logger.info(
-                "gave back %s of paused queues, claimed ahead and not started: %s",
-                wording.count(len(released), "job"),
-                released,
-            )
+        for jobs, why in ((paused, "of paused queues"), (refused, "confirmed at the shutdown")):
+            ids = sorted(job.id for job in jobs if job.id in released)
+            if ids:
+                logger.info(
+                    "gave back %s %s, claimed ahead and not started: %s",
+                    *(wording.count(len(ids), "job"), why, ids),
+                )
 
     def spared(self) -> list[tuple[int, int]]:
         """The runs this worker's reaper leaves alone: those the worker holds, unless

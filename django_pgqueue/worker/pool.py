@@ -78,6 +78,7 @@ class JobPool:
         self._waking = 0  # threads woken for a job, not yet back for it
         self._standby: _Parking | None = None  # the idle thread watching waiting jobs
         self._stopping = False
+        self._closed = False  # submits refused (close())
         self._threads = [
             threading.Thread(target=self._loop, name=f"pgqueue-job-{n}", daemon=True)
             for n in range(size)
@@ -87,9 +88,12 @@ class JobPool:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, jobs: Sequence[ClaimedJob]) -> None:
-        """Queue ``jobs``, waking as many idle threads as the pacing has room for."""
+    def submit(self, jobs: Sequence[ClaimedJob]) -> list[ClaimedJob]:
+        """Queue ``jobs``, waking as many idle threads as the pacing has room for; the
+        jobs refused: all of them once the pool is closed (:meth:`close`)."""
         with self._lock:
+            if self._closed:
+                return list(jobs)
             self._waiting.extend(jobs)
             room = self.pacing.width - len(self._hot(time.monotonic())) - self._waking
             for _ in range(min(room, len(jobs), len(self._idle))):
@@ -99,6 +103,7 @@ class JobPool:
             # for a hot thread to come back, however long its job takes).
             if len(self._waiting) > self._waking and self._standby is None and self._idle:
                 self._wake(TO_WATCH)
+        return []
 
     def take_waiting(self, keys: Collection[tuple[int, int]] | None = None) -> list[ClaimedJob]:
         """Remove and return the jobs no thread has started (prefetched ones), or
@@ -116,6 +121,16 @@ class JobPool:
                 self._waiting.clear()
                 self._waiting.extend(kept)
             return taken
+
+    def close(self) -> list[ClaimedJob]:
+        """The worker shuts down: remove and return the jobs no thread has started, to
+        give them back, and refuse those submitted from now on (the caller gives them
+        back): confirmed by a heartbeat just after, one would start after all."""
+        with self._lock:
+            self._closed = True
+            waiting = list(self._waiting)
+            self._waiting.clear()
+            return waiting
 
     def settle_waiting(
         self, keys: Collection[tuple[int, int]], outcome_of: Callable[[ClaimedJob], Outcome]

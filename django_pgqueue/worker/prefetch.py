@@ -157,8 +157,9 @@ def give_back(
     The runs stay this worker's until the release is written: one that fails (tried
     twice, on a fresh connection the second time) puts back in the pool those whose
     leases still hold, renewed again from then on, to run here or be given back at
-    the next look. Forgotten first, they were left to the reaper, which spends an
-    attempt (and buries a job that had one, though it never ran).
+    the next look (once the shutdown closed the pool, they are owed to the queue, for
+    its last give-back). Forgotten first, they were left to the reaper, which spends
+    an attempt (and buries a job that had one, though it never ran).
 
     A run whose row another transaction holds locked (an operator's cancel() in a
     long atomic block) is skipped, not waited for, which stalled the claim loop or
@@ -173,7 +174,9 @@ def give_back(
             reset_connection(config.database)
             if last:
                 kept = ledger.take_back(waiting)
-                pool.submit(kept)
+                refused = pool.submit(kept)  # the worker shuts down: for its last give-back
+                ledger.forget(refused)
+                ledger.owe(refused)
                 logger.warning(
                     "could not give back jobs %s (%s): %s stay with this worker",
                     sorted(k[0] for k in keys),

@@ -143,12 +143,12 @@ class Shutdown:
         # Idle job threads exit now; one still inside an overrunning job is a
         # daemon and ends with the process.
         leftovers = w.ledger.running()
-        # Jobs a give-back that failed meanwhile put back in the pool: stopping, its
-        # threads would start them.
-        self._give_back_waiting()
         w.pool.stop(timeout=0.0 if leftovers else 1.0)
         w.heartbeat.stop()
         w.heartbeat.join(max(0.0, min(2.0, self.hard_deadline - time.monotonic())))
+        # Runs parked since (a thread took them before the pool closed), or owed since
+        # (a give-back that failed: the closed pool refused them).
+        self._give_back_waiting()
         # The last statements: runs whose threads are still going are given back
         # (or failed, past their timeout). The process exits right after them,
         # which ends those threads, so another worker cannot start one of those
@@ -204,8 +204,9 @@ class Shutdown:
 
     def _give_back_waiting(self) -> None:
         """Prefetched jobs no thread has started go back to the queue at once, with
-        those a give-back skipped earlier (owed: their rows were locked)."""
-        waiting = self.worker.pool.take_waiting() + self.worker.ledger.unpark(None)
+        those a give-back skipped earlier (owed: their rows were locked). The pool
+        refuses any more (a heartbeat that confirms parked runs gives them back)."""
+        waiting = self.worker.pool.close() + self.worker.ledger.unpark(None)
         if waiting:
             self.worker.ledger.forget(waiting)
         waiting += self.worker.ledger.owed()

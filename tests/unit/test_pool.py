@@ -206,3 +206,26 @@ def test_stop_returns_with_no_job_left_and_idle_threads_gone() -> None:
     assert pool.pool.take_waiting() == []
     pool.stop()
     assert not any(t.is_alive() for t in pool.pool._threads)
+
+
+def test_a_closed_pool_returns_the_waiting_jobs_and_refuses_more() -> None:
+    """At a shutdown the pool hands back the jobs no thread started, and refuses those
+    submitted after (a heartbeat confirming runs held back): they are given back."""
+    _gates["busy"], _gates["busy-started"] = threading.Event(), threading.Event()
+    pool = Pool(1)
+    try:
+        busy = job(say_then_wait_for, "busy")
+        waiting = job(spin, 0.0001)
+        assert pool.pool.submit([busy, waiting]) == []
+        assert _gates["busy-started"].wait(5)
+        assert pool.pool.close() == [waiting]
+        late = job(spin, 0.0001)
+        assert pool.pool.submit([late]) == [late]
+        _gates["busy"].set()
+        pool.wait_done([busy.id])
+        pool.stop()
+        assert set(pool.outcomes) == {busy.id}  # neither the waiting job nor the late one ran
+        assert pool.pool.take_waiting() == []
+    finally:
+        _gates["busy"].set()
+        pool.stop()

@@ -1,10 +1,11 @@
 """A run parked after a lost connection (claimed ahead before it, it waits for a
 heartbeat to confirm its claim) is confirmed by a heartbeat, which hands it to the
-pool. Not when that heartbeat learned its queue was paused: it goes back to the
-queue unstarted, as the other waiting runs do. In-process worker on the test
-database; the job thread's connection is cut from a second one
-(pg_terminate_backend), and the heartbeat is held at the point where the race lies
-(a hook on the worker's pool), so that a pool thread is there first."""
+pool. Not when that heartbeat learned its queue was paused, nor once the shutdown
+has given back the runs waiting for a thread: it goes back to the queue unstarted,
+as the other waiting runs do. In-process worker on the test database; the job
+thread's connection is cut from a second one (pg_terminate_backend), and the
+heartbeat is held at the point where the race lies (a hook on the worker's pool or
+ledger), so that a pool thread is there first."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from django_pgqueue.models import Job
 from django_pgqueue.records import ClaimedJob
@@ -89,3 +91,39 @@ def test_a_parked_run_of_a_queue_paused_meanwhile_goes_back_unstarted() -> None:
         assert worker.stop() == 0
     assert_given_back(ahead, "parkP")
     assert run_counts("parkP-blocker") == {"parkP-blocker": 1}
+
+
+def test_a_run_confirmed_after_the_shutdown_gave_back_the_waiting_ones_goes_back() -> None:
+    """The heartbeat took the parked run to start it; the shutdown (asked meanwhile)
+    then took the runs waiting for a thread, and the parked ones, to give them back:
+    not this one. The heartbeat handed it to the pool, whose thread started it after
+    the shutdown began."""
+    gate, ahead = enqueue("parkS")
+    with worker_thread(concurrency=1, prefetch=2, poll_interval=600, lease=600) as worker:
+        parked_behind_a_blocker("parkS", ahead)
+        ledger = worker.worker.ledger
+        unpark = ledger.unpark
+        confirmed, took = threading.Event(), threading.Event()
+
+        def held_unpark(epoch: int | None) -> list[ClaimedJob]:
+            jobs = unpark(epoch)
+            if epoch is not None and any(job.id == ahead for job in jobs):
+                confirmed.set()  # the heartbeat: held until the shutdown took the waiting runs
+                took.wait(10) or pytest.fail("the shutdown did not give back the waiting runs")
+            elif epoch is None and took.is_set():  # the shutdown's second look: after the start
+                wait_for(decided(worker, ahead), 10, "a thread to start it")
+            elif epoch is None:
+                took.set()
+            return jobs
+
+        ledger.unpark = held_unpark  # type: ignore[method-assign]
+        gate.set()  # the blocker returns; its thread finds the connection lost
+        confirmed.wait(10) or pytest.fail("no heartbeat confirmed the parked run")
+        worker.worker.request_stop()
+        assert worker.join(15) == 0
+        assert worker.recorder.count("started", lambda d: d["job"].id == ahead) == 0
+    assert_given_back(ahead, "parkS")
+    assert run_counts("parkS-blocker") == {"parkS-blocker": 1}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pgqueue_job WHERE status = 'running'")
+        assert cursor.fetchone() == (0,)

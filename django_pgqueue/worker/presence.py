@@ -101,6 +101,19 @@ class Presence:
             return
         self._registered = True
 
+    def enter(self) -> None:
+        """Write the row at start, on the claim loop's thread before it claims: a job of
+        this worker's never shows as running on a worker the registry does not list
+        (the heartbeat thread's first round came after the first jobs on a busy host).
+        A failure leaves it to that first round."""
+        try:
+            self.beat()
+        except Exception as exc:
+            reset_connection(self.config.database)
+            logger.warning(
+                "could not write this worker's row in the registry yet: %s", first_line(exc)
+            )
+
     def forget(self) -> None:
         forgotten = RegisteredWorker.objects.forget(using=self.config.database)
         if forgotten:

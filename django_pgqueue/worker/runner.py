@@ -153,10 +153,10 @@ class Worker:
             self.listener = None  # behind a pooler without LISTEN_DATABASE: poll
         logger.info("%s", banner(self.config, session=has_session))
         warn_unknown_queues(self.config)
+        self.presence.enter()  # listed before its first job runs, not by a later heartbeat
         threads = (self.completer, self.maintenance, self.heartbeat, self.listener, self.scheduler)
-        for thread in threads:
-            if thread is not None:
-                thread.start()
+        for thread in filter(None, threads):
+            thread.start()
         self.pool.start()
         bookkeeping_thread()  # the claim loop runs here
         try:

@@ -1,0 +1,46 @@
+"""A worker is in the registry before it runs anything: ``queuestats`` never shows
+a job running on a worker it does not list. In-process workers on the test database."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from django_pgqueue.models import RegisteredWorker
+from django_pgqueue.worker.housekeeping import Housekeeping
+from django_pgqueue.worker.services import RunAgainIn
+from tests.testapp.tasks import mark
+from tests.worker.inprocess import worker_thread
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def test_a_worker_is_registered_before_its_first_job_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The row was written by the heartbeat thread's first round, while the claim
+    loop already ran jobs: on a loaded host a job was running, its worker not yet
+    listed (seen in CI, by the test of the testing guide's queuestats --json). Here
+    the heartbeat thread's first round is held until the job has started."""
+    held, release = threading.Event(), threading.Event()
+    renew = Housekeeping.heartbeat
+
+    def held_heartbeat(self: Housekeeping) -> RunAgainIn | None:
+        held.set()
+        release.wait(10)
+        return renew(self)
+
+    monkeypatch.setattr(Housekeeping, "heartbeat", held_heartbeat)
+    with worker_thread(worker_id="reg-first", concurrency=1, poll_interval=5) as worker:
+        try:
+            job = mark.enqueue("reg-first", sleep=0.2)
+            worker.wait("started")
+            assert held.is_set()  # the heartbeat thread is still in its first round
+            row = RegisteredWorker.objects.filter(pk="reg-first").first()
+            assert row is not None
+            assert (row.queues, row.concurrency) == (None, 1)  # every queue
+        finally:
+            release.set()
+        worker.wait("recorded")
+    assert job.pk

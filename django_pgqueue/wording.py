@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 #: What every way in says when the app is missing from INSTALLED_APPS (also
 #: installed.NOT_INSTALLED; here so that the models' base can say it without a cycle).
@@ -72,30 +72,52 @@ def task_path(func: object) -> str:
 
 def did_you_mean(unknown: Iterable[str], known: Iterable[str], *, word_added: bool = False) -> str:
     """`` (did you mean 'CONCURRENCY'?)`` for the unknown names that look like known
-    ones (in any case), or an empty string (``word_added``: see :func:`closest`)."""
+    ones (in any case), or an empty string (``word_added``: see :func:`meant`)."""
     choices = list(known)
-    meant = {
-        name: close
-        for name in unknown
-        if (close := closest(name, choices, word_added=word_added)) is not None
-    }
-    if len(meant) == 1:
-        return f" (did you mean {next(iter(meant.values()))!r}?)"
-    said = ", ".join(f"{right!r} for {wrong!r}" for wrong, right in meant.items())
-    return f" (did you mean {said}?)" if meant else ""
+    return said_meant({name: meant(name, choices, word_added=word_added) for name in unknown})
+
+
+def said_meant(found: Mapping[str, Sequence[str]]) -> str:
+    """`` (did you mean 'LEASE'?)``, `` (did you mean 'LEASE' for 'Lease', ...?)``: what
+    :func:`did_you_mean` says of each unknown name and the known ones it may mean (those
+    with none left out)."""
+    said = {wrong: either(right) for wrong, right in found.items() if right}
+    if len(said) == 1:
+        return f" (did you mean {next(iter(said.values()))}?)"
+    listed = ", ".join(f"{right} for {wrong!r}" for wrong, right in said.items())
+    return f" (did you mean {listed}?)" if said else ""
+
+
+def either(names: Sequence[str]) -> str:
+    """``'A'``, ``'A' or 'B'``, ``'A', 'B' or 'C'``."""
+    quoted = list(map(repr, names))
+    return " or ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
 
 
 def closest(name: str, known: Iterable[str], *, word_added: bool = False) -> str | None:
-    """The known name that ``name`` looks most like, in any case; None if none does.
-    ``word_added``: or that ``name`` is with a word added (``LEASE_SECONDS``), for
-    settings keys only: a task, an argument or a database alias with a word added
-    (``send_email``, ``user_id``, ``default_replica``) is most often another one."""
+    """The one known name that ``name`` looks most like (see :func:`meant`); None if
+    none does, or if several do."""
+    found = meant(name, known, word_added=word_added)
+    return found[0] if len(found) == 1 else None
+
+
+def meant(name: str, known: Iterable[str], *, word_added: bool = False) -> tuple[str, ...]:
+    """The known names that ``name`` may mean, in any case: the one it looks most like,
+    or none. ``word_added``, for settings keys only: or every one that ``name`` begins
+    up to an underscore (``BACKOFF``: ``BACKOFF_BASE``, ``BACKOFF_JITTER`` and
+    ``BACKOFF_MAX``, not whichever difflib prefers), else the one that ``name`` is with a
+    word added (``LEASE_SECONDS``). A task, an argument or a database alias with a word
+    added (``send_email``, ``user_id``, ``default_replica``) is most often another one."""
     by_fold = {k.casefold(): k for k in known}
     folded = str(name).casefold()
+    if folded in by_fold:
+        return (by_fold[folded],)
+    if word_added and (begun := sorted(k for k in by_fold if k.startswith(folded + "_"))):
+        return tuple(by_fold[k] for k in begun)
     close = difflib.get_close_matches(folded, list(by_fold), n=1, cutoff=0.75)
     if not close and word_added:  # LEASE_SECONDS, QUEUES_LIST
         close = sorted((k for k in by_fold if folded.startswith(k + "_")), key=len)[-1:]
-    return by_fold[close[0]] if close else None
+    return tuple(by_fold[k] for k in close)
 
 
 def alike(name: str, known: Iterable[str]) -> str | None:

@@ -19,8 +19,9 @@ from django.core.exceptions import AppRegistryNotReady, ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS, models, router
 
-from django_pgqueue import validation, wording
+from django_pgqueue import validation
 from django_pgqueue.periodic import spec as periodic
+from django_pgqueue.unknown_keys import unknown_keys_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,11 +256,7 @@ def _build(raw: Any) -> Settings:
     known = {f.name for f in dataclasses.fields(Settings)}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise ImproperlyConfigured(
-            f"PGQUEUE has unknown key(s) {', '.join(map(repr, unknown))}"
-            f"{wording.did_you_mean(unknown, known, word_added=True)}; "
-            f"known keys: {', '.join(sorted(known))}"
-        )
+        raise ImproperlyConfigured(unknown_keys_text(unknown, known))
     values = dict(raw)
     for key in DURATIONS:  # a timedelta as its seconds, as run_after and "every" take it
         if isinstance(values.get(key), dt.timedelta):

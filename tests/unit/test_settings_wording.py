@@ -1,5 +1,7 @@
 """What a mistake in PGQUEUE is told. ``BACKOFF`` was told it meant ``BACKOFF_MAX``,
-the one of three keys difflib happened to pick."""
+the one of three keys difflib happened to pick; ``CONCURRENCY_KEY``, an option of
+each job, that it meant ``CONCURRENCY`` (worker threads), ``run_after`` that it
+meant ``PRUNE_AFTER``."""
 
 from __future__ import annotations
 
@@ -48,10 +50,36 @@ def test_a_key_that_begins_several_is_told_every_one(raw: dict[str, object], sai
     assert told(raw) == f"PGQUEUE has unknown key(s) {said}"
 
 
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        (
+            {"CONCURRENCY_KEY": "account"},
+            "'CONCURRENCY_KEY' (concurrency_key is an option of each job, not a setting: "
+            "give it when enqueueing, as in .using(concurrency_key=...))",
+        ),
+        (
+            {"run_after": 60},
+            "'run_after' (run_after is an option of each job, not a setting: give it when "
+            "enqueueing, as in .using(run_after=...))",
+        ),
+        (
+            {"PRIORITY": 5, "concurrency_key": "a", "LEASE_SECONDS": 5},
+            "'LEASE_SECONDS', 'PRIORITY', 'concurrency_key' (did you mean 'LEASE'?) "
+            "(concurrency_key and priority are options of each job, not settings: give "
+            "them when enqueueing, as in .using(concurrency_key=..., priority=...))",
+        ),
+        # A job's queue is DEFAULT_QUEUE's business, not only QUEUES' (a worker's).
+        ({"QUEUE": "emails"}, "'QUEUE' (did you mean 'DEFAULT_QUEUE' or 'QUEUES'?)"),
+        ({"queue_name": "emails"}, "'queue_name' (did you mean 'DEFAULT_QUEUE' or 'QUEUES'?)"),
+    ],
+)
+def test_an_option_of_each_job_is_told_where_it_goes(raw: dict[str, object], said: str) -> None:
+    assert told(raw) == f"PGQUEUE has unknown key(s) {said}"
+
+
 def test_the_backends_options_follow_the_same_rule() -> None:
     backend = PgQueueBackend("pgq", {"BACKEND": "x", "OPTIONS": {"MAX": 5}})
     assert [m.msg for m in backend.check() if m.id == "django_pgqueue.E103"] == [
         "TASKS['pgq']['OPTIONS'] has unknown key(s) 'MAX' (did you mean 'MAX_ATTEMPTS'?)."
     ]
-
-

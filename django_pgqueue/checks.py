@@ -18,6 +18,7 @@ from django.utils.module_loading import import_string
 from psycopg.conninfo import conninfo_to_dict
 
 from django_pgqueue import conf, declared, registry, wording
+from django_pgqueue.conf_problems import settings_problems
 from django_pgqueue.dberrors import is_transient
 from django_pgqueue.pooler import alias_through_pooler, is_dsn, preparing
 
@@ -99,7 +100,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     try:
         settings = conf.get()
     except ImproperlyConfigured as exc:
-        return [checks.Error(str(exc), id="django_pgqueue.E001")]
+        return [checks.Error(p, id="django_pgqueue.E001") for p in settings_problems(exc)]
     found: list[checks.CheckMessage] = []
     problem = database_problem()
     if problem is not None:

@@ -263,13 +263,15 @@ def test_the_make_targets_the_issues_name_exist() -> None:
 
 def test_the_settings_reference_quotes_the_unknown_key_message_as_it_starts() -> None:
     doc = (ROOT / "docs/reference/settings.md").read_text()
-    (quoted,) = re.findall(r"^PGQUEUE has unknown key\(s\).*$", doc, re.M)
-    with (
-        override_settings(PGQUEUE={"LEASE_SECONDS": 1}),
-        pytest.raises(ImproperlyConfigured) as raised,
-    ):
-        conf.get()
-    assert str(raised.value).startswith(quoted.removesuffix("..."))
+    quoted = re.findall(r"^(PGQUEUE has unknown key\(s\) '(\w+)'.*)$", doc, re.M)
+    assert [key for _, key in quoted] == ["LEASE_SECONDS", "BACKOFF", "CONCURRENCY_KEY"]
+    for line, key in quoted:
+        with (
+            override_settings(PGQUEUE={key: 1}),
+            pytest.raises(ImproperlyConfigured) as raised,
+        ):
+            conf.get()
+        assert str(raised.value).startswith(line.removesuffix("...")), line
 
 
 # -- driven against the database --------------------------------------------------------

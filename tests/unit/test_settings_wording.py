@@ -1,7 +1,8 @@
 """What a mistake in PGQUEUE is told. ``BACKOFF`` was told it meant ``BACKOFF_MAX``,
 the one of three keys difflib happened to pick; ``CONCURRENCY_KEY``, an option of
 each job, that it meant ``CONCURRENCY`` (worker threads), ``run_after`` that it
-meant ``PRUNE_AFTER``."""
+meant ``PRUNE_AFTER``; and ``manage.py check`` reported only the first of several
+problems, so each fix and rerun showed the next."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django.test import override_settings
 
 from django_pgqueue import conf
 from django_pgqueue.backend import PgQueueBackend
+from django_pgqueue.checks import check_settings
 
 
 def told(raw: dict[str, object]) -> str:
@@ -83,3 +85,40 @@ def test_the_backends_options_follow_the_same_rule() -> None:
     assert [m.msg for m in backend.check() if m.id == "django_pgqueue.E103"] == [
         "TASKS['pgq']['OPTIONS'] has unknown key(s) 'MAX' (did you mean 'MAX_ATTEMPTS'?)."
     ]
+
+
+def e001(raw: object) -> list[str]:
+    with override_settings(PGQUEUE=raw):
+        return [str(m.msg) for m in check_settings() if m.id == "django_pgqueue.E001"]
+
+
+def test_check_reports_every_problem_of_pgqueue() -> None:
+    lease = (
+        "PGQUEUE['LEASE'] = 'x': expected a number of seconds greater than 0 (at most ten years)"
+    )
+    concurrency = "PGQUEUE['CONCURRENCY'] = 0: expected a whole number from 1 to 1,000"
+    assert e001({"LEASE": "x", "CONCURRENCY": 0}) == [lease, concurrency]
+    (unknown, bad) = e001({"BOGUS": 1, "LEASE": "x"})
+    assert unknown.startswith("PGQUEUE has unknown key(s) 'BOGUS'; known keys: "), unknown
+    assert bad == lease
+    # A rule between two keys, each valid alone, beside a bad third.
+    assert e001({"LEASE": 10, "HEARTBEAT_INTERVAL": 10, "CONCURRENCY": 0}) == [
+        "PGQUEUE['HEARTBEAT_INTERVAL'] = 10: expected fewer seconds than LEASE (10), or "
+        "leases lapse between renewals",
+        concurrency,
+    ]
+    # Compared with LEASE as given, not with its default (60).
+    assert e001({"LEASE": 120, "HEARTBEAT_INTERVAL": 90, "CONCURRENCY": 0}) == [concurrency]
+    assert e001([("LEASE", 5)]) == ["PGQUEUE must be a dict, not list"]
+    assert e001({"LEASE": 5}) == []
+
+
+def test_at_run_time_the_first_problem_is_raised_as_before() -> None:
+    with (
+        override_settings(PGQUEUE={"LEASE": "x", "CONCURRENCY": 0}),
+        pytest.raises(ImproperlyConfigured) as raised,
+    ):
+        conf.get()
+    assert str(raised.value) == (
+        "PGQUEUE['LEASE'] = 'x': expected a number of seconds greater than 0 (at most ten years)"
+    )

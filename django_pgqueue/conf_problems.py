@@ -1,0 +1,43 @@
+"""Every problem of ``PGQUEUE`` for system check E001, where ``conf.get()`` raises the
+first only."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+from django_pgqueue import conf
+
+
+def settings_problems(first: ImproperlyConfigured) -> list[str]:
+    """E001: every problem of PGQUEUE (``conf.get()`` raises ``first``), so that one run
+    of check shows them all: the unknown keys, then each key's value as ``conf.get()``
+    would say it with the keys before it that are valid (a rule between keys,
+    HEARTBEAT_INTERVAL below LEASE, compares with LEASE as given when that is valid,
+    else with its default), as a user fixing one problem per run would see them."""
+    raw = getattr(django_settings, "PGQUEUE", None)
+    if not isinstance(raw, dict):
+        return [str(first)]
+    known = [f.name for f in dataclasses.fields(conf.Settings)]
+    found: list[str] = []
+    if unknown := {key: value for key, value in raw.items() if key not in known}:
+        found.append(_problem(unknown) or str(first))
+    valid: dict[str, Any] = {}
+    for key in (key for key in known if key in raw):  # the order of the settings
+        problem = _problem({**valid, key: raw[key]})
+        if problem is None:
+            valid[key] = raw[key]
+        else:
+            found.append(problem)
+    return found or [str(first)]
+
+
+def _problem(raw: dict[str, Any]) -> str | None:
+    try:
+        conf._build(raw)
+    except ImproperlyConfigured as exc:
+        return str(exc)
+    return None

@@ -4,6 +4,7 @@ first only."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -11,13 +12,19 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_pgqueue import conf
 
+#: A rule between keys (``Settings``): the key it blames, and those it compares that
+#: key with. One of those given but not valid is no measure (its default is not what
+#: was meant, and fixing it may end the problem): only the key's own rule is told.
+COMPARED_WITH = {"HEARTBEAT_INTERVAL": ("LEASE",)}
+
 
 def settings_problems(first: ImproperlyConfigured) -> list[str]:
     """E001: every problem of PGQUEUE (``conf.get()`` raises ``first``), so that one run
     of check shows them all: the unknown keys, then each key's value as ``conf.get()``
     would say it with the keys before it that are valid (a rule between keys,
     HEARTBEAT_INTERVAL below LEASE, compares with LEASE as given when that is valid,
-    else with its default), as a user fixing one problem per run would see them."""
+    or with its default when it is not given; with a LEASE given and not valid, only
+    HEARTBEAT_INTERVAL's own rule), as a user fixing one problem per run would see them."""
     raw = getattr(django_settings, "PGQUEUE", None)
     if not isinstance(raw, dict):
         return [str(first)]
@@ -27,6 +34,10 @@ def settings_problems(first: ImproperlyConfigured) -> list[str]:
         found.append(_problem(unknown) or str(first))
     valid: dict[str, Any] = {}
     for key in (key for key in known if key in raw):  # the order of the settings
+        if any(k in raw and k not in valid for k in COMPARED_WITH.get(key, ())):
+            if problem := _own_problem(key, raw[key]):
+                found.append(problem)
+            continue  # valid or not, no measure for the keys after it
         problem = _problem({**valid, key: raw[key]})
         if problem is None:
             valid[key] = raw[key]
@@ -38,6 +49,17 @@ def settings_problems(first: ImproperlyConfigured) -> list[str]:
 def _problem(raw: dict[str, Any]) -> str | None:
     try:
         conf._build(raw)
+    except ImproperlyConfigured as exc:
+        return str(exc)
+    return None
+
+
+def _own_problem(key: str, value: Any) -> str | None:
+    """What ``key``'s own rule says of ``value``, as ``conf.get()`` would say it."""
+    if key in conf.DURATIONS and isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    try:
+        conf.check_value(key, value)
     except ImproperlyConfigured as exc:
         return str(exc)
     return None

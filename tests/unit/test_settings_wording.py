@@ -122,3 +122,18 @@ def test_at_run_time_the_first_problem_is_raised_as_before() -> None:
     assert str(raised.value) == (
         "PGQUEUE['LEASE'] = 'x': expected a number of seconds greater than 0 (at most ten years)"
     )
+
+
+@pytest.mark.parametrize("lease", ["120", 0.01, -5])
+def test_a_bad_lease_is_no_measure_for_the_heartbeat_interval(lease: object) -> None:
+    """HEARTBEAT_INTERVAL was compared with LEASE's default (60) when the LEASE given
+    was not valid: E001 told 90 to be below LEASE (60), a LEASE nobody wrote, and
+    fixing LEASE to the 120 meant made that error go away. Its own rule still holds."""
+    (bad_lease,) = e001({"LEASE": lease})
+    assert e001({"LEASE": lease, "HEARTBEAT_INTERVAL": 90}) == [bad_lease]
+    assert e001({"LEASE": lease, "HEARTBEAT_INTERVAL": 0, "CONCURRENCY": 0}) == [
+        bad_lease,
+        "PGQUEUE['HEARTBEAT_INTERVAL'] = 0: expected a number of seconds greater than 0 "
+        "(at most ten years)",
+        "PGQUEUE['CONCURRENCY'] = 0: expected a whole number from 1 to 1,000",
+    ]

@@ -101,15 +101,20 @@ class Presence:
             return
         self._registered = True
 
-    def enter(self) -> None:
+    def enter(self, fatal: Callable[[str], None]) -> None:
         """Write the row at start, on the claim loop's thread before it claims: a job of
         this worker's never shows as running on a worker the registry does not list
         (the heartbeat thread's first round came after the first jobs on a busy host).
-        A failure leaves it to that first round."""
+        A failure leaves it to that first round; but the registry's table missing or
+        out of date is ``fatal``: the worker stops before it claims anything (the
+        heartbeat's first round stopped it, its first jobs claimed and given back)."""
         try:
             self.beat()
         except Exception as exc:
             reset_connection(self.config.database)
+            if problem := schema_problem(exc, self.config.database):
+                fatal(problem)
+                return
             logger.warning(
                 "could not write this worker's row in the registry yet: %s", first_line(exc)
             )

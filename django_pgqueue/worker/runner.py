@@ -153,7 +153,7 @@ class Worker:
             self.listener = None  # behind a pooler without LISTEN_DATABASE: poll
         logger.info("%s", banner(self.config, session=has_session))
         warn_unknown_queues(self.config)
-        self.presence.enter()  # listed before its first job runs, not by a later heartbeat
+        self.presence.enter(self.fail_fast)  # listed before its first job runs, not later
         threads = (self.completer, self.maintenance, self.heartbeat, self.listener, self.scheduler)
         for thread in filter(None, threads):
             thread.start()

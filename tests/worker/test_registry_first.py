@@ -3,15 +3,17 @@ a job running on a worker it does not list. In-process workers on the test datab
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
+from django.db import connection
 
-from django_pgqueue.models import RegisteredWorker
+from django_pgqueue.models import Job, RegisteredWorker
 from django_pgqueue.worker.housekeeping import Housekeeping
 from django_pgqueue.worker.services import RunAgainIn
 from tests.testapp.tasks import mark
-from tests.worker.inprocess import worker_thread
+from tests.worker.inprocess import WorkerThread, worker_thread
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -44,3 +46,32 @@ def test_a_worker_is_registered_before_its_first_job_starts(
             release.set()
         worker.wait("recorded")
     assert job.pk
+
+
+def test_a_worker_without_its_registry_table_stops_before_it_claims(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The registry's table gone (dropped, or its migration faked): the row written at
+    start failed, was said to be written later ("yet"), and the claim loop claimed and
+    started jobs until the heartbeat's first round met the same error and stopped the
+    worker, which gave them back. It stops now before it claims anything."""
+    job = mark.enqueue("reg-missing")
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE pgqueue_worker RENAME TO pgqueue_worker_away")
+    try:
+        with caplog.at_level(logging.INFO, logger="django_pgqueue"):
+            worker = WorkerThread(worker_id="reg-missing", concurrency=1, poll_interval=5)
+            assert worker.start().join(15) == 1
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE pgqueue_worker_away RENAME TO pgqueue_worker")
+    assert worker.recorder.count("claimed") == 0
+    said = [r.getMessage() for r in caplog.records]
+    assert not [line for line in said if "registry yet" in line], said
+    assert any(
+        line.startswith("stopping: the job table is missing or older")
+        and '"pgqueue_worker" does not exist' in line
+        for line in said
+    ), said
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.locked_by) == ("queued", 0, None)

@@ -19,7 +19,7 @@ from django.core.exceptions import AppRegistryNotReady, ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS, models, router
 
-from django_pgqueue import validation
+from django_pgqueue import conf_rules, validation
 from django_pgqueue.periodic import spec as periodic
 from django_pgqueue.unknown_keys import unknown_keys_text
 
@@ -97,12 +97,8 @@ class Settings:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             _check(field.name, getattr(self, field.name))
-        if self.HEARTBEAT_INTERVAL is not None and self.HEARTBEAT_INTERVAL >= self.LEASE:
-            raise _fail(
-                "HEARTBEAT_INTERVAL",
-                self.HEARTBEAT_INTERVAL,
-                f"fewer seconds than LEASE ({self.LEASE:g}), or leases lapse between renewals",
-            )
+        if rule := conf_rules.broken(self):  # the rules between keys (conf_rules.RULES)
+            raise _fail(rule.key, getattr(self, rule.key), rule.expected(self))
 
     @property
     def heartbeat_interval(self) -> float:
@@ -257,14 +253,17 @@ def _build(raw: Any) -> Settings:
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ImproperlyConfigured(unknown_keys_text(unknown, known))
-    values = dict(raw)
-    for key in DURATIONS:  # a timedelta as its seconds, as run_after and "every" take it
-        if isinstance(values.get(key), dt.timedelta):
-            values[key] = values[key].total_seconds()
-    for key in ("QUEUES", "TASK_MODULES"):
-        if isinstance(values.get(key), list | tuple):
-            values[key] = tuple(values[key])
-    return Settings(**values)
+    return Settings(**{key: normalised(key, value) for key, value in raw.items()})
+
+
+def normalised(key: str, value: Any) -> Any:
+    """``value`` as ``PGQUEUE[key]`` holds it, before its rule checks it: a timedelta as
+    its seconds (as run_after and "every" take it), a list of names as a tuple."""
+    if key in DURATIONS and isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if key in {"QUEUES", "TASK_MODULES"} and isinstance(value, list | tuple):
+        return tuple(value)
+    return value
 
 
 @cache

@@ -4,18 +4,12 @@ first only."""
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
-from django_pgqueue import conf
-
-#: A rule between keys (``Settings``): the key it blames, and those it compares that
-#: key with. One of those given but not valid is no measure (its default is not what
-#: was meant, and fixing it may end the problem): only the key's own rule is told.
-COMPARED_WITH = {"HEARTBEAT_INTERVAL": ("LEASE",)}
+from django_pgqueue import conf, conf_rules
 
 
 def settings_problems(first: ImproperlyConfigured) -> list[str]:
@@ -34,7 +28,10 @@ def settings_problems(first: ImproperlyConfigured) -> list[str]:
         found.append(_problem(unknown) or str(first))
     valid: dict[str, Any] = {}
     for key in (key for key in known if key in raw):  # the order of the settings
-        if any(k in raw and k not in valid for k in COMPARED_WITH.get(key, ())):
+        # A rule between keys (conf_rules) compares ``key`` with others: one of those
+        # given but not valid is no measure (its default is not what was meant, and
+        # fixing it may end the problem), so only the key's own rule is told.
+        if any(k in raw and k not in valid for k in conf_rules.compared_with(key)):
             if problem := _own_problem(key, raw[key]):
                 found.append(problem)
             continue  # valid or not, no measure for the keys after it
@@ -56,10 +53,8 @@ def _problem(raw: dict[str, Any]) -> str | None:
 
 def _own_problem(key: str, value: Any) -> str | None:
     """What ``key``'s own rule says of ``value``, as ``conf.get()`` would say it."""
-    if key in conf.DURATIONS and isinstance(value, dt.timedelta):
-        value = value.total_seconds()
     try:
-        conf.check_value(key, value)
+        conf.check_value(key, conf.normalised(key, value))
     except ImproperlyConfigured as exc:
         return str(exc)
     return None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import os
 import secrets
 import socket
@@ -44,10 +43,7 @@ def _checked(name: str, value: Any) -> Any:
     if key is None:
         return value
     given = value
-    if key in conf.DURATIONS and isinstance(value, dt.timedelta):
-        value = value.total_seconds()
-    elif key == "QUEUES" and isinstance(value, list):
-        value = tuple(value)
+    value = conf.normalised(key, value)
     try:
         conf.check_value(key, value)
     except ImproperlyConfigured as exc:

@@ -44,7 +44,7 @@ def _job_options(unknown: Sequence[str]) -> str:
     found = sorted({str(name).casefold() for name in unknown} & JOB_ONLY)
     if not found:
         return ""
-    names = " and ".join([", ".join(found[:-1]), found[-1]] if len(found) > 1 else found)
+    names = wording.joined(found, "and")
     what = "is an option of each job, not a setting: give it"
     if len(found) > 1:
         what = "are options of each job, not settings: give them"

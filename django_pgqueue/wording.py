@@ -89,9 +89,15 @@ def said_meant(found: Mapping[str, Sequence[str]]) -> str:
 
 
 def either(names: Sequence[str]) -> str:
-    """``'A'``, ``'A' or 'B'``, ``'A', 'B' or 'C'``."""
-    quoted = list(map(repr, names))
-    return " or ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
+    """``'A'``, ``'A' or 'B'``, ``'A', 'B' or 'C'``: the names quoted, :func:`joined`."""
+    return joined(list(map(repr, names)), "or")
+
+
+def joined(words: Sequence[str], conjunction: str) -> str:
+    """``A``, ``A and B``, ``A, B and C`` (``conjunction`` "and"; "or" likewise)."""
+    if len(words) < 2:
+        return "".join(words)
+    return f"{', '.join(words[:-1])} {conjunction} {words[-1]}"
 
 
 def closest(name: str, known: Iterable[str], *, word_added: bool = False) -> str | None:

@@ -165,12 +165,16 @@ def _run_by(starts: set[str]) -> set[str]:
     stands for the modules an ``import_module(f"shop.{name}")`` may import (``"*"``:
     any, when it cannot tell)."""
     seen: set[str] = set()
+    passed: set[str] = set()  # the libraries' modules, asked once
     todo = sorted(starts)
     while todo:
         name = todo.pop()
         if name.endswith("*"):
             seen.add(name)
-        if name in seen or not (registry.importable(name) or module_imports.projects(name)):
+        if name in seen or name in passed:
+            continue
+        if not (registry.importable(name) or module_imports.projects(name)):
+            passed.add(name)
             continue
         seen.add(name)
         todo.extend(module_imports.imports(name))

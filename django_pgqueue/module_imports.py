@@ -4,19 +4,23 @@ E006 (``custom_names``) asks which modules a worker imports when it imports the
 tasks modules: those a web process imported first (from a view) declared their
 tasks under the view's import, so the tasks modules' own import statements say.
 Read: module-level ``import`` and ``from ... import`` statements (in ``if``, ``try``,
-``with`` and class bodies too; not under ``if TYPE_CHECKING:``), the module's own
+``with`` and class bodies too; not in a branch that never runs: ``if TYPE_CHECKING:``,
+``if False:``, ``f() if 0 else ...``, ``False and f()``), the module's own
 functions that its module-level code calls, and ``importlib.import_module()``,
 ``__import__()`` (and its ``fromlist``) and ``autodiscover_modules()`` calls, by
 keyword or under another name too. A name computed at run time is ``"shop.*"``
 (any module under its literal start) or ``"*"`` (any module). The source comes
 through the module's loader (its coding declaration, a zip file); a module without
-one (a ``.pyc`` alone, a C extension) may import any module: ``"*"``.
+one (a ``.pyc`` alone, a C extension) may import any module: ``"*"``. What a file
+says is kept while its path, mtime and size stay the same, so a refused enqueue
+reads only what changed.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import functools
 import importlib.machinery
 import importlib.util
@@ -29,71 +33,161 @@ from typing import Any
 from django.apps import apps
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Facts:
+    """What a module's source says it imports: read once for each version of its file."""
+
+    #: The modules named by ``import``, ``from ... import`` and ``import_module()`` calls,
+    #: and their packages (``import shop.helpers`` runs ``shop`` first).
+    modules: tuple[str, ...]
+    #: The packages of its ``from ... import *``: their ``__all__`` is read when asked.
+    starred: tuple[str, ...]
+    #: The names of its ``autodiscover_modules()`` calls: each installed app's, when asked.
+    discovered: tuple[str, ...]
+
+
+#: For each module read: its file as it was read (path, mtime, size), and what it says.
+_read: dict[str, tuple[tuple[Any, ...], _Facts | None]] = {}
+
+
 def imports(name: str) -> list[str]:
     """The modules ``name``'s import runs: its packages, and those its module-level
     import statements name (not those of its functions, which a worker may never
-    call, unless its module-level code calls them), or ``importlib.import_module()``,
-    ``__import__()`` or ``autodiscover_modules()`` calls."""
+    call, unless its module-level code calls them; nor those of branches that never
+    run, ``if False:``), or ``importlib.import_module()``, ``__import__()`` or
+    ``autodiscover_modules()`` calls. The source is read again only when its file
+    changes."""
     found = [name.rpartition(".")[0]] if "." in name else []
     spec = _spec(name)
     if getattr(spec, "loader", None) is None:
         return found  # not found: no worker imports it either
+    version = _version(spec)
+    cached = _read.get(name)
+    if cached is None or cached[0] != version:
+        cached = _read[name] = (version, _facts(name, spec))
+    facts = cached[1]
+    if facts is None:  # a .pyc without its source, a C extension: it may import any
+        return [*found, "*"]
+    asked = [f"{at}.{n}" for at in facts.starred for n in _names(at)]
+    asked += [f"{app.name}.{n}" for app in apps.get_app_configs() for n in facts.discovered]
+    return [*found, *facts.modules, *(part for full in asked for part in _with_packages(full))]
+
+
+def _version(spec: Any) -> tuple[Any, ...]:
+    """The file a module's source comes from as it is now: its path, mtime and size
+    (of the zip file, for a module imported from one); its path alone, read once for
+    the process, when it has none."""
+    places = [spec.origin, getattr(spec.loader, "archive", None)]
+    for place in (p for p in places if isinstance(p, str)):
+        with contextlib.suppress(OSError):
+            found = os.stat(place)
+            return (spec.origin, place, found.st_mtime_ns, found.st_size)
+    return (spec.origin,)
+
+
+def _facts(name: str, spec: Any) -> _Facts | None:
+    """Read ``name``'s source; None when it has none to read."""
     try:  # through its loader: its coding declaration, a zip file
         source = spec.loader.get_source(spec.name)
     except Exception:  # a loader of its own: nothing to tell from
         source = None
-    if source is None:  # a .pyc without its source, a C extension: it may import any
-        return [*found, "*"]
+    if source is None:
+        return None
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return found  # a worker's import fails too
+        return _Facts((), (), ())  # a worker's import fails too
     is_package = spec.submodule_search_locations is not None
     base = name if is_package else name.rpartition(".")[0]
     # Its own functions, read where module-level code calls them (``_load()``).
     local = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     aliases = _aliases(tree)
+    modules: list[str] = []
+    starred: list[str] = []
+    discovered: list[str] = []
     todo: list[ast.AST] = list(tree.body)
     while todo:
         node = todo.pop()
         if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names]
+            modules += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             with contextlib.suppress(ImportError, ValueError):
                 at = importlib.util.resolve_name("." * node.level + (node.module or ""), base)
-                found += [at, *(f"{at}.{name}" for name in _names(node, at))]
+                modules += [at, *(f"{at}.{a.name}" for a in node.names if a.name != "*")]
+                starred += [at] if any(a.name == "*" for a in node.names) else []
         elif isinstance(node, ast.Call):
-            found += _imported_by_call(node, name, base, aliases)
+            called = _imported_by_call(node, name, base, aliases)
+            discovered += [n.removeprefix(_EACH_APP) for n in called if n.startswith(_EACH_APP)]
+            modules += [n for n in called if not n.startswith(_EACH_APP)]
             todo += ast.iter_child_nodes(node)
-            called = local.pop(getattr(node.func, "id", ""), None)
-            todo += called.body if called is not None else []
-        elif isinstance(node, ast.If) and _type_checking(node.test):
-            # Not `if TYPE_CHECKING:`'s body: only its else runs (the body of `if not ...:`)
-            todo += node.body if isinstance(node.test, ast.UnaryOp) else node.orelse
+            function = local.pop(getattr(node.func, "id", ""), None)
+            todo += function.body if function is not None else []
+        elif isinstance(node, ast.If | ast.IfExp | ast.While):
+            todo += _run_branches(node)
+        elif isinstance(node, ast.BoolOp):
+            todo += _run_operands(node)
         elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            # if/try/with and class bodies at module level run as the module does
+            # try/with and class bodies at module level run as the module does
             todo += ast.iter_child_nodes(node)
-    # A dotted name (import shop.helpers) runs each of its packages too.
-    return [part for full in found for part in _with_packages(full)]
+    packages = (part for full in modules for part in _with_packages(full))
+    return _Facts(tuple(packages), tuple(starred), tuple(discovered))
 
 
-def _names(node: ast.ImportFrom, at: str) -> list[str]:
-    """The names ``from at import ...`` imports; for ``*``, those of ``at``'s ``__all__``
+def _truth(test: ast.expr) -> bool | None:
+    """What a test is at run time, when its source says it (``False``, ``0``, ``not
+    0``, ``TYPE_CHECKING``, which is False when a module runs, and ``and``/``or`` of
+    these); None when only the run can tell."""
+    if isinstance(test, ast.Constant):
+        return bool(test.value)
+    if getattr(test, "id", getattr(test, "attr", None)) == "TYPE_CHECKING":
+        return False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _truth(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp):
+        # Short-circuited: the first operand that decides, if a known one comes first.
+        values = [_truth(value) for value in test.values]
+        decides = isinstance(test.op, ast.Or)
+        for value in values:
+            if value is None:
+                return None
+            if value is decides:
+                return decides
+        return not decides
+    return None
+
+
+def _run_branches(node: ast.If | ast.IfExp | ast.While) -> list[ast.AST]:
+    """What of an ``if`` (statement or expression) or ``while`` may run: the test, and
+    the branches its value allows (both, when only the run can tell)."""
+    truth = _truth(node.test)
+    body = node.body if isinstance(node.body, list) else [node.body]
+    orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
+    return [node.test, *(body if truth is not False else []), *(orelse if not truth else [])]
+
+
+def _run_operands(node: ast.BoolOp) -> list[ast.AST]:
+    """The operands of ``a and b`` that may run: up to the first whose known value
+    stops it (``False and f()`` never calls ``f``)."""
+    stops = isinstance(node.op, ast.Or)
+    run: list[ast.AST] = []
+    for value in node.values:
+        run.append(value)
+        if _truth(value) is stops:
+            break
+    return run
+
+
+def _names(at: str) -> list[str]:
+    """The names ``from at import *`` imports beside ``at``: those of its ``__all__``
     (what else the package holds here, its submodules a view imported, say, a
     worker's import does not bind)."""
-    names = [alias.name for alias in node.names if alias.name != "*"]
-    if len(names) < len(node.names):
-        listed = getattr(sys.modules.get(at), "__all__", ())
-        names += [name for name in listed if isinstance(name, str)]
-    return names
+    listed = getattr(sys.modules.get(at), "__all__", ())
+    return [name for name in listed if isinstance(name, str)]
 
 
-def _type_checking(test: ast.expr) -> bool:
-    """Whether an ``if``'s test names ``TYPE_CHECKING`` (walked: no recursion)."""
-    return any(
-        getattr(node, "id", getattr(node, "attr", None)) == "TYPE_CHECKING"
-        for node in ast.walk(test)
-    )
+#: Marks a name of ``autodiscover_modules()``: that module of each installed app.
+_EACH_APP = "<each app>."
 
 
 def _aliases(tree: ast.Module) -> dict[str, str]:
@@ -121,7 +215,7 @@ def _imported_by_call(call: ast.Call, name: str, base: str, aliases: dict[str, s
         names = [getattr(arg, "value", None) for arg in call.args]
         if not all(isinstance(text, str) for text in names):
             return ["*"]
-        return [f"{app.name}.{text}" for app in apps.get_app_configs() for text in names]
+        return [f"{_EACH_APP}{text}" for text in names]
     keywords = {k.arg: k.value for k in call.keywords}
     first = call.args[0] if call.args else keywords.get("name")
     if what not in {"import_module", "__import__"} or first is None:

@@ -44,9 +44,11 @@ class _Declared:
     #: the one that called ``task(name=...)(func)`` (``func`` from a library, or made by
     #: a factory), which is what a worker must import.
     homes: set[str] = dataclasses.field(default_factory=set)
-    #: The modules that define the declared functions (said when no home is in an app:
-    #: a declaration run by a test's function, whose innermost module is pytest's).
+    #: The modules that define the declared functions (said when no home is in an app).
     defined: set[str] = dataclasses.field(default_factory=set)
+    #: The functions that ran it as they were called, with no module of the project
+    #: importing (a test's body, under pytest's ``__main__``): ``"test_send() in 'm'"``.
+    calls: set[str] = dataclasses.field(default_factory=set)
 
 
 #: For each path declared with a name of its own: where its declarations ran.
@@ -60,17 +62,20 @@ def note(path: str, module: str) -> None:
     """Remember which imports ran the declaration of ``path`` (the task's ``name=``),
     of a function defined in ``module``; called by ``@task``."""
     importers: set[str] = set()
-    home = None
+    home = caller = None
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         name = frame.f_globals.get("__name__")
+        if caller is None and name != __package__ + ".tasks":  # what called @task
+            caller = frame
         if code.co_name == "<module>" and isinstance(name, str):
             importers.add(name)
             home = home or name  # the innermost: the module whose code ran it
         elif code.co_name == "populate" and name == "django.apps.registry":
             importers.add(_APP_LOADING)
         frame = frame.f_back
+    called = _called(caller, home)
     home = home or module
     if path.rpartition(".")[0] == home and home == module:
         return  # its default path: a worker imports that module for it
@@ -78,6 +83,19 @@ def note(path: str, module: str) -> None:
     declared.importers |= importers
     declared.homes.add(home)
     declared.defined.add(module)
+    declared.calls |= {called} if called else set()
+
+
+def _called(caller: FrameType | None, home: str | None) -> str | None:
+    """``"test_send() in 'm'"`` when a function ran the declaration as it was called
+    by no module of the project's top-level code (a test runner's ``__main__``, a
+    thread): not a factory that a module's top-level code calls, nor a script's own."""
+    name = caller.f_globals.get("__name__") if caller is not None else None
+    if caller is None or caller.f_code.co_name == "<module>" or name == home:
+        return None
+    if home is not None and module_imports.projects(home):
+        return None  # a factory, called by that module's top-level code
+    return f"{caller.f_code.co_qualname}() in {name!r}"
 
 
 def _forget(*, setting: str, **kwargs: Any) -> None:
@@ -96,13 +114,14 @@ def check_findable(path: str, task: Any) -> None:
     if path in _found:
         return  # the hot path for these: one set lookup
     declared = _declared_by.get(path)
-    home = _home(declared) if declared else getattr(getattr(task, "func", None), "__module__", None)
-    try:
-        registry.check_importable(path, home)
-    except UnknownTask as exc:
-        raise InvalidJob(str(exc)) from None
-    if declared is None:
-        return  # its default path (or a task not declared here): the module is the path's
+    if declared is None:  # its default path (or a task not declared here): the path's module
+        try:
+            registry.check_importable(
+                path, getattr(getattr(task, "func", None), "__module__", None)
+            )
+        except UnknownTask as exc:
+            raise InvalidJob(str(exc)) from None
+        return
     problem = _problem(path, task, declared)
     if problem is not None:
         raise InvalidJob(problem)
@@ -125,13 +144,22 @@ def refusal(path: str, target: Any) -> str | None:
 
 
 def _problem(path: str, target: Any, declared: _Declared) -> str | None:
+    """Why a worker would not declare ``path`` (the E006 grounds); None if silenced."""
     if CHECK_ID in settings.SILENCED_SYSTEM_CHECKS:
-        return None
+        return None  # the docs' word: silenced, enqueue refuses nothing on these grounds
     starts = registry.task_module_names()
     named = path.rpartition(".")[0]
     imported = {*starts, named} if registry.importable(named) else set(starts)
-    if _APP_LOADING in declared.importers or declared.importers & imported:
+    # Django's app loading and the settings' import run in every worker (before its
+    # tasks modules), wherever the modules they import are.
+    if declared.importers & {*imported, _APP_LOADING, settings.SETTINGS_MODULE}:
         return None
+    if declared.calls and not any(map(module_imports.projects, declared.homes)):
+        return _called_text(path, sorted(declared.calls)[0])
+    try:
+        registry.check_importable(path, _home(declared))
+    except UnknownTask as exc:
+        return f"{exc} ({CHECK_ID})"
     try:
         registry.discover()  # to see what the tasks modules hold
     except Exception:  # a tasks module fails to import: the workers' to say
@@ -195,6 +223,18 @@ def _text(path: str, module: str, named: str) -> str:
         f"PGQUEUE['TASK_MODULES'], and for a path it has not seen {then}, so it would bury "
         f"the job (UnknownTask): {move}, or add {module!r} to PGQUEUE['TASK_MODULES'] "
         f"({CHECK_ID})"
+    )
+
+
+def _called_text(path: str, call: str) -> str:
+    return (
+        f"task {path!r} has a name of its own and is declared by a function as it runs "
+        f"({call}), not by a module's top-level code, so no worker's import declares it "
+        "and every worker would bury the job (UnknownTask): declare it at the top level "
+        "of a module a worker imports (its app's tasks.py, or one of "
+        "PGQUEUE['TASK_MODULES']) and enqueue it from there; a test whose jobs run in its "
+        "own process (django_pgqueue.testing.run_jobs()) may silence "
+        f"{CHECK_ID} instead ({CHECK_ID})"
     )
 
 

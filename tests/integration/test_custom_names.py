@@ -15,9 +15,10 @@ import pytest
 from django.core import checks
 from django.test import override_settings
 
-from django_pgqueue import custom_names, enqueue, registry
+from django_pgqueue import custom_names, enqueue, registry, task
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.models import Job
+from django_pgqueue.testing import run_jobs
 from tests.worker.conftest import ROOT, django_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -200,3 +201,85 @@ def test_one_imported_first_by_a_view_through_no_name_the_tasks_module_holds(
     assert ran.returncode == 0, ran.stderr
     rows = Job.objects.order_by("task").values_list("task", "status", "result")
     assert list(rows) == [("cnmail.deep", "done", 3), ("cnmail.plain", "done", 4)]
+
+
+def test_a_custom_name_declared_inside_a_test_function_says_so() -> None:
+    """Declared as a test's body runs, not by a module's top-level code: no worker's
+    import runs it. Enqueue said it was "defined in a script or the shell
+    ('__main__')", pytest's own ``__main__``, which told the test's author nothing.
+    Silenced, the test's own process runs its job (``run_jobs()``)."""
+    path = "cnt_mail.in_test"
+
+    @task(name=path)
+    def in_test(x: int) -> int:
+        return x + 1
+
+    try:
+        with pytest.raises(InvalidJob) as refused:
+            in_test.enqueue(1)
+        assert str(refused.value) == (
+            "task 'cnt_mail.in_test' has a name of its own and is declared by a function "
+            "as it runs (test_a_custom_name_declared_inside_a_test_function_says_so() in "
+            "'tests.integration.test_custom_names'), not by a module's top-level code, so "
+            "no worker's import declares it and every worker would bury the job "
+            "(UnknownTask): declare it at the top level of a module a worker imports (its "
+            "app's tasks.py, or one of PGQUEUE['TASK_MODULES']) and enqueue it from there; "
+            "a test whose jobs run in its own process (django_pgqueue.testing.run_jobs()) "
+            "may silence django_pgqueue.E006 instead (django_pgqueue.E006)"
+        )
+        with override_settings(SILENCED_SYSTEM_CHECKS=[custom_names.CHECK_ID]):
+            job = in_test.enqueue(1)
+            assert run_jobs().done == [job.pk]
+        assert Job.objects.get(pk=job.pk).result == 2
+    finally:  # no other test of the session should see it (E006)
+        registry._registry.pop(path, None)
+        custom_names._declared_by.pop(path, None)
+        custom_names._found.discard(path)
+
+
+SETTINGS_PACKAGE = {
+    "cnset/__init__.py": "from tests.settings import *  # noqa\n"
+    "import os\n\nfrom cnset import hooks  # noqa\n\n"
+    "SILENCED_SYSTEM_CHECKS = os.environ.get('SILENCED', '').split()\n",
+    "cnset/hooks.py": "from django_pgqueue import task\n\n\n"
+    "@task(name='cnset_hooks.ping')\ndef ping(x):\n    return x + 1\n",
+    "cnset/stray.py": "from django_pgqueue import task\n\n\n"
+    "@task(name='cnset_hooks.stray')\ndef stray(x):\n    return x + 2\n",
+}
+SETTINGS_ENQUEUE = (
+    "import cnset.stray  # as a view does: not the settings'\n"
+    "from django_pgqueue import enqueue\n"
+    "from django_pgqueue.exceptions import InvalidJob\n"
+    "for path in ['cnset_hooks.ping', 'cnset_hooks.stray']:\n"
+    "    try:\n"
+    "        print(path, enqueue(path, [1]).status)\n"
+    "    except InvalidJob as exc:\n"
+    "        print(path, 'refused', str(exc).endswith('(django_pgqueue.E006)'))\n"
+)
+
+
+def test_a_module_the_settings_import_is_run_by_every_worker(db_url: str, tmp_path: Path) -> None:
+    """A task declared by a module that the settings package imports: every worker
+    imports the settings, so it runs the job. Enqueue refused it ("not in an
+    installed app"), even with E006 silenced, and check reported it. Silenced, E006
+    refuses nothing, the other module's task too (the docs' word); not silenced,
+    that one is refused as E006."""
+    for name, text in SETTINGS_PACKAGE.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    env = {"DJANGO_SETTINGS_MODULE": "cnset", "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    done = django_command(db_url, "shell", "-v", "0", "-c", SETTINGS_ENQUEUE, env=env)
+    assert done.stdout.splitlines() == ["cnset_hooks.ping queued", "cnset_hooks.stray refused True"]
+    checked = django_command(db_url, "check", env=env)
+    assert (checked.returncode, checked.stderr) == (0, ""), checked.stderr
+    silenced = {**env, "SILENCED": custom_names.CHECK_ID}
+    done = django_command(db_url, "shell", "-v", "0", "-c", SETTINGS_ENQUEUE, env=silenced)
+    assert done.stdout.splitlines() == ["cnset_hooks.ping queued", "cnset_hooks.stray queued"]
+    ran = django_command(db_url, "runworker", "--burst", "--skip-checks", env=env)
+    assert ran.returncode == 0, ran.stderr
+    rows = Job.objects.order_by("pk").values_list("task", "status", "result")
+    assert list(rows) == [
+        ("cnset_hooks.ping", "done", 2),
+        ("cnset_hooks.ping", "done", 2),
+        ("cnset_hooks.stray", "dead", None),
+    ]

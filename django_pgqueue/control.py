@@ -96,7 +96,9 @@ class RunningJob:
         "_decided",
         "_late",
         "_lock",
+        "_prepared",
         "_reason",
+        "_refused",
         "_seen",
         "_skip",
         "_verdict",
@@ -128,6 +130,11 @@ class RunningJob:
         #: Whether the body runs, decided once (:meth:`_begin`): the reason it does not.
         self._decided = False
         self._skip: str | None = None
+        #: What the executor runs, as the worker found it when the thread took the job
+        #: (a registered task), or the failure of a job that cannot run at all
+        #: (``_refused``); None until then (see the executor's ``admit``).
+        self._prepared: Any = None
+        self._refused = False
 
     def __repr__(self) -> str:
         return f"<RunningJob {self.id} {self.task} attempt {self.attempt}>"
@@ -171,8 +178,9 @@ class RunningJob:
 
     @property
     def _ran(self) -> bool:
-        """Whether its body ran (or runs): started, and not ended before it began."""
-        return self._decided and self._skip is None
+        """Whether its body ran (or runs): started, not ended before it began, and
+        not a job that cannot run at all (its task unknown, its arguments unfit)."""
+        return self._decided and self._skip is None and not self._refused
 
     def _start(self, started: float, timeout: float | None) -> None:
         """Its thread started at ``started`` (monotonic), under the job timeout."""

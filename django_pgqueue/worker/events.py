@@ -1,6 +1,8 @@
 """Named events a worker emits, for tests and metrics (River's test signals).
 
-``claimed(jobs)``, ``started(job)``, ``finished(job, outcome)``,
+``claimed(jobs)``, ``started(job)`` (its body runs: not for a job asked to stop
+before a thread took it, nor for one that cannot run at all, its task unknown or
+its arguments unfit, which is buried unrun), ``finished(job, outcome)``,
 ``recorded(settled, succeeded, buried, retried, statuses)`` (``statuses``: each
 settled run's new job status, None for one the fence refused; also for jobs asked to
 stop that a give-back or the shutdown ended cancelled, and for runs past the job

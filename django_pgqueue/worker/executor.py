@@ -149,9 +149,9 @@ def _declared(task: str) -> RetryPolicy:
         return DEFAULT
 
 
-def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Failure:
-    """Run ``job`` in this thread and return its outcome; ``control`` is the job's
-    line to the worker (``current_job()`` while it runs)."""
+def prepare(job: ClaimedJob) -> Runnable | Failure:
+    """What running ``job`` calls, or the final failure (told and logged) of a job that
+    cannot run at all: its task unknown, its arguments undecodable or of the wrong shape."""
     try:
         runnable = registry.resolve(job.task)
     except UnknownTask as exc:
@@ -162,6 +162,29 @@ def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Fai
         signatures.check_arguments(runnable.target, job.args, job.kwargs)
     except TypeError as exc:
         return _told_refused(runnable, job, exc)
+    return runnable
+
+
+def admit(job: ClaimedJob, control: RunningJob) -> bool:
+    """As its thread takes ``job`` (not asked to stop): whether its body runs, which
+    makes the run a started one. One that cannot run at all never starts: it is not
+    counted or timed as a run, and :func:`execute` returns its failure."""
+    control._prepared = prepared = prepare(job)
+    if isinstance(prepared, Failure):
+        control._refused = True
+        return False
+    return True
+
+
+def execute(job: ClaimedJob, control: RunningJob | None = None) -> Success | Failure:
+    """Run ``job`` in this thread and return its outcome; ``control`` is the job's
+    line to the worker (``current_job()`` while it runs)."""
+    prepared = None if control is None else control._prepared  # set by admit()
+    if prepared is None:
+        prepared = prepare(job)
+    if isinstance(prepared, Failure):
+        return prepared
+    runnable = prepared
     if control is None:  # run outside a worker's pool (tests): current_job() still works
         control = RunningJob(job)
     asked = control._begin()  # as the worker decided when the thread took the job

@@ -263,6 +263,7 @@ class JobPool:
                     logger.exception("job %s: tidying its connections failed", job.id)
                     jobdb.drop_all()
             tidied = time.monotonic()
-            ran = (tidied - wall, time.thread_time() - cpu)
+            if control._ran:  # not one ended before its body ran (asked to stop, unknown)
+                ran = (tidied - wall, time.thread_time() - cpu)
             self._on_done(job, outcome)
         connections.close_all()

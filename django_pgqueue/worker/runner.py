@@ -26,7 +26,7 @@ from django_pgqueue.worker.banner import banner, warn_unknown_queues
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
-from django_pgqueue.worker.executor import timed_out
+from django_pgqueue.worker.executor import admit, timed_out
 from django_pgqueue.worker.housekeeping import Housekeeping
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
@@ -277,7 +277,7 @@ class Worker:
         if control == "unconfirmed":  # claimed before a lost connection: a heartbeat confirms
             self.heartbeat.hurry("heartbeat")
             return False
-        if control is not False and control._begin() is None:  # asked to stop: no run
+        if control is not False and control._begin() is None and admit(job, control):
             self.events.emit("started", job=job)
         return control
 
@@ -290,7 +290,7 @@ class Worker:
                 job.id,
             )
         else:
-            if held.control._ran:  # not one ended before its body ran (asked to stop)
+            if held.control._ran:  # not one ended before its body ran (see above)
                 self.prefetch.observe(time.monotonic() - (held.started or 0.0))
             late = held.control._overran()  # as task_finished said, if it was sent
             if late is not None:

@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 import django_pgqueue
@@ -64,6 +65,9 @@ class Presence:
         self._registered = False
         self._left = False
         self._lock = threading.Lock()
+        #: The heartbeat thread's renewal of the row; its first round comes at once,
+        #: unless ``enter`` wrote the row (then a heartbeat interval later).
+        self.renewal = Timer("registry", config.heartbeat_interval, self.beat)
         events.subscribe("recorded", self._recorded)
 
     def _recorded(self, statuses: dict[tuple[int, int], str | None], **data: object) -> None:
@@ -74,7 +78,7 @@ class Presence:
             self.done += sum(1 for status in statuses.values() if status is not None)
 
     def heartbeat_timers(self) -> list[Timer]:
-        return [Timer("registry", self.config.heartbeat_interval, self.beat)]
+        return [self.renewal]
 
     def maintenance_timers(self) -> list[Timer]:
         return [Timer("forget gone workers", self.config.reap_interval, self.forget)]
@@ -105,9 +109,11 @@ class Presence:
         """Write the row at start, on the claim loop's thread before it claims: a job of
         this worker's never shows as running on a worker the registry does not list
         (the heartbeat thread's first round came after the first jobs on a busy host).
-        A failure leaves it to that first round; but the registry's table missing or
-        out of date is ``fatal``: the worker stops before it claims anything (the
-        heartbeat's first round stopped it, its first jobs claimed and given back)."""
+        Written, its first renewal comes a heartbeat interval later (it came at once: a
+        second statement for nothing). A failure leaves it to the heartbeat thread's
+        first round, at once; but the registry's table missing or out of date is
+        ``fatal``: the worker stops before it claims anything (the heartbeat's first
+        round stopped it, its first jobs claimed and given back)."""
         try:
             self.beat()
         except Exception as exc:
@@ -118,6 +124,9 @@ class Presence:
             logger.warning(
                 "could not write this worker's row in the registry yet: %s", first_line(exc)
             )
+            return
+        if self._registered:  # (not if beat() logged an error of another kind)
+            self.renewal.due = time.monotonic() + self.renewal.interval
 
     def forget(self) -> None:
         forgotten = RegisteredWorker.objects.forget(using=self.config.database)

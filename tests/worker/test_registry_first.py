@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 
 from django_pgqueue.models import Job, RegisteredWorker
+from django_pgqueue.queue import presence as queue_presence
 from django_pgqueue.worker.housekeeping import Housekeeping
 from django_pgqueue.worker.services import RunAgainIn
 from tests.testapp.tasks import mark
+from tests.worker.conftest import wait_for
 from tests.worker.inprocess import WorkerThread, worker_thread
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -75,3 +79,55 @@ def test_a_worker_without_its_registry_table_stops_before_it_claims(
     ), said
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts, row.locked_by) == ("queued", 0, None)
+
+
+def counted_writes(monkeypatch: pytest.MonkeyPatch, fail_first: bool = False) -> list[str]:
+    """The names of the threads that wrote the registry row, one entry a statement; the
+    first raises a lost connection's error instead, with ``fail_first``."""
+    writes: list[str] = []
+    real = queue_presence.register
+
+    def register(*args: Any, **kwargs: Any) -> None:
+        if fail_first and not writes:
+            writes.append(threading.current_thread().name)
+            raise OperationalError("server closed the connection unexpectedly")
+        real(*args, **kwargs)
+        writes.append(threading.current_thread().name)  # once written
+
+    monkeypatch.setattr(queue_presence, "register", register)
+    return writes
+
+
+def test_the_registry_row_is_written_once_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The row written on the claim loop's thread before its first claim was written
+    again at once by the heartbeat thread's first round: two statements at every
+    start where one did. The first renewal now comes a heartbeat interval later."""
+    writes = counted_writes(monkeypatch)
+    worker = WorkerThread(worker_id="reg-once", concurrency=1, lease=60, heartbeat_interval=20)
+    began = time.monotonic()
+    worker.start()
+    try:
+        worker.wait("heartbeat")  # the heartbeat thread's first round: its first timer
+        heartbeat = worker.worker.heartbeat
+        wait_for(lambda: heartbeat.last_ok > began, 10, "the heartbeat's first round to end")
+        assert writes == ["test-worker"]
+        row = RegisteredWorker.objects.get(pk="reg-once")
+        assert (row.concurrency, row.last_seen) == (1, row.started_at)
+    finally:
+        assert worker.stop() == 0
+    assert writes == ["test-worker"]
+    assert not RegisteredWorker.objects.filter(pk="reg-once").exists()
+
+
+def test_a_row_not_written_at_start_is_written_by_the_heartbeat_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A start whose write failed (the connection lost) leaves the row to the heartbeat
+    thread's first round, which comes at once, not a heartbeat interval later."""
+    writes = counted_writes(monkeypatch, fail_first=True)
+    with worker_thread(worker_id="reg-late", concurrency=1, lease=60, heartbeat_interval=20):
+        wait_for(lambda: len(writes) == 2, 10, "the heartbeat thread's write")
+        assert writes == ["test-worker", "pgqueue-heartbeat"]
+        row = RegisteredWorker.objects.get(pk="reg-late")
+        assert row.concurrency == 1
+    assert writes == ["test-worker", "pgqueue-heartbeat"]

@@ -147,13 +147,15 @@ class JobPool:
         return settled
 
     def stop(self, timeout: float = 0.0) -> None:
-        """Let idle threads exit; wait up to ``timeout`` for each (busy ones may not)."""
+        """Let idle threads exit; wait up to ``timeout`` for each (busy ones may not;
+        those that never started, their start refused, are not waited for)."""
         with self._lock:
             self._stopping = True
             while self._idle:
                 self._wake(TO_WATCH)
         for thread in self._threads:
-            thread.join(timeout)
+            if thread.ident is not None:
+                thread.join(timeout)
 
     # -- the threads (under self._lock) ---------------------------------------------
 

@@ -14,7 +14,6 @@ import time
 from typing import Literal
 
 from django_pgqueue.control import RunningJob
-from django_pgqueue.dberrors import first_line, is_transient, schema_problem
 from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
 from django_pgqueue.periodic.scheduler import scheduler_thread
@@ -40,7 +39,8 @@ from django_pgqueue.worker.services import (
     Timer,
     Timers,
     bookkeeping_thread,
-    reset_connection,
+    claim_failed,
+    start_threads,
 )
 from django_pgqueue.worker.session import WorkerSession
 from django_pgqueue.worker.startup import start_problem
@@ -74,7 +74,7 @@ class Worker:
         self.waker = Waker()
         self.epoch = ConnectionEpoch()
         self.ledger = Ledger(lease=config.lease)
-        supervision = Supervision(fatal=self.fail_fast, epoch=self.epoch)
+        self.supervision = supervision = Supervision(fatal=self.fail_fast, epoch=self.epoch)
         in_flight, own_writes = (lambda: self.ledger.busy), self.ledger.own_writes
         self.completer = Completer(
             config.worker_id, config.database, self._settled, supervision, in_flight, own_writes
@@ -155,9 +155,10 @@ class Worker:
         warn_unknown_queues(self.config)
         self.presence.enter(self.fail_fast)  # listed before its first job runs, not later
         threads = (self.completer, self.maintenance, self.heartbeat, self.listener, self.scheduler)
-        for thread in filter(None, threads):
-            thread.start()
-        self.pool.start()
+        if not start_threads(threads, self.pool):  # logged; those started are stopped
+            self.presence.leave()
+            self.session.close()
+            return 1
         bookkeeping_thread()  # the claim loop runs here
         try:
             self._loop()
@@ -226,7 +227,7 @@ class Worker:
                 )
                 self.events.emit("polled", seconds=time.monotonic() - sent, jobs=len(jobs))
             except Exception as exc:
-                if not self._claim_failed(exc):
+                if not claim_failed(exc, c.database, self.supervision):
                     return
                 self.waker.wait(backoff.delay)
                 backoff.delay = min(backoff.cap, backoff.delay * 2)
@@ -246,19 +247,6 @@ class Worker:
             # give-back's next look (runs owed to the queue: every LOOK_EVERY).
             self.waker.wait(min(idle_wait, wait))
             idle_wait = min(c.poll_interval, idle_wait * 2)
-
-    def _claim_failed(self, exc: Exception) -> bool:
-        """Log a failed claim; False when the worker must stop."""
-        problem = schema_problem(exc, self.config.database)
-        if problem:
-            self.fail_fast(problem)
-            return False
-        reset_connection(self.config.database)
-        if is_transient(exc):
-            self.epoch.bump()
-            logger.warning("claim failed, retrying: %s", first_line(exc))
-            return True
-        raise exc
 
     def _start(self, jobs: list[ClaimedJob], sent: float, epoch: int) -> None:
         self.ledger.add(jobs, sent, epoch)

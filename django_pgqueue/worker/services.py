@@ -16,7 +16,8 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from django.db import connections
 
@@ -43,6 +44,55 @@ def reset_connection(alias: str) -> None:
         conn.close()
     except Exception:  # the socket is already gone: nothing to close cleanly
         logger.debug("closing a broken connection failed", exc_info=True)
+
+
+class Pool(Protocol):
+    def start(self) -> None: ...
+    def stop(self, timeout: float = 0.0) -> None: ...
+
+
+def start_threads(threads: Iterable[ServiceThread | None], pool: Pool) -> bool:
+    """Start ``threads``, then the job ``pool``'s; False (logged) if one could not
+    start (``can't start new thread``: a limit on processes or threads, or memory),
+    once those already started are stopped. Nothing is claimed yet: nothing to give back."""
+    started: list[ServiceThread] = []
+    what = "job threads"
+    try:
+        for thread in filter(None, threads):
+            what = f"thread {thread.name}"
+            thread.start()
+            started.append(thread)
+        what = "job threads"
+        pool.start()
+    except Exception as exc:
+        logger.error(
+            "could not start the worker's %s: %s: %s (a limit on processes or threads, "
+            "or memory?); stopping",
+            *(what, type(exc).__name__, first_line(exc)),
+        )
+        pool.stop(timeout=1.0)  # the job threads that started exit
+        for thread in started:
+            thread.stop()
+        for thread in started:
+            thread.join(2.0)
+        return False
+    return True
+
+
+def claim_failed(exc: Exception, alias: str, supervision: Supervision) -> bool:
+    """Log a claim that failed with ``exc``; False when the worker must stop (the
+    tables missing or out of date: ``supervision.fatal`` is told). Any error but the
+    schema's or a lost connection's is a bug of ours: raised again."""
+    problem = schema_problem(exc, alias)
+    if problem:
+        supervision.fatal(problem)
+        return False
+    reset_connection(alias)
+    if is_transient(exc):
+        supervision.epoch.bump()
+        logger.warning("claim failed, retrying: %s", first_line(exc))
+        return True
+    raise exc
 
 
 class ConnectionEpoch:

@@ -168,8 +168,15 @@ def prepare(job: ClaimedJob) -> Runnable | Failure:
 def admit(job: ClaimedJob, control: RunningJob) -> bool:
     """As its thread takes ``job`` (not asked to stop): whether its body runs, which
     makes the run a started one. One that cannot run at all never starts: it is not
-    counted or timed as a run, and :func:`execute` returns its failure."""
-    control._prepared = prepared = prepare(job)
+    counted or timed as a run, and :func:`execute` returns its failure. Never raises:
+    it runs outside the pool's backstop, so an unexpected error here (a bug of ours,
+    the Tasks report of a refusal failing) buries the job as that backstop would."""
+    try:
+        prepared = prepare(job)
+    except BaseException as exc:
+        logger.exception("job %s: unexpected error running it; burying it", job.id)
+        prepared = failure(job, exc, final=True)
+    control._prepared = prepared
     if isinstance(prepared, Failure):
         control._refused = True
         return False

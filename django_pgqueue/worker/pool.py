@@ -241,14 +241,15 @@ class JobPool:
             except Exception:
                 logger.exception("job %s: checking its idle connections failed", job.id)
                 jobdb.drop_all()
+            if self._epoch.value != seen_epoch:
+                # The worker lost its database since this thread's last job: its
+                # kept connections are likely dead, and not this job's fault (nor
+                # the start's, whose checks and Tasks reports may query).
+                seen_epoch = self._epoch.value
+                jobdb.drop_all()
             control = self._on_start(job)
             if control is False:
                 continue  # given back while it waited
-            if self._epoch.value != seen_epoch:
-                # The worker lost its database since this thread's last job: its
-                # kept connections are likely dead, and not this job's fault.
-                seen_epoch = self._epoch.value
-                jobdb.drop_all()
             wall, cpu = time.monotonic(), time.thread_time()
             try:
                 outcome = execute(job, control)

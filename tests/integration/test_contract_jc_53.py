@@ -50,15 +50,15 @@ def test_retry_and_cancel_of_the_same_jobs_do_not_deadlock(db_url: str) -> None:
     wait_later(b, a)  # a and b wait an hour; b's row is now stored before a's
     # A third session holds job x for a moment (a worker's write of its row, an
     # admin edit), so that the cancel holds a while it waits, as a cancel of many
-    # rows does while it works through them.
-    holder = psycopg.connect(db_url)
-    holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [x])
-    cancelling, cancel = in_thread(lambda: Job.objects.cancel([a, x, b], reason="race"))
-    wait_for(lambda: lock_waiters(db_url) == 1, 10, "the cancel to wait for job x")
-    retrying, retry = in_thread(lambda: Job.objects.retry([a, b]))
-    wait_for(lambda: lock_waiters(db_url) == 2, 10, "the retry to wait for job a")
-    holder.rollback()
-    holder.close()
+    # rows does while it works through them. Closed whatever fails (as each holder
+    # here): a lock left held would hang the flush after this test.
+    with psycopg.connect(db_url) as holder:
+        holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [x])
+        cancelling, cancel = in_thread(lambda: Job.objects.cancel([a, x, b], reason="race"))
+        wait_for(lambda: lock_waiters(db_url) == 1, 10, "the cancel to wait for job x")
+        retrying, retry = in_thread(lambda: Job.objects.retry([a, b]))
+        wait_for(lambda: lock_waiters(db_url) == 2, 10, "the retry to wait for job a")
+        holder.rollback()
     cancelling.join(30)
     retrying.join(30)
     assert "error" not in retry, retry
@@ -85,21 +85,20 @@ def test_the_admins_delete_and_a_retry_of_the_same_jobs_do_not_deadlock(
     a, x, b = (Job.objects.enqueue("tests.testapp.tasks.add", args=[1, 2]).id for _ in "axb")
     for job_id in (b, x, a):  # stored in this order: b's row first
         Job.objects.filter(pk=job_id).update(status="dead", done_at=timezone.now())
-    holder = psycopg.connect(db_url)
-    holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [x])
-    deleting, delete = in_thread(
-        lambda: (
-            admin_client.post(
-                "/admin/django_pgqueue/job/",
-                {"action": "delete_finished_jobs", "_selected_action": [a, x, b], "index": "0"},
-            ).status_code
+    with psycopg.connect(db_url) as holder:
+        holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [x])
+        deleting, delete = in_thread(
+            lambda: (
+                admin_client.post(
+                    "/admin/django_pgqueue/job/",
+                    {"action": "delete_finished_jobs", "_selected_action": [a, x, b], "index": "0"},
+                ).status_code
+            )
         )
-    )
-    wait_for(lambda: lock_waiters(db_url) == 1, 10, "the delete to wait for job x")
-    retrying, retry = in_thread(lambda: Job.objects.retry([a, b]))
-    wait_for(lambda: lock_waiters(db_url) == 2, 10, "the retry to wait")
-    holder.rollback()
-    holder.close()
+        wait_for(lambda: lock_waiters(db_url) == 1, 10, "the delete to wait for job x")
+        retrying, retry = in_thread(lambda: Job.objects.retry([a, b]))
+        wait_for(lambda: lock_waiters(db_url) == 2, 10, "the retry to wait")
+        holder.rollback()
     deleting.join(30)
     retrying.join(30)
     assert "error" not in retry, retry
@@ -121,27 +120,26 @@ def test_the_admins_cancel_names_a_job_another_cancel_asked_first_while_it_waite
     a = Job.objects.enqueue("tests.testapp.tasks.add", args=[1, 2]).id
     b = Job.objects.enqueue("tests.testapp.tasks.add", args=[3, 4]).id
     assert {job.id for job in Job.objects.claim("w", limit=2)} == {a, b}
-    holder = psycopg.connect(db_url)  # a worker's write of a's row, say
-    holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [a])
-    acting, act = in_thread(
-        lambda: [
-            str(message)
-            for message in admin_client.post(
-                "/admin/django_pgqueue/job/",
-                {
-                    "action": "cancel_jobs",
-                    "_selected_action": [a, b],
-                    "index": "0",
-                    "reason": "mine",
-                },
-                follow=True,
-            ).context["messages"]
-        ]
-    )
-    wait_for(lambda: lock_waiters(db_url) == 1, 10, "the admin's cancel to wait for job a")
-    assert Job.objects.cancel([b], reason="theirs") == [b]  # while the admin's waits
-    holder.rollback()
-    holder.close()
+    with psycopg.connect(db_url) as holder:  # a worker's write of a's row, say
+        holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [a])
+        acting, act = in_thread(
+            lambda: [
+                str(message)
+                for message in admin_client.post(
+                    "/admin/django_pgqueue/job/",
+                    {
+                        "action": "cancel_jobs",
+                        "_selected_action": [a, b],
+                        "index": "0",
+                        "reason": "mine",
+                    },
+                    follow=True,
+                ).context["messages"]
+            ]
+        )
+        wait_for(lambda: lock_waiters(db_url) == 1, 10, "the admin's cancel to wait for job a")
+        assert Job.objects.cancel([b], reason="theirs") == [b]  # while the admin's waits
+        holder.rollback()
     acting.join(30)
     assert "error" not in act, act
     assert act["value"] == [
@@ -167,14 +165,13 @@ def test_a_retry_of_more_than_a_batch_and_a_cancel_do_not_deadlock(db_url: str) 
     ids = [job.id for job in Job.objects.bulk_create(jobs)]
     oldest, x, newest = ids[0], ids[1], ids[2:]  # the retry's last batch is [oldest]
     assert len(newest) == RETRY_BATCH
-    holder = psycopg.connect(db_url)
-    holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [x])
-    cancelling, cancel = in_thread(lambda: Job.objects.cancel(ids, reason="race"))
-    wait_for(lambda: lock_waiters(db_url) == 1, 10, "the cancel to wait for job x")
-    retrying, retry = in_thread(lambda: Job.objects.retry([oldest, *newest]))
-    wait_for(lambda: lock_waiters(db_url) == 2, 10, "the retry to wait")
-    holder.rollback()
-    holder.close()
+    with psycopg.connect(db_url) as holder:
+        holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [x])
+        cancelling, cancel = in_thread(lambda: Job.objects.cancel(ids, reason="race"))
+        wait_for(lambda: lock_waiters(db_url) == 1, 10, "the cancel to wait for job x")
+        retrying, retry = in_thread(lambda: Job.objects.retry([oldest, *newest]))
+        wait_for(lambda: lock_waiters(db_url) == 2, 10, "the retry to wait")
+        holder.rollback()
     cancelling.join(30)
     retrying.join(30)
     assert "error" not in retry, retry
@@ -198,22 +195,21 @@ def test_prune_and_a_retry_of_the_same_old_jobs_do_not_deadlock(db_url: str) -> 
     old = timezone.now() - dt.timedelta(days=30)
     for age, job_id in enumerate((b, x, a)):  # b stored first and oldest: read first
         Job.objects.filter(pk=job_id).update(status="dead", done_at=old + dt.timedelta(age))
-    holder = psycopg.connect(db_url)
-    holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [x])
-    pruning, prune = in_thread(lambda: Job.objects.prune(dt.timedelta(days=7)))
-    wait_for(
-        lambda: not pruning.is_alive() or lock_waiters(db_url) == 1,
-        10,
-        "the prune to finish, or to wait for job x",
-    )
-    retrying, retry = in_thread(lambda: Job.objects.retry([a, b]))
-    wait_for(
-        lambda: not retrying.is_alive() or lock_waiters(db_url) == 2,
-        10,
-        "the retry to finish, or to wait",
-    )
-    holder.rollback()
-    holder.close()
+    with psycopg.connect(db_url) as holder:
+        holder.execute("SELECT 1 FROM pgqueue_job WHERE id = %s FOR UPDATE", [x])
+        pruning, prune = in_thread(lambda: Job.objects.prune(dt.timedelta(days=7)))
+        wait_for(
+            lambda: not pruning.is_alive() or lock_waiters(db_url) == 1,
+            10,
+            "the prune to finish, or to wait for job x",
+        )
+        retrying, retry = in_thread(lambda: Job.objects.retry([a, b]))
+        wait_for(
+            lambda: not retrying.is_alive() or lock_waiters(db_url) == 2,
+            10,
+            "the retry to finish, or to wait",
+        )
+        holder.rollback()
     pruning.join(30)
     retrying.join(30)
     assert "error" not in prune, prune

@@ -27,16 +27,13 @@ from typing import Protocol
 
 from django_pgqueue import wording
 from django_pgqueue.dberrors import first_line, is_transient
-from django_pgqueue.exceptions import JobTimeout
-from django_pgqueue.models import Job
 from django_pgqueue.queue import claims
-from django_pgqueue.records import ClaimedJob, JobStatus
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events, emit_released
-from django_pgqueue.worker.executor import timed_out
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
+from django_pgqueue.worker.overdue import fail_overdue
 from django_pgqueue.worker.pool import JobPool
 from django_pgqueue.worker.services import ServiceThread, Timers, reset_connection
 from django_pgqueue.worker.waker import Waker
@@ -166,7 +163,7 @@ class Shutdown:
             self._release(unfinished, RELEASED, unstarted=False)
         if overdue:
             w.ledger.give_back([job.key for job in overdue])
-            self._fail_overdue(overdue)
+            fail_overdue(w.config, w.ledger, w.events, overdue)
         status = 1 if w.fatal_reason else 0
         logger.info(
             "stopped %s: claimed %d, succeeded %d, retried %d, buried %d, cancelled %d%s",
@@ -283,44 +280,3 @@ class Shutdown:
                     locked,
                 )
             return
-
-    def _fail_overdue(self, overdue: list[ClaimedJob]) -> None:
-        timeout = self.worker.config.job_timeout
-        outcomes = [
-            timed_out(
-                job,
-                JobTimeout(
-                    f"job ran past the worker's job timeout of {timeout:g}s and had not "
-                    "returned when its worker exited"
-                ),
-            )
-            for job in overdue
-        ]
-        try:
-            statuses = Job.objects.fail(self.worker_id, outcomes, using=self.alias)
-        except Exception as exc:
-            reset_connection(self.alias)
-            logger.error(
-                "could not record jobs %s as timed out (%s): the reaper returns them "
-                "once their leases expire",
-                [job.id for job in overdue],
-                first_line(exc),
-            )
-        else:
-            # Counted as any outcome, for the "stopped" line that follows, and told as
-            # any batch of outcomes is (the metrics count them, the registry's done).
-            new = list(statuses.values())
-            buried, retried = new.count(JobStatus.DEAD), new.count(JobStatus.QUEUED)
-            self.worker.ledger.settled(
-                [], 0, buried=buried, retried=retried, cancelled=new.count(JobStatus.CANCELLED)
-            )
-            settled = [job.key for job in overdue]
-            self.worker.events.emit(
-                "recorded", settled=settled, succeeded=0, buried=buried, retried=retried,
-                statuses={job.key: statuses.get(job.id) for job in overdue},
-            )  # fmt: skip
-            logger.warning(
-                "shutdown: recorded %s as timed out: %s",
-                jobs(len(overdue)),
-                [job.id for job in overdue],
-            )

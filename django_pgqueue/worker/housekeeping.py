@@ -155,7 +155,7 @@ class Housekeeping:
                 )
 
     def spared(self) -> list[tuple[int, int]]:
-        """The runs this worker's reaper leaves alone: those the worker holds, unless
+        """The runs this worker's reaper leaves alone: those the worker holds or owes, unless
         its heartbeat has been behind (no renewal for two intervals) for a lease."""
         now, beat_at = time.monotonic(), self._beat_at  # (written by the heartbeat's thread)
         if now - beat_at <= 2 * self.config.heartbeat_interval:
@@ -167,7 +167,10 @@ class Housekeeping:
             self._behind_since, self._behind_beat = now, beat_at
         elif now - self._behind_since >= self.config.lease:
             return []
-        return self.ledger.lease_keys()
+        # And the runs owed to the queue: their rows were locked, so their leases went
+        # unrenewed, and the give-back that comes once the rows are free must not find
+        # them taken back (their attempts spent) by this worker's own reaper.
+        return self.ledger.lease_keys() + [job.key for job in self.ledger.owed(keep=True)]
 
     def reap(self) -> None:
         result = Job.objects.reap(using=self.config.database, spare=self.spared())

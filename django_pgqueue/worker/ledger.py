@@ -180,10 +180,12 @@ class Ledger:
         with self._lock:
             self._owed += jobs
 
-    def owed(self) -> list[ClaimedJob]:
-        """Take the runs owed to the queue (:meth:`owe`), to give them back."""
+    def owed(self, *, keep: bool = False) -> list[ClaimedJob]:
+        """Take the runs owed to the queue (:meth:`owe`), to give them back; or read
+        them (``keep``: still owed)."""
         with self._lock:
-            owed, self._owed = self._owed, []
+            owed = self._owed
+            self._owed = owed[:] if keep else []
             return owed
 
     def take_back(self, jobs: list[ClaimedJob], margin: float = 1.0) -> list[ClaimedJob]:

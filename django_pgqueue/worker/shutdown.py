@@ -2,7 +2,9 @@
 
 Shutdown takes at most ``shutdown_timeout + MARGIN`` seconds:
 
-1. prefetched jobs no thread has started go back to the queue at once;
+1. prefetched jobs no thread has started go back to the queue at once (those
+   whose rows another transaction holds locked, as soon as it lets go: they are
+   tried again while the shutdown waits, and at its end);
 2. running jobs get the shutdown timeout to finish (less if their leases would
    lapse first, because the heartbeat is gone), or until a second signal; if some
    are still running, the ``exiting`` event comes on a thread of its own
@@ -35,6 +37,7 @@ from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.overdue import fail_overdue
 from django_pgqueue.worker.pool import JobPool
+from django_pgqueue.worker.prefetch import LOOK_EVERY, skipped
 from django_pgqueue.worker.services import ServiceThread, Timers, reset_connection
 from django_pgqueue.worker.waker import Waker
 
@@ -81,6 +84,7 @@ class Shutdown:
         self.hard_deadline = self.deadline + MARGIN
         self.worker_id = config.worker_id
         self.alias = config.database
+        self._told: set[int] = set()  # ids of owed runs whose locked rows were logged
 
     def _until(self, seconds: float) -> float:
         """A deadline ``seconds`` from now, never past the hard one (or the urgent one)."""
@@ -97,7 +101,7 @@ class Shutdown:
         for early in (w.listener, w.scheduler):  # no new work, here or for others
             if early is not None:
                 early.stop()
-        self._give_back_waiting()
+        self._give_back_waiting(first=True)
         self._wait_for_running_jobs()
         if w.ledger.threads_in_jobs() and w.urgent_since is None and w.heartbeat.is_alive():
             # The process ends right after the last statements (runworker), and what it
@@ -199,22 +203,63 @@ class Shutdown:
                 running,
             )
 
-    def _give_back_waiting(self) -> None:
+    def _give_back_waiting(self, *, first: bool = False) -> None:
         """Prefetched jobs no thread has started go back to the queue at once, with
         those a give-back skipped earlier (owed: their rows were locked). The pool
-        refuses any more (a heartbeat that confirms parked runs gives them back)."""
-        waiting = self.worker.pool.close() + self.worker.ledger.unpark(None)
+        refuses any more (a heartbeat that confirms parked runs gives them back).
+        The ``first`` time, tried once: the runs it could not give back stay owed,
+        tried again while the shutdown waits for running jobs (:meth:`_give_back_owed`)
+        and at its end. (Given up after 5 s, they were left for the reaper while the
+        worker waited on, their leases no longer renewed: once their rows were free,
+        a reaper took them back, spending the attempt of a job that never ran.)"""
+        ledger = self.worker.ledger
+        waiting = self.worker.pool.close() + ledger.unpark(None)
         if waiting:
-            self.worker.ledger.forget(waiting)
-        waiting += self.worker.ledger.owed()
-        if waiting:
+            ledger.forget(waiting)
+        waiting += ledger.owed()
+        if first:
+            ledger.owe(waiting)
+            self._give_back_owed()
+        elif waiting:
             self._release([job.key for job in waiting], UNSTARTED, unstarted=True)
+
+    def _give_back_owed(self) -> None:
+        """One try at the runs owed to the queue (their rows locked elsewhere, or the
+        database away): those still left stay owed, for the next look."""
+        w = self.worker
+        owed = w.ledger.owed()
+        if not owed:
+            return
+        keys = [job.key for job in owed]
+        try:
+            statuses = claims.release(self.worker_id, keys, UNSTARTED, self.alias, wait=False)
+        except Exception as exc:
+            reset_connection(self.alias)
+            w.ledger.owe(owed)
+            logger.debug("shutdown: could not give back jobs %s yet: %s", keys, first_line(exc))
+            return
+        left = skipped(owed, statuses)
+        w.ledger.owe(left)
+        if untold := sorted({job.id for job in left} - self._told):
+            self._told.update(untold)
+            logger.warning(
+                "shutdown: jobs %s, not started, go back to the queue once another "
+                "transaction lets go of their rows",
+                untold,
+            )
+        done = [key for key in keys if statuses.get(key[0], "") is not None]
+        released = emit_released(w.events, w.ledger, done, statuses, unstarted=True)
+        if released:
+            logger.warning("shutdown: put %s back in the queue: %s", jobs(len(released)), released)
 
     def _wait_for_running_jobs(self) -> None:
         w = self.worker
         config = w.config
-        logged = False
+        logged, looked = False, time.monotonic()
         while w.ledger.running_own() and w.urgent_since is None:
+            if time.monotonic() - looked >= LOOK_EVERY:  # as the claim loop did
+                looked = time.monotonic()
+                self._give_back_owed()
             limit = self.deadline
             if not w.heartbeat.is_alive():
                 # Nobody renews the leases: give the jobs back before they lapse,

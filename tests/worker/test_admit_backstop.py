@@ -8,41 +8,20 @@ Rows planted by hand, run by a real in-process burst worker on the test database
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 import pytest
-from django.db import OperationalError, connection
+from django.db import OperationalError
 
 from django_pgqueue import signatures
 from django_pgqueue.backend import worker as tasks_worker
 from tests.conftest import run_counts
 from tests.testapp.tasks import mark
 from tests.worker.inprocess import WorkerThread
+from tests.worker.planted import last_message, outcome, plant
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
-
-
-def plant(task: str, args: Any) -> int:
-    """A job row written by hand, its arguments not fitting its task."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO pgqueue_job (task, args, max_attempts) VALUES (%s, %s, 3) RETURNING id",
-            [task, json.dumps(args)],
-        )
-        return int(cursor.fetchone()[0])
-
-
-def final(job_id: int) -> tuple[str, int, str | None, str | None]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT status, attempts, errors -> -1 ->> 'exception', errors -> -1 ->> 'message' "
-            "FROM pgqueue_job WHERE id = %s",
-            [job_id],
-        )
-        status, attempts, exception, message = cursor.fetchone()
-        return str(status), int(attempts), exception, message
 
 
 real_check = signatures.check_arguments
@@ -99,7 +78,8 @@ def test_an_unexpected_error_before_the_run_buries_the_job_and_the_thread_goes_o
     running = WorkerThread(burst=True, listen=False, poll_interval=5, concurrency=1, prefetch=0)
     with caplog.at_level(logging.ERROR, logger="django_pgqueue"):
         assert running.start().join(15) == 0
-    assert final(planted) == ("dead", 1, exception, message)
+    assert outcome(planted) == ("dead", 1, exception)
+    assert last_message(planted) == message
     assert run_counts("after-") == {"after-1": 1}
     started = [data["job"].id for seen, data in running.recorder.seen if seen == "started"]
     assert started == [known.pk]  # the buried one never ran

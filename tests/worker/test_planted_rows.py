@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import pytest
 from django.db import connection
@@ -16,33 +15,9 @@ from django_pgqueue.models import Job
 from tests.testapp import djtasks
 from tests.testapp.tasks import retries_io_only
 from tests.worker.conftest import django_command
+from tests.worker.planted import outcome, plant
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-def plant(task: str, args: list[Any], **columns: Any) -> int:
-    """Insert a job row by hand, as anyone with database access could."""
-    values = {"task": task, "args": json.dumps(args), "max_attempts": 3, **columns}
-    names = ", ".join(values)
-    marks = ", ".join(["%s"] * len(values))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO pgqueue_job ({names}) VALUES ({marks}) RETURNING id",
-            list(values.values()),
-        )
-        return int(cursor.fetchone()[0])
-
-
-def outcome(job_id: int) -> tuple[str, int, str | None]:
-    """Status, attempts and the last error's exception, read without the model (whose
-    JSONField may not read a planted column)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT status, attempts, errors -> -1 ->> 'exception' FROM pgqueue_job WHERE id = %s",
-            [job_id],
-        )
-        status, attempts, exception = cursor.fetchone()
-        return str(status), int(attempts), exception
 
 
 def burst(db_url: str) -> str:

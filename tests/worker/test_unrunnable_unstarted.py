@@ -6,43 +6,22 @@ Rows planted by hand, run by a real in-process burst worker on the test database
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from django.db import connection
 from prometheus_client import CollectorRegistry
 
 from django_pgqueue.monitoring.metrics import WorkerMetrics
 from tests.conftest import run_counts
 from tests.testapp.tasks import mark
 from tests.worker.inprocess import WorkerThread
+from tests.worker.planted import outcome, plant
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 UNKNOWN = "tests.testapp.tasks.no_such_task"
-
-
-def plant(task: str, args: Any) -> int:
-    """A job row written by hand, as anyone with database access could."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO pgqueue_job (task, args, max_attempts) VALUES (%s, %s, 3) RETURNING id",
-            [task, json.dumps(args)],
-        )
-        return int(cursor.fetchone()[0])
-
-
-def final(job_id: int) -> tuple[str, int, str | None]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT status, attempts, errors -> -1 ->> 'exception' FROM pgqueue_job WHERE id = %s",
-            [job_id],
-        )
-        status, attempts, exception = cursor.fetchone()
-        return str(status), int(attempts), exception
 
 
 @contextmanager
@@ -66,7 +45,7 @@ def test_a_job_of_an_unknown_task_is_not_counted_as_started() -> None:
     unknown = plant(UNKNOWN, ["x"])
     known = mark.enqueue("known-1")
     with burst(concurrency=1, prefetch=0) as (running, registry):
-        assert final(unknown) == ("dead", 1, "django_pgqueue.exceptions.UnknownTask")
+        assert outcome(unknown) == ("dead", 1, "django_pgqueue.exceptions.UnknownTask")
         assert run_counts("known-") == {"known-1": 1}
         started = [data["job"].id for name, data in running.recorder.seen if name == "started"]
         finished = [data["job"].id for name, data in running.recorder.seen if name == "finished"]
@@ -105,7 +84,7 @@ def test_unrunnable_jobs_leave_auto_prefetch_estimate_alone(
     ids = [plant(task, args) for _ in range(3)]
     with burst(concurrency=1, prefetch="auto") as (running, _):
         pass
-    assert [final(job_id) for job_id in ids] == [("dead", 1, exception)] * 3
+    assert [outcome(job_id) for job_id in ids] == [("dead", 1, exception)] * 3
     assert running.worker.prefetch._average is None
     assert running.worker.pool.pacing._ratios == []
     assert running.recorder.count("started") == 0

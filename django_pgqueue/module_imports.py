@@ -145,15 +145,13 @@ def _truth(test: ast.expr) -> bool | None:
         inner = _truth(test.operand)
         return None if inner is None else not inner
     if isinstance(test, ast.BoolOp):
-        # Short-circuited: the first operand that decides, if a known one comes first.
+        # One true operand makes an ``or`` true, one false an ``and`` false, wherever it
+        # stands (``x and TYPE_CHECKING`` is false whatever ``x`` is); all known, the other.
         values = [_truth(value) for value in test.values]
         decides = isinstance(test.op, ast.Or)
-        for value in values:
-            if value is None:
-                return None
-            if value is decides:
-                return decides
-        return not decides
+        if decides in values:
+            return decides
+        return None if None in values else not decides
     return None
 
 

@@ -20,13 +20,14 @@ def _task(name: str) -> str:
 
 
 DEAD = ["cnrd_mail.if_false", "cnrd_mail.if_zero", "cnrd_mail.ifexp", "cnrd_mail.and_false"]
-DEAD += ["cnrd_mail.if_true_else", "cnrd_mail.while_false"]
+DEAD += ["cnrd_mail.if_true_else", "cnrd_mail.while_false", "cnrd_mail.and_typing"]
+DEAD += ["cnrd_mail.or_true_else"]
 LIVE = ["cnrd_mail.if_true", "cnrd_mail.else_zero", "cnrd_mail.ifexp_else", "cnrd_mail.or_false"]
 LIVE += ["cnrd_mail.unknown"]
 FILES = {
     "cnrd/__init__.py": "",
     "cnrd/tasks.py": (
-        "import os\n\n\n"
+        "import os\nfrom typing import TYPE_CHECKING\n\n\n"
         "def ifexp():\n    import cnrd.ifexp  # noqa: F401\n\n\n"
         "def ifexp_else():\n    import cnrd.ifexp_else  # noqa: F401\n\n\n"
         "def and_false():\n    import cnrd.and_false  # noqa: F401\n\n\n"
@@ -41,6 +42,9 @@ FILES = {
         "False and and_false()\n"
         "False or or_false()\n"
         "if os.environ.get('X'):\n    import cnrd.unknown  # noqa: F401\n"
+        # Never true (false) whatever the run says of X: its first operand is unknown.
+        "if os.environ.get('X') and TYPE_CHECKING:\n    import cnrd.and_typing  # noqa\n"
+        "if os.environ.get('X') or 1:\n    pass\nelse:\n    import cnrd.or_true_else  # noqa\n"
     ),
     **{f"cnrd/chain{i}.py": f"import cnrd.chain{i + 1}  # noqa\n" for i in range(40)},
     "cnrd/chain40.py": "",
@@ -85,7 +89,9 @@ def test_what_a_dead_branch_imports_is_refused_as_every_worker_buries_it(
     """``if False:``, ``if 0:``, the ``else`` of ``if not 0:``, ``while False:``,
     ``f() if False else ...`` and ``False and f()`` at module level of tasks.py never
     run: a real worker buries their tasks. Enqueue accepted them (the branch was read
-    as if it ran); the branches that do run, and one it cannot tell, still count."""
+    as if it ran); the branches that do run, and one it cannot tell, still count.
+    Nor do ``if x and TYPE_CHECKING:`` or the ``else`` of ``if x or 1:``, whatever ``x``
+    is: enqueue accepted those two (an unknown first operand made the test unknown)."""
     env = _project(tmp_path)
     assert _enqueue(db_url, env, DEAD + LIVE) == {
         **dict.fromkeys(DEAD, "refused"),

@@ -157,13 +157,9 @@ def _problem(path: str, target: Any, declared: _Declared) -> str | None:
     if declared.calls and not any(map(module_imports.projects, declared.homes)):
         return _called_text(path, sorted(declared.calls)[0])
     try:
-        registry.check_importable(path, _home(declared))
-    except UnknownTask as exc:
-        return f"{exc} ({CHECK_ID})"
-    try:
         registry.discover()  # to see what the tasks modules hold
     except Exception:  # a tasks module fails to import: the workers' to say
-        return None
+        return _outside(path, declared)
     for importer in sorted(imported):
         found = sys.modules.get(importer)
         # Re-exported by a tasks module (from .helpers import send). Not its module bound
@@ -180,7 +176,17 @@ def _problem(path: str, target: Any, declared: _Declared) -> str | None:
         for home in declared.homes
     ):
         return None  # imported first by a view, but a tasks module imports it too
-    return _text(path, _home(declared), named)
+    return _outside(path, declared) or _text(path, _home(declared), named)
+
+
+def _outside(path: str, declared: _Declared) -> str | None:
+    """Why no worker imports the module that declares ``path`` (a script's, one outside
+    the installed apps), asked once its imports say none does; None if it is inside."""
+    try:
+        registry.check_importable(path, _home(declared))
+    except UnknownTask as exc:
+        return f"{exc} ({CHECK_ID})"
+    return None
 
 
 def _run_by(starts: set[str]) -> set[str]:

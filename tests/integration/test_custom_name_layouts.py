@@ -25,11 +25,14 @@ def _task(name: str, result: str) -> str:
 LAYOUT = {
     "cnlib/__init__.py": "",  # a library: no app, not in TASK_MODULES
     "cnlib/util.py": "def add(x):\n    return x + 4\n",
+    # Declares one, outside the apps: the tasks module imports it (a view did first).
+    "cnlib/tasked.py": _task("cnlay_mail.outside", "x + 14"),
     "cnlay/__init__.py": "",
     "cnlay/tasks/__init__.py": (
         "import importlib\nfrom typing import TYPE_CHECKING\n\n"
         "from django_pgqueue import task\n"
-        "from cnlib.util import add\n\n"
+        "from cnlib.util import add\n"
+        "import cnlib.tasked  # noqa: F401\n\n"
         "from cnlay import factory  # noqa: F401\n\n"
         "importlib.import_module('cnlay.dyn')\n"
         "importlib.import_module('.rel', package='cnlay')\n"
@@ -77,13 +80,14 @@ LAYOUT = {
 }
 # As the web process's views import them, before any tasks module.
 VIEWS = (
-    "import cnlay.dyn, cnlay.rel, cnlay.plugins.loop, cnlay.helpers, cnlay.typed, "
+    "import cnlib.tasked, cnlay.dyn, cnlay.rel, cnlay.plugins.loop, cnlay.helpers, cnlay.typed, "
     "cnlay.classy, cnlay.starred, cnlay.loaded, cnlay.cnjobs, cnlay.unused, cnlay.tasks.stray, "
     "cnlay.views  # noqa\n"
 )
 RUN = [
     *("cnlay_mail.dyn", "cnlay_mail.rel", "cnlay_mail.loop", "cnlay.other.f", "cnlay_mail.add"),
     *("cnlay_mail.typed", "cnlay_mail.classy", "cnlay_mail.loaded", "cnlay_mail.cnjobs"),
+    "cnlay_mail.outside",
 ]
 BURIED = ["cnlay_mail.stray", "cnlay_mail.late", "cnlay_mail.starred", "cnlay_mail.unused"]
 ENQUEUE = (
@@ -149,7 +153,10 @@ def test_tasks_a_worker_declares_are_accepted(db_url: str, tmp_path: Path) -> No
     body, by a function the module calls, or by ``autodiscover_modules()``: a real
     worker runs each. Enqueue refused all nine (E006, or "defined in
     'cnlib.util', which is not in an installed app" for the library's function), and
-    check reported the one whose name's module imports it."""
+    check reported the one whose name's module imports it. And one declared in a
+    module of the project outside the apps that the tasks module imports (a view
+    first): enqueue refused it as "not in an installed app", workers "would not
+    import it"."""
     _agree(db_url, tmp_path, RUN, runs=True)
 
 

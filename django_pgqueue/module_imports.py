@@ -12,8 +12,8 @@ keyword or under another name too. A name computed at run time is ``"shop.*"``
 (any module under its literal start) or ``"*"`` (any module). The source comes
 through the module's loader (its coding declaration, a zip file); a module without
 one (a ``.pyc`` alone, a C extension) may import any module: ``"*"``. What a file
-says is kept while its path, mtime and size stay the same, so a refused enqueue
-reads only what changed.
+says is kept while its path, inode, ctime, mtime and size stay the same, so a
+refused enqueue reads only what changed.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ class _Facts:
     discovered: tuple[str, ...]
 
 
-#: For each module read: its file as it was read (path, mtime, size), and what it says.
+#: For each module read: its file as it was read (path, inode, ctime, mtime, size), and
+#: what it says.
 _read: dict[str, tuple[tuple[Any, ...], _Facts | None]] = {}
 
 
@@ -74,14 +75,17 @@ def imports(name: str) -> list[str]:
 
 
 def _version(spec: Any) -> tuple[Any, ...]:
-    """The file a module's source comes from as it is now: its path, mtime and size
-    (of the zip file, for a module imported from one); its path alone, read once for
-    the process, when it has none."""
+    """The file a module's source comes from as it is now: its path, inode, ctime,
+    mtime and size (of the zip file, for a module imported from one); its path alone,
+    read once for the process, when it has none. The inode and ctime tell a file
+    replaced by one of its size whose mtime was kept (``tar``, ``cp -p``): no
+    program sets a ctime."""
     places = [spec.origin, getattr(spec.loader, "archive", None)]
     for place in (p for p in places if isinstance(p, str)):
         with contextlib.suppress(OSError):
             found = os.stat(place)
-            return (spec.origin, place, found.st_mtime_ns, found.st_size)
+            changed = (found.st_ino, found.st_ctime_ns, found.st_mtime_ns, found.st_size)
+            return (spec.origin, place, *changed)
     return (spec.origin,)
 
 

@@ -141,3 +141,40 @@ def test_a_refused_enqueue_reads_only_the_sources_that_changed(db_url: str, tmp_
     done = django_command(db_url, "shell", "-v", "0", "-c", script, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["refused True", "refused 0", "queued 2"]
+
+
+REPLACED = (
+    "import os\n"
+    "import cnrd.helpers  # as a view does\n"
+    "from django_pgqueue import enqueue\n"
+    "from django_pgqueue.exceptions import InvalidJob\n"
+    "def verdict():\n"
+    "    try:\n"
+    "        return enqueue('cnrd_mail.send', [1]).status\n"
+    "    except InvalidJob:\n"
+    "        return 'refused'\n"
+    "print(verdict())\n"
+    "old = os.stat(TASKS)\n"
+    "text = open(TASKS).read()\n"
+    "new = text.replace('import cnrd.chain0 ', 'import cnrd.helpers')\n"
+    "print(len(new) == len(text) and new != text)\n"
+    "with open(TASKS + '.new', 'w') as tasks:\n"
+    "    tasks.write(new)\n"
+    "os.utime(TASKS + '.new', ns=(old.st_atime_ns, old.st_mtime_ns))  # as tar, cp -p do\n"
+    "os.replace(TASKS + '.new', TASKS)\n"
+    "print(verdict())\n"
+)
+
+
+def test_a_file_replaced_by_one_of_its_size_and_mtime_is_read_again(
+    db_url: str, tmp_path: Path
+) -> None:
+    """tasks.py replaced by a version of the same size that kept the old one's mtime
+    (extracted from an archive, copied with ``cp -p``), and that imports the helpers
+    now: its task is accepted, as a worker started now runs it. Enqueue kept
+    refusing it, from what the old file said."""
+    env = _project(tmp_path)
+    script = f"TASKS = {str(tmp_path / 'cnrd' / 'tasks.py')!r}\n{REPLACED}"
+    done = django_command(db_url, "shell", "-v", "0", "-c", script, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["refused", "True", "queued"]

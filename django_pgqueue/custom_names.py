@@ -150,9 +150,10 @@ def _problem(path: str, target: Any, declared: _Declared) -> str | None:
     starts = registry.task_module_names()
     named = path.rpartition(".")[0]
     imported = {*starts, named} if registry.importable(named) else set(starts)
-    # Django's app loading and the settings' import run in every worker (before its
-    # tasks modules), wherever the modules they import are.
-    if declared.importers & {*imported, _APP_LOADING, settings.SETTINGS_MODULE}:
+    # Django's app loading and the settings' import (its packages' first: a project's
+    # __init__.py) run in every worker, before its tasks modules, wherever the modules
+    # they import are.
+    if declared.importers & {*imported, _APP_LOADING, *_settings_and_packages()}:
         return None
     if declared.calls and not any(map(module_imports.projects, declared.homes)):
         return _called_text(path, sorted(declared.calls)[0])
@@ -187,6 +188,13 @@ def _outside(path: str, declared: _Declared) -> str | None:
     except UnknownTask as exc:
         return f"{exc} ({CHECK_ID})"
     return None
+
+
+def _settings_and_packages() -> list[str]:
+    """The settings module and the packages above it, which its import runs first."""
+    name = getattr(settings, "SETTINGS_MODULE", None)  # None: settings.configure()
+    parts = name.split(".") if isinstance(name, str) else []
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def _run_by(starts: set[str]) -> set[str]:

@@ -283,3 +283,35 @@ def test_a_module_the_settings_import_is_run_by_every_worker(db_url: str, tmp_pa
         ("cnset_hooks.ping", "done", 2),
         ("cnset_hooks.stray", "dead", None),
     ]
+
+
+ABOVE_SETTINGS = {
+    # The Celery layout's habit: the project's package imports a module of its own.
+    "cnabove/__init__.py": "from cnabove import hooks  # noqa\n",
+    "cnabove/hooks.py": SETTINGS_PACKAGE["cnset/hooks.py"].replace("cnset", "cnabove"),
+    "cnabove/settings.py": "from tests.settings import *  # noqa\n",
+}
+
+
+def test_a_module_the_package_above_the_settings_imports_is_run_by_every_worker(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Settings ``cnabove.settings``, whose package imports the module that declares
+    the task: every worker imports ``cnabove`` before its settings, and runs the job.
+    Enqueue refused it ("not in an installed app, so workers would not import it"),
+    and check reported it: only the settings module itself counted."""
+    for name, text in ABOVE_SETTINGS.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    env = {"DJANGO_SETTINGS_MODULE": "cnabove.settings", "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    script = SETTINGS_ENQUEUE.replace("import cnset.stray", "pass")
+    script = script.replace(", 'cnset_hooks.stray'", "").replace("cnset", "cnabove")
+    done = django_command(db_url, "shell", "-v", "0", "-c", script, env=env)
+    assert done.stdout.splitlines() == ["cnabove_hooks.ping queued"], done.stdout
+    checked = django_command(db_url, "check", env=env)
+    assert (checked.returncode, checked.stderr) == (0, ""), checked.stderr
+    ran = django_command(db_url, "runworker", "--burst", "--skip-checks", env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert list(Job.objects.values_list("task", "status", "result")) == [
+        ("cnabove_hooks.ping", "done", 2)
+    ]

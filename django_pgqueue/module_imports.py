@@ -139,12 +139,19 @@ def _facts(name: str, spec: Any) -> _Facts | None:
 
 def _truth(test: ast.expr) -> bool | None:
     """What a test is at run time, when its source says it (``False``, ``0``, ``not
-    0``, ``TYPE_CHECKING``, which is False when a module runs, and ``and``/``or`` of
-    these); None when only the run can tell."""
+    0``, ``TYPE_CHECKING``, which is False when a module runs, ``__name__ ==
+    "__main__"``, False when it is imported, and ``and``/``or`` of these); None when
+    only the run can tell."""
     if isinstance(test, ast.Constant):
         return bool(test.value)
     if getattr(test, "id", getattr(test, "attr", None)) == "TYPE_CHECKING":
         return False
+    if isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.Eq | ast.NotEq):
+        # ``__name__ == "__main__"``: never so when a worker imports the module.
+        sides = [test.left, *test.comparators]
+        names = {getattr(side, "id", None) for side in sides}
+        if len(sides) == 2 and "__name__" in names and _is_text(sides, "__main__"):
+            return isinstance(test.ops[0], ast.NotEq)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         inner = _truth(test.operand)
         return None if inner is None else not inner
@@ -157,6 +164,10 @@ def _truth(test: ast.expr) -> bool | None:
             return decides
         return None if None in values else not decides
     return None
+
+
+def _is_text(nodes: list[ast.expr], text: str) -> bool:
+    return any(isinstance(node, ast.Constant) and node.value == text for node in nodes)
 
 
 def _run_branches(node: ast.If | ast.IfExp | ast.While) -> list[ast.AST]:

@@ -21,7 +21,7 @@ def _task(name: str) -> str:
 
 DEAD = ["cnrd_mail.if_false", "cnrd_mail.if_zero", "cnrd_mail.ifexp", "cnrd_mail.and_false"]
 DEAD += ["cnrd_mail.if_true_else", "cnrd_mail.while_false", "cnrd_mail.and_typing"]
-DEAD += ["cnrd_mail.or_true_else"]
+DEAD += ["cnrd_mail.or_true_else", "cnrd_mail.main_only"]
 LIVE = ["cnrd_mail.if_true", "cnrd_mail.else_zero", "cnrd_mail.ifexp_else", "cnrd_mail.or_false"]
 LIVE += ["cnrd_mail.unknown"]
 FILES = {
@@ -45,6 +45,8 @@ FILES = {
         # Never true (false) whatever the run says of X: its first operand is unknown.
         "if os.environ.get('X') and TYPE_CHECKING:\n    import cnrd.and_typing  # noqa\n"
         "if os.environ.get('X') or 1:\n    pass\nelse:\n    import cnrd.or_true_else  # noqa\n"
+        "if __name__ == '__main__':  # run as a script: never as a worker imports it\n"
+        "    import cnrd.main_only  # noqa: F401\n"
     ),
     **{f"cnrd/chain{i}.py": f"import cnrd.chain{i + 1}  # noqa\n" for i in range(40)},
     "cnrd/chain40.py": "",
@@ -91,7 +93,8 @@ def test_what_a_dead_branch_imports_is_refused_as_every_worker_buries_it(
     run: a real worker buries their tasks. Enqueue accepted them (the branch was read
     as if it ran); the branches that do run, and one it cannot tell, still count.
     Nor do ``if x and TYPE_CHECKING:`` or the ``else`` of ``if x or 1:``, whatever ``x``
-    is: enqueue accepted those two (an unknown first operand made the test unknown)."""
+    is: enqueue accepted those two (an unknown first operand made the test unknown);
+    nor ``if __name__ == '__main__':``, which enqueue read as if it could run."""
     env = _project(tmp_path)
     assert _enqueue(db_url, env, DEAD + LIVE) == {
         **dict.fromkeys(DEAD, "refused"),

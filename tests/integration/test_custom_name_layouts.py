@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from django_pgqueue.models import Job
+from tests.integration.enqueue_script import ENQUEUE
 from tests.worker.conftest import ROOT, django_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -90,15 +91,6 @@ RUN = [
     "cnlay_mail.outside",
 ]
 BURIED = ["cnlay_mail.stray", "cnlay_mail.late", "cnlay_mail.starred", "cnlay_mail.unused"]
-ENQUEUE = (
-    "from django_pgqueue import enqueue\n"
-    "from django_pgqueue.exceptions import InvalidJob\n"
-    "for path in PATHS:\n"
-    "    try:\n"
-    "        print(path, enqueue(path, [1]).status)\n"
-    "    except InvalidJob as exc:\n"
-    "        print(path, 'refused', exc)\n"
-)
 
 
 def _project(tmp_path: Path, *, silenced: bool = False) -> dict[str, str]:

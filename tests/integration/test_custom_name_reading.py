@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from django_pgqueue.models import Job
+from tests.integration.enqueue_script import ENQUEUE
 from tests.worker.conftest import ROOT, django_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -53,15 +54,6 @@ FILES = {
     "cnrd/helpers.py": _task("cnrd_mail.send"),
     **{f"cnrd/{path.partition('.')[2]}.py": _task(path) for path in DEAD + LIVE},
 }
-ENQUEUE = (
-    "from django_pgqueue import enqueue\n"
-    "from django_pgqueue.exceptions import InvalidJob\n"
-    "for path in PATHS:\n"
-    "    try:\n"
-    "        print(path, enqueue(path, [1]).status)\n"
-    "    except InvalidJob as exc:\n"
-    "        print(path, 'refused', exc)\n"
-)
 
 
 def _project(tmp_path: Path, *, silenced: bool = False) -> dict[str, str]:

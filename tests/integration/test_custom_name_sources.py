@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from django_pgqueue.models import Job
+from tests.integration.enqueue_script import ENQUEUE
 from tests.worker.conftest import ROOT, django_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,17 +48,6 @@ CASES: dict[str, dict[str, str | bytes]] = {
     # An if whose test ast.unparse() recursed through.
     "deep": {"tasks.py": "import cnsrc.h\nif " + " + ".join(["1"] * 1200) + ":\n    pass\n"},
 }
-ENQUEUE = (
-    "from django_pgqueue import enqueue\n"
-    "from django_pgqueue.exceptions import InvalidJob\n"
-    "for path in PATHS:\n"
-    "    try:\n"
-    "        print(path, enqueue(path, [1]).status)\n"
-    "    except InvalidJob as exc:\n"
-    "        print(path, 'refused', exc)\n"
-    "    except Exception as exc:\n"
-    "        print(path, 'raised', repr(exc))\n"
-)
 
 
 def _project(tmp_path: Path, case: str, *, silenced: bool = False) -> dict[str, str]:

@@ -22,6 +22,7 @@ from django_pgqueue.schema import MAX_ERROR_COUNT
 from tests.conftest import status_counts
 from tests.testapp.tasks import add
 from tests.worker.inprocess import worker_thread
+from tests.worker.planted import insert
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,14 +79,7 @@ def plant(**columns: Any) -> int:
         "worker_ids": "[]",
         **columns,
     }
-    names = ", ".join(values)
-    marks = ", ".join(["%s"] * len(values))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO pgqueue_job ({names}) VALUES ({marks}) RETURNING id",
-            list(values.values()),
-        )
-        return int(cursor.fetchone()[0])
+    return insert(values)
 
 
 @pytest.mark.parametrize(

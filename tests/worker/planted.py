@@ -11,7 +11,11 @@ from django.db import connection
 
 def plant(task: str, args: Any, **columns: Any) -> int:
     """Insert a job row of ``task`` with ``args`` (and any other ``columns``)."""
-    values = {"task": task, "args": json.dumps(args), "max_attempts": 3, **columns}
+    return insert({"task": task, "args": json.dumps(args), "max_attempts": 3, **columns})
+
+
+def insert(values: dict[str, Any]) -> int:
+    """Insert a job row of exactly these column ``values``; its id."""
     names = ", ".join(values)
     marks = ", ".join(["%s"] * len(values))
     with connection.cursor() as cursor:

@@ -32,7 +32,7 @@ from django_pgqueue.worker.latency import Latency
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.pool import JobPool
 from django_pgqueue.worker.prefetch import give_back
-from django_pgqueue.worker.services import ConnectionEpoch, RunAgainIn, Timer
+from django_pgqueue.worker.services import ConnectionEpoch, RunAgainIn, Timer, Timers
 from django_pgqueue.worker.waker import Waker
 
 logger = logging.getLogger("django_pgqueue")
@@ -65,6 +65,8 @@ class Housekeeping:
         #: the beat it found last then: one since ends that spell, seen or not.
         self._behind_since: float | None = None
         self._behind_beat = self._beat_at
+        #: The heartbeat is giving runs back (the shutdown waits for it: join_heartbeat).
+        self.giving_back = False
 
     def timers(self) -> list[Timer]:
         """The maintenance thread's timers (the heartbeat has a thread of its own)."""
@@ -132,7 +134,11 @@ class Housekeeping:
         if paused:  # claimed ahead, then their queue was paused: back to it, not started
             back += self.pool.take_waiting(paused)
         if back or refused:
-            self._give_back(back, refused)
+            self.giving_back = True
+            try:
+                self._give_back(back, refused)
+            finally:
+                self.giving_back = False
         # Not those a reaper ended cancelled (told to stop above): they never run again.
         elsewhere = sorted(job_id for job_id, run in lost if (job_id, run) not in asked)
         if elsewhere:
@@ -153,6 +159,13 @@ class Housekeeping:
                     "gave back %s %s, claimed ahead and not started: %s",
                     *(wording.count(len(ids), "job"), why, ids),
                 )
+
+    def join_heartbeat(self, heartbeat: Timers, short: float, until: float) -> None:
+        """Wait for the (stopped) heartbeat's thread until ``short``, or ``until`` while
+        it gives runs back: the runs it leaves owed (rows locked, a failed statement)
+        go back in the shutdown's last give-back, which must come after it."""
+        while heartbeat.is_alive() and time.monotonic() < (until if self.giving_back else short):
+            heartbeat.join(0.02)
 
     def spared(self) -> list[tuple[int, int]]:
         """The runs this worker's reaper leaves alone: those the worker holds or owes, unless

@@ -33,6 +33,7 @@ from django_pgqueue.queue import claims
 from django_pgqueue.worker.completer import Completer
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events, emit_released
+from django_pgqueue.worker.housekeeping import Housekeeping
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.overdue import fail_overdue
@@ -64,6 +65,7 @@ class Stopping(Protocol):
     pool: JobPool
     completer: Completer
     heartbeat: Timers
+    housekeeping: Housekeeping
     maintenance: Timers
     listener: Listener | None
     waker: Waker
@@ -145,8 +147,9 @@ class Shutdown:
         # daemon and ends with the process.
         leftovers = w.ledger.running()
         w.pool.stop(timeout=0.0 if leftovers else 1.0)
-        w.heartbeat.stop()
-        w.heartbeat.join(max(0.0, min(2.0, self.hard_deadline - time.monotonic())))
+        w.heartbeat.stop()  # 2 s; longer while it gives back runs, which may leave some owed
+        bound = self._until(float("inf"))  # (given up after 2 s, they went to the reaper)
+        w.housekeeping.join_heartbeat(w.heartbeat, min(time.monotonic() + 2, bound), bound - URGENT)
         # Runs parked since (a thread took them before the pool closed), or owed since
         # (a give-back that failed: the closed pool refused them).
         self._give_back_waiting()

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from django_pgqueue.conf import Settings
+#: ``conf.Settings``, which this module may not import (``conf`` imports it).
+Settings = Any
 
 
 @dataclasses.dataclass(frozen=True)

@@ -65,6 +65,9 @@ class Housekeeping:
         #: the beat it found last then: one since ends that spell, seen or not.
         self._behind_since: float | None = None
         self._behind_beat = self._beat_at
+        #: When the reaper last looked: a look far later than its interval means the
+        #: whole process was stopped (SIGSTOP, a frozen VM), not the heartbeat alone.
+        self._looked_at = self._beat_at
         #: The heartbeat is giving runs back (the shutdown waits for it: join_heartbeat).
         self.giving_back = False
 
@@ -169,14 +172,20 @@ class Housekeeping:
 
     def spared(self) -> list[tuple[int, int]]:
         """The runs this worker's reaper leaves alone: those the worker holds or owes, unless
-        its heartbeat has been behind (no renewal for two intervals) for a lease."""
+        its heartbeat has been behind (no renewal for two intervals) for a lease, counted
+        only while this thread kept looking (a stopped process is not a stuck heartbeat)."""
         now, beat_at = time.monotonic(), self._beat_at  # (written by the heartbeat's thread)
-        if now - beat_at <= 2 * self.config.heartbeat_interval:
+        c = self.config
+        paused = now - self._looked_at > c.reap_interval + 2 * c.heartbeat_interval
+        self._looked_at = now
+        if now - beat_at <= 2 * c.heartbeat_interval:
             self._behind_since = None
-        elif self._behind_since is None or beat_at != self._behind_beat:
+        elif paused or self._behind_since is None or beat_at != self._behind_beat:
             # A pause just ended, or the heartbeat is stuck. (A beat since the last
             # spell began ends it, though no look saw it keep up: a second pause
-            # before the reaper's next look is a new spell, not a lease behind.)
+            # before the reaper's next look is a new spell, not a lease behind. And
+            # this thread stopped too since its last look: the process stood still,
+            # so a spell seen just before a SIGSTOP does not count the stop.)
             self._behind_since, self._behind_beat = now, beat_at
         elif now - self._behind_since >= self.config.lease:
             return []

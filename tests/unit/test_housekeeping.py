@@ -14,7 +14,7 @@ from tests.unit.test_ledger import job
 
 def housekeeping(lease: float = 3.0) -> tuple[Housekeeping, Ledger]:
     ledger = Ledger(lease)
-    config: Any = SimpleNamespace(lease=lease, heartbeat_interval=lease / 3)
+    config: Any = SimpleNamespace(lease=lease, heartbeat_interval=lease / 3, reap_interval=0.1)
     return Housekeeping(config, ledger, Events(), pool=None, waker=None), ledger  # type: ignore[arg-type]
 
 
@@ -66,3 +66,27 @@ def test_a_second_pause_soon_after_a_first_is_spared_too() -> None:
     assert keeper._behind_since is not None
     keeper._behind_since -= 60
     assert keeper.spared() == [(1, 1)]  # first seen behind again: spared
+
+
+def test_a_spell_seen_just_before_the_process_stopped_does_not_count_the_stop() -> None:
+    """The reaper found the heartbeat behind (a loaded host) just before a SIGSTOP that
+    outlasted the lease: resumed, and looking before the heartbeat, it must not take
+    the stop for a heartbeat a lease behind and give back the runs still running."""
+    keeper, ledger = housekeeping()
+    ledger.add([job(1)])
+    keeper._beat_at -= 2.1  # a loaded host: behind by more than two intervals (2 s)...
+    assert keeper.spared() == [(1, 1)]  # ...seen: a spell begins
+    # Then the process stood still for 5 s (longer than the lease of 3 s): as if the
+    # look and the last beat both happened 5 s earlier.
+    assert keeper._behind_since is not None
+    keeper._behind_since -= 5
+    keeper._beat_at -= 5
+    keeper._behind_beat = keeper._beat_at
+    keeper._looked_at -= 5
+    assert keeper.spared() == [(1, 1)]  # spared: the stop is not a heartbeat behind
+    keeper._behind_since -= 2.9  # behind for less than a lease, this thread looking on
+    keeper._looked_at = time.monotonic()
+    assert keeper.spared() == [(1, 1)]
+    keeper._behind_since -= 0.1
+    keeper._looked_at = time.monotonic()
+    assert keeper.spared() == []  # a whole lease behind while the process ran: reaped

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,12 @@ import pytest
 from devtools.embedded_pg import EmbeddedPostgres
 
 ROOT = Path(__file__).absolute().parents[2]  # see tests/worker/conftest.py
+
+
+def inner_pytest(*args: str) -> list[str]:
+    """The command line of a pytest run inside a test, with this project's configuration."""
+    config = ("-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT))
+    return [sys.executable, "-m", "pytest", *config, *args]
 
 
 @pytest.fixture(scope="module")

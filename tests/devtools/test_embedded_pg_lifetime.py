@@ -18,6 +18,7 @@ from tests.devtools.conftest import (
     ROOT,
     alive,
     child_env,
+    inner_pytest,
     kill_server,
     postmaster_pid,
     processes_mentioning,
@@ -81,17 +82,7 @@ def test_a_sigkilled_pytest_session_leaves_no_server(tmp_path: Path) -> None:
     (tmp_path / "test_wait.py").write_text(SESSION)
     report = tmp_path / "data_dir"
     session = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-c",
-            str(ROOT / "pyproject.toml"),
-            "--rootdir",
-            str(ROOT),
-            "-q",
-            str(tmp_path / "test_wait.py"),
-        ],
+        inner_pytest("-q", str(tmp_path / "test_wait.py")),
         cwd=ROOT,
         env=child_env(REPORT_TO=str(report)),
         stdin=subprocess.DEVNULL,

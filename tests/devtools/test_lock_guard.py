@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -13,7 +12,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.devtools.conftest import ROOT
+from tests.devtools.conftest import ROOT, inner_pytest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -57,19 +56,10 @@ def test_a_session_left_holding_a_row_lock_is_ended_before_the_flush(
     server = urlunsplit(ours._replace(path="/postgres"))
     try:
         run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-c",
-                str(ROOT / "pyproject.toml"),
-                "--rootdir",
-                str(ROOT),
-                "-p",
-                "no:randomly",  # in the file's order: the leak, then the next test
-                "-q",
-                str(tmp_path / "test_leaking.py"),
-            ],
+            inner_pytest(
+                *("-p", "no:randomly"),  # in the file's order: the leak, then the next test
+                *("-q", str(tmp_path / "test_leaking.py")),
+            ),
             cwd=ROOT,
             env={**os.environ, "DATABASE_URL": server, "PGQUEUE_TEST_DATABASE": inner},
             stdin=subprocess.DEVNULL,

@@ -104,6 +104,8 @@ class Presence:
             reset_connection(self.config.database)
             return
         self._registered = True
+        if self._left:  # leave() came while this wrote (a shutdown past a slow write)
+            self._remove()
 
     def enter(self, fatal: Callable[[str], None]) -> None:
         """Write the row at start, on the claim loop's thread before it claims: a job of
@@ -137,7 +139,10 @@ class Presence:
     def leave(self) -> None:
         """Remove the row as the worker exits (best effort: a row left behind is
         shown as gone, then forgotten)."""
-        self._left = True
+        self._left = True  # (before the statement: a write under way takes the row out too)
+        self._remove()
+
+    def _remove(self) -> None:
         try:
             RegisteredWorker.objects.leave(self.config.worker_id, using=self.config.database)
         except Exception as exc:

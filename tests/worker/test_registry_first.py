@@ -131,3 +131,35 @@ def test_a_row_not_written_at_start_is_written_by_the_heartbeat_at_once(
         row = RegisteredWorker.objects.get(pk="reg-late")
         assert row.concurrency == 1
     assert writes == ["test-worker", "pgqueue-heartbeat"]
+
+
+def test_a_write_that_outlasts_the_shutdown_does_not_leave_the_row_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shutdown waits 2 s for the heartbeat thread; a registry write still under way
+    then (a slow statement) committed after the worker had removed its row, so the
+    row stayed, listed as alive, until it aged out. The write now takes it out again."""
+    held, calls = threading.Event(), []
+    real = queue_presence.register
+
+    def register(*args: Any, **kwargs: Any) -> None:
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:  # at start: lost, so the heartbeat thread writes it at once
+            raise OperationalError("server closed the connection unexpectedly")
+        if len(calls) == 2:
+            held.wait(30)  # a slow statement, past the shutdown's wait
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(queue_presence, "register", register)
+    worker = WorkerThread(worker_id="reg-slow", concurrency=1, lease=60, heartbeat_interval=20)
+    worker.start()
+    try:
+        wait_for(lambda: len(calls) == 2, 10, "the heartbeat thread's write to begin")
+    finally:
+        assert worker.stop() == 0  # it left, the write still held
+    assert not RegisteredWorker.objects.filter(pk="reg-slow").exists()
+    held.set()
+    worker.worker.heartbeat.join(10)
+    assert not worker.worker.heartbeat.is_alive()
+    assert calls == ["test-worker", "pgqueue-heartbeat"]
+    assert not RegisteredWorker.objects.filter(pk="reg-slow").exists()

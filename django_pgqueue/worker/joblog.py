@@ -17,9 +17,16 @@ import json
 import logging
 
 from django_pgqueue import wording
-from django_pgqueue.records import ClaimedJob, Failure, Reaped
+from django_pgqueue.records import ClaimedJob, Failure, Outcome, Reaped, Success
 
 logger = logging.getLogger("django_pgqueue")
+
+
+def came_to(outcome: Outcome) -> str:
+    """The word of ``-v 2``'s line for a finished run: what the worker records."""
+    if isinstance(outcome, Success):
+        return "succeeded"
+    return "cancelled" if outcome.cancel else "snoozed" if outcome.snooze else "failed"
 
 
 def worker_of(job: ClaimedJob) -> str:

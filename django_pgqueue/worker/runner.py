@@ -18,7 +18,7 @@ from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
 from django_pgqueue.periodic.scheduler import scheduler_thread
 from django_pgqueue.queue.claims import batch_size
-from django_pgqueue.records import ClaimedJob, JobStatus, Outcome, Success
+from django_pgqueue.records import ClaimedJob, JobStatus, Outcome
 from django_pgqueue.wording import shown
 from django_pgqueue.worker import shutdown
 from django_pgqueue.worker.banner import banner, warn_unknown_queues
@@ -27,6 +27,7 @@ from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
 from django_pgqueue.worker.executor import admit, timed_out
 from django_pgqueue.worker.housekeeping import Housekeeping
+from django_pgqueue.worker.joblog import came_to
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.pool import JobPool
@@ -283,9 +284,8 @@ class Worker:
             late = held.control._overran()  # as task_finished said, if it was sent
             if late is not None:
                 outcome = timed_out(job, late)
-            elif logger.isEnabledFor(logging.DEBUG):
-                result = "succeeded" if isinstance(outcome, Success) else "failed"
-                logger.debug("job %s %s %s", job.id, shown(job.task), result)
+            if logger.isEnabledFor(logging.DEBUG):  # a run past the job timeout too
+                logger.debug("job %s %s %s", job.id, shown(job.task), came_to(outcome))
             self.completer.put(outcome)
         self.events.emit("finished", job=job, outcome=outcome)
         # Wake the claim loop only when a claim is worth making (slots for a batch, or

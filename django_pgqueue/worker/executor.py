@@ -228,6 +228,7 @@ def cancel_outcome(job: ClaimedJob, reason: str, trace: str = "") -> Failure:
     logger.info(
         "job %s (%s) cancelled on attempt %s: %s",
         *(job.id, wording.shown(job.task), job.attempt, wording.shown(reason)),
+        extra=joblog.fields(job),
     )
     return cancelled(job, reason, trace)
 

@@ -130,6 +130,7 @@ class Housekeeping:
                 logger.info(
                     "job %s (%s): asked to stop (%s)",
                     *(job.id, wording.shown(job.task), wording.shown(asked[job.key])),
+                    extra=joblog.fields(job),
                 )
                 self.events.emit("cancel_requested", job=job, reason=asked[job.key])
             # Those still waiting for a thread (prefetched) end now, not when a slot frees.
@@ -227,6 +228,7 @@ class Housekeeping:
                 job.id,
                 wording.shown(job.task),
                 self.config.job_timeout,
+                extra=joblog.fields(job),
             )
 
     def log_throughput(self) -> None:

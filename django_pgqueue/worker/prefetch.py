@@ -32,6 +32,7 @@ from django_pgqueue import wording
 from django_pgqueue.dberrors import first_line, is_transient
 from django_pgqueue.queue import claims
 from django_pgqueue.records import ClaimedJob
+from django_pgqueue.worker import joblog
 from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events, emit_released
 from django_pgqueue.worker.ledger import Ledger
@@ -261,6 +262,7 @@ def give_back_lapsed(config: WorkerConfig, ledger: Ledger, events: Events, job: 
             "the reaper returns it",
             job.id,
             first_line(exc),
+            extra=joblog.fields(job),
         )
         return
     if skipped([job], statuses):
@@ -271,4 +273,5 @@ def give_back_lapsed(config: WorkerConfig, ledger: Ledger, events: Events, job: 
         "not started, %s",
         job.id,
         "given back to the queue" if back else "no longer this worker's",
+        extra=joblog.fields(job),
     )

@@ -27,7 +27,7 @@ from django_pgqueue.worker.config import WorkerConfig
 from django_pgqueue.worker.events import Events
 from django_pgqueue.worker.executor import admit, timed_out
 from django_pgqueue.worker.housekeeping import Housekeeping
-from django_pgqueue.worker.joblog import came_to
+from django_pgqueue.worker.joblog import came_to, fields
 from django_pgqueue.worker.ledger import Ledger
 from django_pgqueue.worker.listener import Listener
 from django_pgqueue.worker.pool import JobPool
@@ -253,7 +253,13 @@ class Worker:
         self.ledger.add(jobs, sent, epoch)
         self.events.emit("claimed", jobs=jobs)
         for job in jobs if logger.isEnabledFor(logging.DEBUG) else ():
-            logger.debug("job %s %s attempt %s claimed", job.id, shown(job.task), job.attempt)
+            logger.debug(
+                "job %s %s attempt %s claimed",
+                job.id,
+                shown(job.task),
+                job.attempt,
+                extra=fields(job),
+            )
         self.pool.submit(jobs)
 
     # -- callbacks from other threads ----------------------------------------------
@@ -277,6 +283,7 @@ class Worker:
                 "job %s finished after it was given back (shutdown) or its lease "
                 "was lost; its outcome is dropped",
                 job.id,
+                extra=fields(job),
             )
         else:
             if held.control._ran:  # not one ended before its body ran (see above)
@@ -285,7 +292,8 @@ class Worker:
             if late is not None:
                 outcome = timed_out(job, late)
             if logger.isEnabledFor(logging.DEBUG):  # a run past the job timeout too
-                logger.debug("job %s %s %s", job.id, shown(job.task), came_to(outcome))
+                text = came_to(outcome)
+                logger.debug("job %s %s %s", job.id, shown(job.task), text, extra=fields(job))
             self.completer.put(outcome)
         self.events.emit("finished", job=job, outcome=outcome)
         # Wake the claim loop only when a claim is worth making (slots for a batch, or

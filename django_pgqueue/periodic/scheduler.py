@@ -56,6 +56,9 @@ FELL_BEHIND = dt.timedelta(seconds=LONGEST_PAUSE)
 #: unique_key that an open transaction enqueued. Past it the tick is tried again at
 #: the next look, and the other schedules are not held up meanwhile.
 LOCK_WAIT = "500ms"
+#: The longest the sync at start waits for a lock (the table's, or a row's): one
+#: left held by an open transaction must not stop every schedule without a word.
+SYNC_LOCK_WAIT = "2s"
 #: How many missed ticks each catch_up value enqueues.
 CATCH_UP_LIMITS = {"none": 0, "latest": 1, "all": MAX_TICKS}
 
@@ -112,12 +115,24 @@ class Scheduler(ServiceThread):
         # runworker turns the InvalidSchedule into its one-line CommandError.
         self.planned = [Planned.of(s) for s in specs if s.enabled]
         self._synced = False
+        self._sync_blocked = False
 
     def step(self) -> float:
         # A tick's job is an enqueue: it commits durably, whatever ASYNC_COMMIT says.
         bookkeeping_thread(on=False)
         if not self._synced:
-            self._sync()
+            try:
+                self._sync()
+            except schedules.SyncBlocked as exc:
+                if not self._sync_blocked:  # said once; the ticks since the start stay due
+                    logger.warning(
+                        "scheduler: the schedules cannot be written (%s): another transaction "
+                        "holds pgqueue_schedule (an UPDATE by hand not committed?); no tick "
+                        "is enqueued until it ends, tried again every second",
+                        exc,
+                    )
+                self._sync_blocked = True
+                return 1.0
         began = time.monotonic()
         now = dt.datetime.now(dt.UTC)
         for plan in self.planned:
@@ -173,7 +188,9 @@ class Scheduler(ServiceThread):
 
     def _sync(self) -> None:
         # Those disabled in settings too: their rows say they are still declared.
-        result = schedules.sync([declared(s) for s in conf.get().schedules], self.alias)
+        result = schedules.sync(
+            [declared(s) for s in conf.get().schedules], self.alias, lock_wait=SYNC_LOCK_WAIT
+        )
         rows = {row.name: row for row in result.rows}
         since = schedules.up_since(self.alias)
         for plan in self.planned:
@@ -201,7 +218,7 @@ class Scheduler(ServiceThread):
                 "scheduler: %d schedule(s) no longer in PGQUEUE['PERIODIC'] are marked removed",
                 result.removed,
             )
-        self._synced = True
+        self._synced, self._sync_blocked = True, False
 
     def _ticks(self, plan: Planned, now: dt.datetime) -> list[dt.datetime]:
         """The ticks to enqueue now: those due while some worker was up, and as many

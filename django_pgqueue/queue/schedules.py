@@ -25,11 +25,14 @@ ROWS_LOCK = 0x7067_7173_6368_6564  # "pgqsched"
 
 
 @contextlib.contextmanager
-def locked(alias: str) -> Iterator[None]:
+def locked(alias: str, lock_wait: str | None = None) -> Iterator[None]:
     """A transaction in which no other sync or operator switch writes schedule rows:
     two that lock several rows each, in orders of their own, could deadlock (workers
-    with different settings starting together)."""
+    with different settings starting together). ``lock_wait`` (PostgreSQL's words:
+    ``'2s'``) bounds each of its waits for a lock; None waits as the setting says."""
     with transaction.atomic(using=alias):
+        if lock_wait is not None:
+            runner.fetch("schedules_lock_wait", {"lock_wait": lock_wait}, alias, prepare=False)
         runner.fetch("schedules_lock", {"lock": ROWS_LOCK}, alias)
         yield
 
@@ -66,9 +69,10 @@ class Sync:
     now: dt.datetime
 
 
-def sync(declared: Sequence[Declared], alias: str) -> Sync:
+def sync(declared: Sequence[Declared], alias: str, lock_wait: str | None = None) -> Sync:
     """Write the declared schedules' rows and mark the others not configured (one
-    sync at a time: see :func:`locked`)."""
+    sync at a time: see :func:`locked`). :class:`SyncBlocked` when a wait for a lock
+    outlasted ``lock_wait``: nothing was written."""
     params = {
         "names": [d.name for d in declared],
         "tasks": [d.task for d in declared],
@@ -77,8 +81,13 @@ def sync(declared: Sequence[Declared], alias: str) -> Sync:
         "enabled": [d.enabled for d in declared],
         **BOUNDS,
     }
-    with locked(alias):
-        rows = runner.fetch("schedules_sync", params, alias)
+    try:
+        with locked(alias, lock_wait):
+            rows = runner.fetch("schedules_sync", params, alias)
+    except OperationalError as exc:
+        if not lock_timed_out(exc):
+            raise
+        raise SyncBlocked(first_line(exc)) from exc
     # Aware, as the ticks are, with USE_TZ = False too (where Django's loaders drop the zone).
     return Sync(
         rows=[
@@ -100,6 +109,11 @@ class TickBlocked(Exception):
     """A tick's statement waited for a lock longer than it was allowed to: the
     schedule's row, or a job holding its task's unique_key that an open transaction
     enqueued. Nothing was taken or enqueued."""
+
+
+class SyncBlocked(Exception):
+    """The schedules' sync waited for a lock longer than it was allowed to: another
+    transaction holds the schedule table's lock or one of its rows. Nothing was written."""
 
 
 class RowMissing(Exception):

@@ -1104,6 +1104,13 @@ AND done_at <= now()
 -- deadlock. schedule_tick writes one row and needs no such lock.
 SELECT 1 AS locked FROM pg_advisory_xact_lock(%(lock)s::bigint);
 
+-- name: schedules_lock_wait
+-- Bounds the rest of the transaction's waits for a lock (a scheduler's sync, run
+-- before schedules_lock): a transaction left open on the schedule table (an UPDATE
+-- by hand not committed, a process paused in its own sync) would otherwise hold the
+-- starting worker's scheduler, every schedule of it, for as long as it stays open.
+SELECT set_config('lock_timeout', %(lock_wait)s::text, true) AS lock_wait;
+
 -- name: schedules_sync
 -- The schedules a worker's settings declare (PGQUEUE["PERIODIC"]), written when its
 -- scheduler starts: a new one is added, enabled and never ticked; a known one takes

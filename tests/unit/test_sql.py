@@ -10,6 +10,7 @@ from django_pgqueue.sql import PARTS, QUERIES, _compact, query, variant
 
 EXPECTED = {
     "schedules_lock",
+    "schedules_lock_wait",
     "schedules_sync",
     "schedule_tick",
     "schedulers_up_since",

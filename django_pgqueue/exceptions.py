@@ -55,3 +55,8 @@ class OutcomeNotStored(PgQueueError):
 class InvalidSchedule(PgQueueError, ImproperlyConfigured):
     """An entry of ``PGQUEUE["PERIODIC"]`` that cannot run (the message names it), or a
     schedule name that no schedule has."""
+
+
+class SchedulesBusy(PgQueueError):
+    """Another transaction held the schedule table (its lock, or a row: an UPDATE by
+    hand not committed) past the wait allowed: nothing was written."""

@@ -19,6 +19,7 @@ from django.utils.safestring import SafeString
 from django_pgqueue import conf, wording
 from django_pgqueue.admin import times
 from django_pgqueue.admin.display import ColumnFilter
+from django_pgqueue.exceptions import SchedulesBusy
 from django_pgqueue.models import Schedule
 from django_pgqueue.periodic.models import ScheduleQuerySet
 from django_pgqueue.periodic.overview import OUT_OF_RANGE, ScheduleView, describe, local_moment
@@ -57,7 +58,11 @@ def _toggle(enabled: bool) -> Any:
         modeladmin: ScheduleAdmin, request: HttpRequest, queryset: QuerySet[Schedule]
     ) -> None:
         names = list(queryset.values_list("name", flat=True))
-        changed = Schedule.objects.set_enabled(names, enabled, using=conf.database())
+        try:
+            changed = Schedule.objects.set_enabled(names, enabled, using=conf.database())
+        except SchedulesBusy as exc:
+            modeladmin.message_user(request, f"Nothing was {verb}d: {exc}.", messages.ERROR)
+            return
         for name in changed:
             obj = Schedule.objects.get(pk=name)
             modeladmin.log_change(request, obj, f"{verb.capitalize()}d the schedule.")

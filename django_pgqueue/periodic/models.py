@@ -53,13 +53,15 @@ class ScheduleManager(conf.OnJobDatabase["Schedule"], _ScheduleManagerBase["Sche
         """Enable or disable schedules by name, for every worker at once; the names
         changed. A schedule of the settings that no worker has written yet gets its
         row here, so it can be switched before the first worker starts.
-        InvalidSchedule for a name neither the settings nor the table know. One name
-        given as a string is that name, as the command takes it, not its letters."""
+        InvalidSchedule for a name neither the settings nor the table know;
+        SchedulesBusy, nothing switched, when another transaction holds the table
+        (an UPDATE by hand not committed) for more than 2 seconds. One name given as
+        a string is that name, as the command takes it, not its letters."""
         if isinstance(names, str):
             names = [names]
         alias = self._alias(using)
         # Under the rows' lock: a worker's sync writes several rows too.
-        with schedules.locked(alias):
+        with schedules.locked(alias, schedules.BUSY_WAIT):
             return self._switch(sorted(set(names)), enabled, alias)
 
     def _switch(self, wanted: list[str], enabled: bool, alias: str) -> list[str]:

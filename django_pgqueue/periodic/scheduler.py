@@ -35,6 +35,7 @@ import time
 
 from django_pgqueue import conf
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
+from django_pgqueue.exceptions import SchedulesBusy
 from django_pgqueue.periodic.calls import job_spec
 from django_pgqueue.periodic.spec import MAX_TICKS, ScheduleSpec
 from django_pgqueue.queue import schedules
@@ -56,9 +57,6 @@ FELL_BEHIND = dt.timedelta(seconds=LONGEST_PAUSE)
 #: unique_key that an open transaction enqueued. Past it the tick is tried again at
 #: the next look, and the other schedules are not held up meanwhile.
 LOCK_WAIT = "500ms"
-#: The longest the sync at start waits for a lock (the table's, or a row's): one
-#: left held by an open transaction must not stop every schedule without a word.
-SYNC_LOCK_WAIT = "2s"
 #: How many missed ticks each catch_up value enqueues.
 CATCH_UP_LIMITS = {"none": 0, "latest": 1, "all": MAX_TICKS}
 
@@ -123,12 +121,11 @@ class Scheduler(ServiceThread):
         if not self._synced:
             try:
                 self._sync()
-            except schedules.SyncBlocked as exc:
+            except SchedulesBusy as exc:
                 if not self._sync_blocked:  # said once; the ticks since the start stay due
                     logger.warning(
-                        "scheduler: the schedules cannot be written (%s): another transaction "
-                        "holds pgqueue_schedule (an UPDATE by hand not committed?); no tick "
-                        "is enqueued until it ends, tried again every second",
+                        "scheduler: the schedules cannot be written: %s; no tick is enqueued "
+                        "until that transaction ends, tried again every second",
                         exc,
                     )
                 self._sync_blocked = True
@@ -189,7 +186,7 @@ class Scheduler(ServiceThread):
     def _sync(self) -> None:
         # Those disabled in settings too: their rows say they are still declared.
         result = schedules.sync(
-            [declared(s) for s in conf.get().schedules], self.alias, lock_wait=SYNC_LOCK_WAIT
+            [declared(s) for s in conf.get().schedules], self.alias, lock_wait=schedules.BUSY_WAIT
         )
         rows = {row.name: row for row in result.rows}
         since = schedules.up_since(self.alias)

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from django.db import OperationalError, transaction
 
 from django_pgqueue.dberrors import first_line, lock_timed_out
+from django_pgqueue.exceptions import SchedulesBusy
 from django_pgqueue.queue.enqueue import notify_params
 from django_pgqueue.queue.presence import UNWRITTEN_ALIVE
 from django_pgqueue.records import JobSpec
@@ -22,6 +23,9 @@ from django_pgqueue.validation import EARLIEST, LATEST, aware
 BOUNDS = {"earliest": EARLIEST, "latest": LATEST}
 #: The advisory lock of the writers of several schedule rows (see :func:`locked`).
 ROWS_LOCK = 0x7067_7173_6368_6564  # "pgqsched"
+#: The longest a sync or an operator's switch waits for a lock (the table's, or a
+#: row's, held for milliseconds by a tick or another writer): past it, SchedulesBusy.
+BUSY_WAIT = "2s"
 
 
 @contextlib.contextmanager
@@ -29,12 +33,23 @@ def locked(alias: str, lock_wait: str | None = None) -> Iterator[None]:
     """A transaction in which no other sync or operator switch writes schedule rows:
     two that lock several rows each, in orders of their own, could deadlock (workers
     with different settings starting together). ``lock_wait`` (PostgreSQL's words:
-    ``'2s'``) bounds each of its waits for a lock; None waits as the setting says."""
-    with transaction.atomic(using=alias):
-        if lock_wait is not None:
-            runner.fetch("schedules_lock_wait", {"lock_wait": lock_wait}, alias, prepare=False)
-        runner.fetch("schedules_lock", {"lock": ROWS_LOCK}, alias)
-        yield
+    ``'2s'``) bounds each of its waits for a lock, past which :class:`SchedulesBusy`;
+    None waits as the setting says."""
+    try:
+        with transaction.atomic(using=alias):
+            if lock_wait is not None:
+                (row,) = runner.fetch("schedules_lock_wait", {"lock_wait": lock_wait}, alias)
+            runner.fetch("schedules_lock", {"lock": ROWS_LOCK}, alias)
+            yield
+            if lock_wait is not None:
+                runner.fetch("schedules_lock_wait", {"lock_wait": row["before"]}, alias)
+    except OperationalError as exc:
+        if lock_wait is None or not lock_timed_out(exc):
+            raise
+        raise SchedulesBusy(
+            f"another transaction holds pgqueue_schedule, its lock or a row ({first_line(exc)}; "
+            "an UPDATE by hand not committed?)"
+        ) from exc
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,8 +86,7 @@ class Sync:
 
 def sync(declared: Sequence[Declared], alias: str, lock_wait: str | None = None) -> Sync:
     """Write the declared schedules' rows and mark the others not configured (one
-    sync at a time: see :func:`locked`). :class:`SyncBlocked` when a wait for a lock
-    outlasted ``lock_wait``: nothing was written."""
+    sync at a time: see :func:`locked`, and its ``lock_wait``)."""
     params = {
         "names": [d.name for d in declared],
         "tasks": [d.task for d in declared],
@@ -81,13 +95,8 @@ def sync(declared: Sequence[Declared], alias: str, lock_wait: str | None = None)
         "enabled": [d.enabled for d in declared],
         **BOUNDS,
     }
-    try:
-        with locked(alias, lock_wait):
-            rows = runner.fetch("schedules_sync", params, alias)
-    except OperationalError as exc:
-        if not lock_timed_out(exc):
-            raise
-        raise SyncBlocked(first_line(exc)) from exc
+    with locked(alias, lock_wait):
+        rows = runner.fetch("schedules_sync", params, alias)
     # Aware, as the ticks are, with USE_TZ = False too (where Django's loaders drop the zone).
     return Sync(
         rows=[
@@ -109,11 +118,6 @@ class TickBlocked(Exception):
     """A tick's statement waited for a lock longer than it was allowed to: the
     schedule's row, or a job holding its task's unique_key that an open transaction
     enqueued. Nothing was taken or enqueued."""
-
-
-class SyncBlocked(Exception):
-    """The schedules' sync waited for a lock longer than it was allowed to: another
-    transaction holds the schedule table's lock or one of its rows. Nothing was written."""
 
 
 class RowMissing(Exception):

@@ -1105,11 +1105,14 @@ AND done_at <= now()
 SELECT 1 AS locked FROM pg_advisory_xact_lock(%(lock)s::bigint);
 
 -- name: schedules_lock_wait
--- Bounds the rest of the transaction's waits for a lock (a scheduler's sync, run
--- before schedules_lock): a transaction left open on the schedule table (an UPDATE
--- by hand not committed, a process paused in its own sync) would otherwise hold the
--- starting worker's scheduler, every schedule of it, for as long as it stays open.
-SELECT set_config('lock_timeout', %(lock_wait)s::text, true) AS lock_wait;
+-- Bounds the transaction's waits for a lock (run before schedules_lock, and again
+-- after the writes with the lock_timeout it gave back as before: a switch called in
+-- a transaction of the caller's leaves it as it was). A transaction left open on
+-- the schedule table (an UPDATE by hand not committed, a process paused in its own
+-- sync) would otherwise hold a starting worker's scheduler, every schedule of it,
+-- or an operator's switch, for as long as it stays open.
+SELECT b.before, set_config('lock_timeout', %(lock_wait)s::text, true) AS lock_wait
+FROM (SELECT current_setting('lock_timeout') AS before OFFSET 0) AS b;
 
 -- name: schedules_sync
 -- The schedules a worker's settings declare (PGQUEUE["PERIODIC"]), written when its

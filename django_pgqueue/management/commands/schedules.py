@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from django_pgqueue import conf
-from django_pgqueue.exceptions import InvalidSchedule
+from django_pgqueue.exceptions import InvalidSchedule, SchedulesBusy
 from django_pgqueue.management.base import PgQueueCommand
 from django_pgqueue.models import Schedule
 from django_pgqueue.periodic.overview import ScheduleView, local_moment, overview
@@ -63,6 +63,8 @@ class Command(PgQueueCommand):
                     changed = Schedule.objects.set_enabled(options[key], enabled, using=alias)
                 except InvalidSchedule as exc:
                     raise CommandError(str(exc)) from None
+                except SchedulesBusy as exc:
+                    raise CommandError(f"nothing was {key}d: {exc}") from None
                 off = {spec.name for spec in conf.get().schedules if not spec.enabled}
                 for name in dict.fromkeys(options[key]):  # once each, in the order given
                     done = "" if name in changed else " already"

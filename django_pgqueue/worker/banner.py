@@ -60,6 +60,9 @@ def banner(config: WorkerConfig, *, session: bool = True) -> str:
     for path, runnable in tasks.items():
         queue = task_queue(runnable.target)
         note = f"{elsewhere[path]}: not queued" if path in elsewhere else f"queue {queue}"
+        if path not in elsewhere and queue and config.queues and queue not in config.queues:
+            # `--queues default` beside a task on "emails": its jobs would wait unseen.
+            note += ", which this worker does not serve"
         lines.append(f"  . {path}" + (f"  ({note})" if queue or path in elsewhere else ""))
     if not tasks:
         lines.append("  (none found: tasks live in an installed app's tasks.py)")

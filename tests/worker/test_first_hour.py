@@ -134,8 +134,14 @@ def test_the_banner_lists_queues_and_tasks_and_a_queue_nobody_uses_is_named(db_u
     waiting = add.using(queue="emails").enqueue(1, 1)
     output = manage(db_url, "runworker", "--burst", "--no-listen", "--queues", "emials")
     assert "\n[queues]\n  . emials\n[tasks] " in output
-    assert "\n  . tests.testapp.tasks.add  (queue default)\n" in output
-    assert "\n  . example_project.shop.tasks.send_confirmation  (queue emails)\n" in output
+    assert (
+        "\n  . tests.testapp.tasks.add  (queue default, which this worker does not serve)\n"
+        in output
+    )
+    assert (
+        "\n  . example_project.shop.tasks.send_confirmation  (queue emails, which this worker "
+        "does not serve)\n"
+    ) in output
     assert (
         "queue 'emials' is in no TASKS['QUEUES'], is used by no registered task and no job "
         "names it: this worker may wait for ever (did you mean 'emails'?)"

@@ -21,8 +21,10 @@ from typing import Protocol
 
 from django.db import connections
 
+from django_pgqueue import wording
 from django_pgqueue.dberrors import first_line, is_transient, schema_problem
 from django_pgqueue.sql import runner
+from django_pgqueue.worker.repeats import RepeatedFailure
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -161,6 +163,7 @@ class ServiceThread(threading.Thread):
         #: monotonic time of the last step that returned normally, while nothing
         #: it does is failing (liveness, for /healthz).
         self.last_ok = time.monotonic()
+        self.repeats = RepeatedFailure()  # an outage is said every 5 s, not each retry
 
     def stop(self) -> None:
         self._halt.set()
@@ -196,6 +199,7 @@ class ServiceThread(threading.Thread):
                 backoff.reset()
                 if not self.failing():
                     self.last_ok = time.monotonic()
+                    self.repeats.clear()
                 if pause > 0:
                     self._wake.wait(pause)
                 self._wake.clear()
@@ -212,7 +216,11 @@ class ServiceThread(threading.Thread):
             self.supervision.fatal(problem)
             return False
         if is_transient(exc):
-            logger.warning("%s: %s; retrying", self.name, first_line(exc))
+            line = first_line(exc)
+            held = self.repeats.held_back(line)
+            if held is not None:
+                since = f" (failed {wording.count(held, 'more time')} since the last line)"
+                logger.warning("%s: %s; retrying%s", self.name, line, since if held else "")
             reset_connection(self.alias)
             self.supervision.epoch.bump()
             return True

@@ -158,3 +158,51 @@ def test_a_timer_that_keeps_failing_stops_the_thread_counting_as_well() -> None:
     finally:
         timers.stop()
         timers.join(5)
+
+
+def refused() -> None:
+    """A real connection to a port nothing listens on: what a server that is down, or
+    a PORT typo in DATABASES, gives each retry."""
+    psycopg.connect("host=127.0.0.1 port=1 dbname=none connect_timeout=5").close()
+
+
+def test_a_failure_a_timer_keeps_retrying_is_logged_once_then_with_a_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Retried every second, a down database gave the heartbeat and maintenance
+    threads a warning a second each for as long as it lasted; the first is said at
+    once, then the same failure at most every ``every`` seconds, counted."""
+    from django_pgqueue.worker.repeats import RepeatedFailure
+
+    failing = threading.Event()
+    failing.set()
+    tries = Calls()
+
+    def renew() -> None:
+        tries.record()
+        if failing.is_set():
+            refused()
+
+    timers = timers_of(Timer("heartbeat", 5.0, renew))  # a failed run: again in 1 s
+    timers.repeats = RepeatedFailure(every=1.5)  # 5 s in a worker
+    with caplog.at_level("WARNING", logger="django_pgqueue"):
+        timers.start()
+        try:
+            tries.wait_for(4)  # about 0, 1, 2 and 3 s: said at 0 and 2
+            said = [r.getMessage() for r in caplog.records]
+            assert len(said) == 2, said
+            assert said[0].startswith("test-timers: connection failed: ")
+            assert said[0].endswith("; retrying"), said[0]
+            assert said[1] == said[0] + " (failed 1 more time since the last line)"
+            failing.clear()
+            tries.wait_for(5)  # well again, then down again: said at once
+            failing.set()
+            timers.hurry("heartbeat")
+            tries.wait_for(6)
+            deadline = time.monotonic() + 5
+            while len(caplog.records) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert [r.getMessage() for r in caplog.records][2:] == [said[0]]
+        finally:
+            timers.stop()
+            timers.join(5)

@@ -310,3 +310,19 @@ def _changed_since_start(module: Any) -> str:
         "this process started: if the task is new, restart the process to load it "
         "(`runworker --reload` does so on every change while you develop)"
     )
+
+
+def gone(path: str) -> str:
+    """What a worker adds when a job's path names nothing in its module, which it
+    imported: most likely a task renamed or removed since the job was queued (a task
+    added since the worker started is :func:`_changed_since_start`'s); "" otherwise."""
+    module_name, _, name = path.rpartition(".")
+    module = sys.modules.get(module_name)
+    if module is None or hasattr(module, name) or _changed_since_start(module):
+        return ""
+    return (
+        f": {module_name!r} holds nothing by that name. Renamed or removed since the job "
+        "was enqueued? Keep a task at the old path until its queued jobs have run "
+        f"(`@task(name={path!r})` with django_pgqueue.task, `{name} = <the task>` in "
+        f"{module_name!r} with django.tasks)"
+    )

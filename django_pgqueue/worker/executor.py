@@ -155,7 +155,7 @@ def prepare(job: ClaimedJob) -> Runnable | Failure:
     try:
         runnable = registry.resolve(job.task)
     except UnknownTask as exc:
-        return refused(job, exc)
+        return refused(job, UnknownTask(f"{exc}{registry.gone(job.task)}"))
     if job.problem is not None:
         return _told_refused(runnable, job, UndecodableJob(job.problem))
     try:

@@ -17,7 +17,7 @@ import json
 import logging
 
 from django_pgqueue import wording
-from django_pgqueue.records import ClaimedJob, Failure, Outcome, Reaped, Success
+from django_pgqueue.records import ClaimedJob, Failure, JobStatus, Outcome, Reaped, Success
 
 logger = logging.getLogger("django_pgqueue")
 
@@ -26,7 +26,9 @@ def came_to(outcome: Outcome) -> str:
     """The word of ``-v 2``'s line for a finished run: what the worker records."""
     if isinstance(outcome, Success):
         return "succeeded"
-    return "cancelled" if outcome.cancel else "snoozed" if outcome.snooze else "failed"
+    if outcome.cancel:
+        return JobStatus.CANCELLED.value  # the status it ends in
+    return "snoozed" if outcome.snooze else "failed"
 
 
 def worker_of(job: ClaimedJob) -> str:

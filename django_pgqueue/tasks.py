@@ -87,7 +87,9 @@ def _invoke(target: TaskFunction[..., Any], job: ClaimedJob) -> Any:
     except BaseException as exc:
         # Inside the except block: a receiver logging with exc_info sees exc. Past the
         # job timeout (decided now, as the task returns) the worker records that.
-        reported = overran(current_job()) or exc
+        late = overran(current_job())
+        # Cancel ends the job cancelled past the timeout too (the worker records it so).
+        reported = exc if late is None or isinstance(exc, Cancel) else late
         outcome = _raised(target, job, reported)
         _send(job_finished, target, job=job, outcome=outcome, result=None, exception=reported)
         raise

@@ -149,7 +149,8 @@ def invoke(task: Task[Any, Any], job: ClaimedJob) -> Any:
         # Whatever it raised (KeyboardInterrupt too: in a job's thread only the task
         # raises one) fails the run, and the worker records it so: FAILED. Inside
         # except, so that the log receiver sees exc_info.
-        _finished(backend, result, overran(control) or exc)
+        late = overran(control)  # Cancel ends the job cancelled past the timeout too
+        _finished(backend, result, exc if late is None or isinstance(exc, Cancel) else late)
         raise
     else:
         snoozed = None

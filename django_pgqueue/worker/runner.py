@@ -18,7 +18,7 @@ from django_pgqueue.exceptions import JobTimeout
 from django_pgqueue.models import Job
 from django_pgqueue.periodic.scheduler import scheduler_thread
 from django_pgqueue.queue.claims import batch_size
-from django_pgqueue.records import ClaimedJob, JobStatus, Outcome
+from django_pgqueue.records import ClaimedJob, Failure, JobStatus, Outcome
 from django_pgqueue.wording import shown
 from django_pgqueue.worker import shutdown
 from django_pgqueue.worker.banner import banner, warn_unknown_queues
@@ -289,7 +289,9 @@ class Worker:
             if held.control._ran:  # not one ended before its body ran (see above)
                 self.prefetch.observe(time.monotonic() - (held.started or 0.0))
             late = held.control._overran()  # as task_finished said, if it was sent
-            if late is not None:
+            # A run that ended its job cancelled (its task raised Cancel, or stopped as
+            # asked) stays so past the timeout: retrying it would redo what it gave up.
+            if late is not None and not (isinstance(outcome, Failure) and outcome.cancel):
                 outcome = timed_out(job, late)
             if logger.isEnabledFor(logging.DEBUG):  # a run past the job timeout too
                 text = came_to(outcome)

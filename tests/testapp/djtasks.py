@@ -175,6 +175,13 @@ def cancels_itself() -> None:
 
 
 @task
+def gives_up_late(seconds: float) -> None:
+    """Works ``seconds`` (past a short job timeout), then gives up."""
+    time.sleep(seconds)
+    raise Cancel("gave up late")
+
+
+@task
 def interrupts() -> None:
     raise KeyboardInterrupt("by hand")
 

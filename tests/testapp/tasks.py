@@ -179,6 +179,14 @@ def gives_up_with(reason: Any) -> None:
     raise Cancel(reason)
 
 
+@task(max_attempts=3)
+def gives_up_late(label: str, seconds: float) -> None:
+    """Works ``seconds`` (past a short job timeout), then gives up: ``Cancel``."""
+    record(label)
+    time.sleep(seconds)
+    raise Cancel(f"{label}: nothing left to do")
+
+
 @task(max_attempts=3, retry_on=(ConnectionError, TimeoutError))
 def retries_io_only(label: str, error: str) -> None:
     """Raises ConnectionError (retried) or ValueError (not: it buries the job)."""

@@ -8,23 +8,28 @@ from __future__ import annotations
 import signal
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from django_pgqueue.backend.compat import TaskResultStatus
+from django_pgqueue.backend.compat import TaskResult, TaskResultStatus, task_finished
 from django_pgqueue.backend.task import options
 from django_pgqueue.models import Job
+from django_pgqueue.records import FINISHED, ClaimedJob, RunOutcome
+from django_pgqueue.signals import job_finished
 from tests.conftest import run_counts
 from tests.testapp import djtasks
 from tests.testapp.tasks import (
     always_fails,
     discards_lookups,
+    gives_up_late,
     mark,
     retries_io_only,
     snoozes,
     waits_to_be_stopped,
 )
 from tests.worker.conftest import WorkerProcess, django_command, wait_for
+from tests.worker.inprocess import worker_thread
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -210,3 +215,54 @@ def test_cancel_through_a_tasks_result_from_another_process(start_worker: Start)
     assert Job.objects.cancel(result, reason="again") == []  # finished: nothing to do
     worker.signal(signal.SIGTERM)
     assert worker.wait(20) == 0, worker.output
+
+
+def test_cancel_raised_past_the_job_timeout_still_ends_the_job_cancelled(
+    start_worker: Start,
+) -> None:
+    """``raise Cancel`` means no retry, whatever attempts are left: a task that gives
+    up after running past ``--job-timeout`` ends cancelled on its one run, not
+    retried as a timed-out failure (which would run the work it gave up on again)."""
+    job = gives_up_late.using(backoff=0).enqueue("late-cancel", seconds=1.5)
+    worker = start_worker("--job-timeout", "0.5", "--poll-interval", "0.05")
+    wait_for(lambda: status_of(job.pk) in FINISHED, 20, "the job to end")
+    worker.wait_for_output("exceeded the job timeout", 5)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0, worker.output
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.last_error) == (
+        "cancelled",
+        1,
+        "Cancelled: late-cancel: nothing left to do",
+    )
+    assert run_counts("late-") == {"late-cancel": 1}
+
+
+def test_a_late_cancel_is_reported_by_both_kinds_of_signal_as_it_is_recorded() -> None:
+    """job_finished (direct API) says CANCELLED with the Cancel, task_finished (Tasks
+    API) FAILED with the Cancel: what each row then holds, not a JobTimeout retry."""
+    direct: list[tuple[RunOutcome, str]] = []
+    tasks: list[tuple[str, list[str]]] = []
+
+    def on_job(sender: Any, job: ClaimedJob, outcome: RunOutcome, **kwargs: Any) -> None:
+        direct.append((outcome, type(kwargs["exception"]).__name__))
+
+    def on_task(sender: type, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
+        tasks.append((task_result.status, [e.exception_class_path for e in task_result.errors]))
+
+    job = gives_up_late.enqueue("late-signal", seconds=0.8)
+    result = djtasks.gives_up_late.enqueue(seconds=0.8)
+    job_finished.connect(on_job)
+    task_finished.connect(on_task)
+    try:
+        with worker_thread(job_timeout=0.3, concurrency=2, burst=True) as worker:
+            assert worker.join(30) == 0
+    finally:
+        job_finished.disconnect(on_job)
+        task_finished.disconnect(on_task)
+    assert direct == [(RunOutcome.CANCELLED, "Cancel")]
+    assert tasks == [(TaskResultStatus.FAILED, ["django_pgqueue.control.Cancel"])]
+    assert status_of(job.pk) == "cancelled"
+    result.refresh()
+    assert (result.status, result.attempts) == (TaskResultStatus.FAILED, 1)
+    assert status_of(int(result.id)) == "cancelled"

@@ -1,7 +1,8 @@
 """A user's review of issue 14 (job control) with real ``runworker`` processes:
 cancelling jobs in every state a user meets, snoozing on the last attempt, the
-retry policy on an exception's subclass, and a pause while a worker claims ahead;
-each ends with exact counts by status and by run."""
+retry policy on an exception's subclass, a pause while a worker claims ahead, and
+a task that gives up (``Cancel``) after running past ``--job-timeout``; each ends
+with exact counts by status and by run."""
 
 from __future__ import annotations
 

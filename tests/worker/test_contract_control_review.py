@@ -9,9 +9,11 @@ from __future__ import annotations
 import signal
 from collections import Counter
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from django_pgqueue.backend.compat import TaskResult, TaskResultStatus, task_finished
 from django_pgqueue.backend.task import options
@@ -111,6 +113,13 @@ def test_snooze_on_the_last_attempt_spends_nothing_and_runs_again(start_worker: 
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts, row.snoozes, row.error_count) == ("done", 1, 2, 0)
     assert run_counts("sn-") == {"sn-last": 3}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM started) FROM testapp_run WHERE label = 'sn-last' "
+            "ORDER BY started"
+        )
+        starts = [float(row[0]) for row in cursor.fetchall()]
+    assert all(b - a >= 0.2 for a, b in pairwise(starts))  # the delay held
 
 
 def test_the_retry_policy_matches_subclasses_and_never_retries_what_it_must_not(

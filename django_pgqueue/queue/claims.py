@@ -84,6 +84,10 @@ def _decoded(row: dict[str, Any]) -> ClaimedJob:
     except (ValueError, RecursionError) as exc:
         args, kwargs = [], {}
         problem = f"the stored arguments cannot be decoded: {type(exc).__name__}: {exc}"
+    except TypeError:  # SQL NULL, once someone dropped the column's NOT NULL
+        empty = [name for name in ("args", "kwargs") if row[name] is None]
+        args, kwargs = [], {}
+        problem = f"the stored arguments are missing: {' and '.join(empty)} is NULL"
     # The claim returns exactly ClaimedJob's fields, by name: a column added,
     # dropped or renamed on one side only fails here, loudly.
     row["args"], row["kwargs"], row["problem"] = args, kwargs, problem
@@ -145,7 +149,9 @@ def claim(
     # RETURNING comes in the join's order, not the candidates': with other table
     # statistics (a few thousand rows analysed) the planner hashes and returns them
     # by id. The worker starts jobs in the order given, so restore the claim's.
-    rows.sort(key=lambda row: (-row["priority"], row["run_at"], row["id"]))
+    # (A NULL priority, its NOT NULL dropped by hand, sorts as 0 rather than fail
+    # the whole batch: the statement already committed it.)
+    rows.sort(key=lambda row: (-(row["priority"] or 0), row["run_at"], row["id"]))
     return [_decoded(row) for row in rows]
 
 

@@ -90,6 +90,39 @@ def test_two_workers_never_run_two_jobs_of_one_concurrency_key_at_once(
         assert cursor.fetchone()[0] == 0
 
 
+def test_a_killed_workers_key_stays_held_until_its_lease_is_reaped(
+    start_worker: Start, db_url: str
+) -> None:
+    """Two workers with ``--concurrency 1``; the one running the key's first job is
+    SIGKILLed. The other runs none of that key's jobs until the reaper has taken
+    the dead run back, then runs them one at a time."""
+    first = tracked.using(concurrency_key="k").enqueue("key-first", sleep=30)
+    victim = start_worker("--concurrency", "1", "--lease", "1", "--worker-id", "victim")
+    wait_for(lambda: run_counts("key-first") == {"key-first": 1}, 20, "the first job to start")
+    Job.objects.enqueue_many(
+        JobSpec.build(mark, [f"key-then-{i}"], {"sleep": 0.2}, concurrency_key="k")
+        for i in range(3)
+    )
+    survivor = start_worker("--concurrency", "1", "--lease", "1", "--prefetch", "0")
+    survivor.wait_for_output("listening for new jobs")
+    victim.kill()
+    Job.objects.filter(pk=first.pk).update(kwargs={"sleep": 0})
+    wait_for(lambda: Job.objects.expired().exists(), 10, "the dead run's lease to lapse")
+    assert run_counts("key-then-") == {}, "a job of the key ran beside the dead run"
+    assert django_command(db_url, "reapjobs").stdout == "returned 1 job to the queue, buried 0\n"
+    wait_for(lambda: status_counts() == {"done": 4}, 30, "every job of the key to finish")
+    survivor.signal(signal.SIGTERM)
+    assert survivor.wait(20) == 0
+    assert run_counts("key-") == {"key-first": 2, **{f"key-then-{i}": 1 for i in range(3)}}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM testapp_run a JOIN testapp_run b ON a.id < b.id "
+            "WHERE a.label LIKE 'key-then-%%' AND b.label LIKE 'key-then-%%' "
+            "AND a.started < b.finished AND b.started < a.finished"
+        )
+        assert cursor.fetchone()[0] == 0
+
+
 def test_a_worker_killed_on_the_last_attempt_leaves_its_job_dead_with_the_reason(
     start_worker: Start, db_url: str
 ) -> None:

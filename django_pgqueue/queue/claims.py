@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from django.db import IntegrityError, connections, transaction
 
-from django_pgqueue import sql, validation
+from django_pgqueue import sql, validation, wording
 from django_pgqueue.exceptions import InvalidJob
 from django_pgqueue.records import (
     ClaimedJob,
@@ -87,7 +87,8 @@ def _decoded(row: dict[str, Any]) -> ClaimedJob:
     except TypeError:  # SQL NULL, once someone dropped the column's NOT NULL
         empty = [name for name in ("args", "kwargs") if row[name] is None]
         args, kwargs = [], {}
-        problem = f"the stored arguments are missing: {' and '.join(empty)} is NULL"
+        verb = "are" if len(empty) > 1 else "is"
+        problem = f"the stored arguments are missing: {wording.joined(empty, 'and')} {verb} NULL"
     # The claim returns exactly ClaimedJob's fields, by name: a column added,
     # dropped or renamed on one side only fails here, loudly.
     row["args"], row["kwargs"], row["problem"] = args, kwargs, problem

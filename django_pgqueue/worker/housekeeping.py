@@ -176,8 +176,13 @@ class Housekeeping:
         its heartbeat has been behind (no renewal for two intervals) for a lease, counted
         only while this thread kept looking (a stopped process is not a stuck heartbeat)."""
         now, beat_at = time.monotonic(), self._beat_at  # (written by the heartbeat's thread)
-        c = self.config
-        paused = now - self._looked_at > c.reap_interval + 2 * c.heartbeat_interval
+        c, gap = self.config, now - self._looked_at
+        # A look far later than its interval; or, where looks come more often than a
+        # lease, one a whole lease after the last (a spell begun there would be counted
+        # whole at once: with LEASE = 30 s, 15 + 2 x 10 s let a 32 s stop through).
+        paused = gap > c.reap_interval + 2 * c.heartbeat_interval or (
+            c.reap_interval < c.lease <= gap
+        )
         self._looked_at = now
         if now - beat_at <= 2 * c.heartbeat_interval:
             self._behind_since = None

@@ -90,3 +90,29 @@ def test_a_spell_seen_just_before_the_process_stopped_does_not_count_the_stop() 
     keeper._behind_since -= 0.1
     keeper._looked_at = time.monotonic()
     assert keeper.spared() == []  # a whole lease behind while the process ran: reaped
+
+
+def test_a_stop_just_past_a_short_lease_is_not_counted_either() -> None:
+    """LEASE = 30 (heartbeat 10 s) with the default REAP_INTERVAL of 15 s: a look 35 s
+    after the last (15 + 2 x 10) was not far enough late to count as a stop, though a
+    spell seen just before a stop of 32 s then counted a whole lease: resumed, the
+    reaper gave back the runs still running. One gap between looks as long as a lease
+    is a stop, whatever its length beside REAP_INTERVAL."""
+    ledger = Ledger(30.0)
+    config: Any = SimpleNamespace(lease=30.0, heartbeat_interval=10.0, reap_interval=15.0)
+    keeper = Housekeeping(config, ledger, Events(), pool=None, waker=None)  # type: ignore[arg-type]
+    ledger.add([job(1)])
+    keeper._beat_at -= 21  # a loaded host: behind by more than two intervals...
+    keeper._behind_beat = keeper._beat_at
+    assert keeper.spared() == [(1, 1)]  # ...seen: a spell begins
+    assert keeper._behind_since is not None
+    for stamp in ("_behind_since", "_beat_at", "_behind_beat", "_looked_at"):
+        setattr(keeper, stamp, getattr(keeper, stamp) - 32)  # then stopped for 32 s
+    assert keeper.spared() == [(1, 1)]  # spared: the stop is not a heartbeat behind
+    # Looks every REAP_INTERVAL while the heartbeat stays stuck: a lease, then reaped.
+    keeper._behind_since -= 15
+    keeper._looked_at -= 15
+    assert keeper.spared() == [(1, 1)]
+    keeper._behind_since -= 15
+    keeper._looked_at -= 15
+    assert keeper.spared() == []

@@ -324,7 +324,7 @@ def test_the_direct_api_snippets_run_as_written() -> None:
     from django_pgqueue.signals import job_finished
 
     with pytest.raises(TypeError) as bad:
-        enqueue("tests.testapp.tasks.mark", [7, {"when": dt.date(2026, 1, 1)}])
+        enqueue("tests.testapp.tasks.mark", [{"when": dt.date(2026, 1, 1)}])
     (pycon,) = [b for _, b in blocks("pycon")]
     assert f"{type(bad.value).__module__}.{type(bad.value).__name__}: {bad.value}" in pycon
 

@@ -61,13 +61,15 @@ def run_jobs(
     Jobs that the jobs enqueue run too, if they are ready; a failed job with
     attempts left is queued again for after its backoff, as a worker leaves it,
     and is not waited for (call ``run_jobs()`` again once its ``run_at`` has
-    passed, or ``Job.objects.retry()`` it). ``queues`` limits the queues served
+    passed, or move its ``run_at`` back: in a ``TestCase`` the database's ``now()``
+    stands still, so only that works there; ``Job.objects.retry()`` would start its
+    attempts over). ``queues`` limits the queues served
     (default: all), ``max_jobs`` the number of runs, ``using`` the database
     (default: the job table's).
 
     Inside an open transaction (a ``TestCase``), each job runs in a savepoint that
-    is rolled back if the run fails, so that a task's database error cannot break
-    the test's transaction; a job run in autocommit keeps what it wrote before
+    is rolled back if the run fails (not if it snoozes), so that a task's database
+    error cannot break the test's transaction; a job run in autocommit keeps what it wrote before
     failing, as it would in a worker.
     """
     if max_jobs is not None and (
@@ -112,7 +114,11 @@ def _execute(job: ClaimedJob, alias: str) -> Success | Failure:
     try:
         with transaction.atomic(using=alias), jobdb.inside_callers_transaction():
             outcome = execute(job)
-            if isinstance(outcome, Failure):
+            # A snooze is not a failure: a worker keeps what the run wrote, and a
+            # task that counts its polls in the database relies on it.
+            if isinstance(outcome, Failure) and (
+                not outcome.snooze or connections[alias].needs_rollback
+            ):
                 raise _RolledBack
     except _RolledBack:
         pass

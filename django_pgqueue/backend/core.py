@@ -30,7 +30,14 @@ from django_pgqueue.backend.compat import (
     task_backends,
     task_enqueued,
 )
-from django_pgqueue.backend.enqueueing import check_call, checked, encode, pair_at, plan
+from django_pgqueue.backend.enqueueing import (
+    check_call,
+    checked,
+    encode,
+    not_a_task,
+    pair_at,
+    plan,
+)
 from django_pgqueue.backend.results import build_result, job_result
 from django_pgqueue.backend.task import PgQueueTask, validate_extras
 from django_pgqueue.dberrors import first_line, schema_problem
@@ -222,9 +229,7 @@ def enqueue_many[**P, R](
     once per pair.
     """
     if not isinstance(task, Task):
-        raise TypeError(
-            f"enqueue_many() takes a Task (a function declared with @task), not {task!r}"
-        )
+        raise TypeError(not_a_task(task))
     backend = task_backends[task.backend]
     pairs = [pair_at(task, index, item) for index, item in enumerate(calls)]
     if not isinstance(backend, PgQueueBackend):

@@ -31,6 +31,7 @@ from django_pgqueue.exceptions import InvalidJob, InvalidJobArguments, UnknownTa
 from django_pgqueue.jsonargs import dumps_read_back
 from django_pgqueue.records import JobSpec
 from django_pgqueue.retrypolicy import RetryPolicy, policy_of
+from django_pgqueue.tasks import TaskFunction
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -239,3 +240,21 @@ def checked(
     except InvalidJobArguments as exc:
         raise InvalidJobArguments(f"calls[{index}] of enqueue_many: {exc}") from None
     return encoded
+
+
+def not_a_task(task: object) -> str:
+    """Why ``enqueue_many()`` refuses ``task``, and what to pass instead."""
+    said = (
+        "enqueue_many() takes a Task (a function declared with @task from django.tasks), "
+        f"not {task!r}"
+    )
+    if isinstance(task, TaskFunction):  # django_pgqueue's own @task: its own bulk call
+        return (
+            f"{said}: this is a django_pgqueue task, whose jobs are enqueued in bulk with "
+            "Job.objects.enqueue_many([JobSpec.build(task, args, kwargs), ...])"
+        )
+    return (
+        f"{said}: decorate the function with @task from django.tasks first"
+        if callable(task)
+        else said
+    )

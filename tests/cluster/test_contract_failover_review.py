@@ -144,3 +144,87 @@ def test_a_failover_to_a_standby_behind_runs_each_job_it_has_once_and_none_from_
     assert runs == {label: 1 for label in kept + post}
     # The new primary handed some lost jobs' ids to new jobs (its sequence is behind).
     assert ids & lost_ids, (ids, lost_ids)
+
+
+WEB_PROCESS = """
+import sys
+from django.db import transaction
+from tests.testapp.djtasks import echo
+from tests.testapp.tasks import tracked
+tracked.enqueue("web-before")
+print("enqueued", flush=True)
+sys.stdin.readline()  # the primary has crashed; no server accepts writes
+for attempt in ("web-outage", "web-outage-atomic"):
+    try:
+        with transaction.atomic():
+            tracked.enqueue(attempt)
+    except Exception as exc:
+        print("refused", attempt, type(exc).__module__, type(exc).__name__, exc, flush=True)
+    else:
+        print("accepted", attempt, flush=True)
+print("outage over", flush=True)
+sys.stdin.readline()  # the standby is promoted meanwhile
+tracked.enqueue("web-after")
+with transaction.atomic():
+    tracked.enqueue("web-after-atomic")
+echo.enqueue("web-after-tasks-api")
+print("enqueued again", flush=True)
+"""
+
+
+def test_a_web_process_is_refused_during_a_failover_and_enqueues_on_the_new_primary(
+    async_cluster: Cluster,
+) -> None:
+    """A long-lived process on the multi-host URL: an enqueue while no server
+    accepts writes raises Django's OperationalError saying why, and the
+    next enqueues after the promotion (plain, in a transaction, through the Tasks
+    API) each succeed on the new primary at the first try."""
+    cluster = async_cluster
+    assert cluster.standby is not None
+    web = subprocess.Popen(
+        [sys.executable, "-m", "django", "shell", "--settings=tests.settings", "-c", WEB_PROCESS],
+        cwd=ROOT,
+        env={**os.environ, **cluster.env()},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert web.stdin is not None
+    assert web.stdout is not None
+
+    def read_until(last: str) -> list[str]:
+        said: list[str] = []
+        while not said or said[-1] != last:
+            line = web.stdout.readline() if web.stdout else ""
+            assert line, said
+            said.append(line.strip())
+        return said
+
+    try:
+        read_until("enqueued")
+        wait_until(
+            lambda: on_standby(cluster, "SELECT count(*) FROM pgqueue_job") == 1,
+            30,
+            "the standby to have the first job",
+        )
+        cluster.primary.crash()
+        web.stdin.write("\n")
+        web.stdin.flush()
+        said = read_until("outage over")
+        promote(cluster.standby)
+        out, _ = web.communicate("\n", timeout=60)
+    finally:
+        if web.poll() is None:
+            web.kill()
+    assert web.returncode == 0, out
+    refusals = [line for line in said if line.startswith(("refused", "accepted"))]
+    assert [line.split()[:4] for line in refusals] == [
+        ["refused", name, "django.db.utils", "OperationalError"]
+        for name in ("web-outage", "web-outage-atomic")
+    ], said
+    # libpq tried both hosts: the crashed one refused, the standby was read-only.
+    assert all(line.endswith("failed: session is read-only") for line in refusals), refusals
+    assert out.strip().splitlines()[-1] == "enqueued again", out
+    labels = [row[0] for row in cluster.rows("SELECT args->>0 FROM pgqueue_job ORDER BY id")]
+    assert labels == ["web-before", "web-after", "web-after-atomic", "web-after-tasks-api"]

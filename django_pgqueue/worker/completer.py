@@ -252,9 +252,14 @@ class Completer(ServiceThread):
             batch = [o for o in batch if o.job_id not in busy]
         fenced = sorted(o.job_id for o in batch if o.job_id not in done and o.job_id not in failed)
         if fenced:
-            # Our lease expired and the job was reaped (and maybe claimed again):
-            # the newer run owns the row now.
-            logger.warning("the outcomes of jobs %s were refused: their leases had expired", fenced)
+            # Our lease expired and the job was reaped (and maybe claimed again), or
+            # the claim itself is gone (a failover to a standby that was behind):
+            # the row is not our run's now.
+            logger.warning(
+                "the outcomes of jobs %s were refused: their leases had expired, or their "
+                "claims were lost (a failover to a standby that was behind)",
+                fenced,
+            )
         overruled = sorted(
             o.job_id
             for o in batch

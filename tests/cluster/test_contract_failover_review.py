@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -144,6 +145,11 @@ def test_a_failover_to_a_standby_behind_runs_each_job_it_has_once_and_none_from_
     assert runs == {label: 1 for label in kept + post}
     # The new primary handed some lost jobs' ids to new jobs (its sequence is behind).
     assert ids & lost_ids, (ids, lost_ids)
+    # A run that went on across the failover has its outcome refused on the new
+    # primary; the line must not send the operator to the lease settings alone.
+    for worker in workers:
+        refused = re.findall(r"the outcomes of jobs .* were refused: .*", worker.output)
+        assert all("or their claims were lost" in line for line in refused), refused
 
 
 WEB_PROCESS = """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django import forms
 from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -15,14 +16,24 @@ class OutOfStock(Exception):
     pass
 
 
+class OrderForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = Order
+        fields = ["email", "total_cents"]
+
+
 @csrf_exempt
 @require_POST
 def create_order(request: HttpRequest) -> JsonResponse:
-    """The order and its confirmation job commit together, or not at all."""
+    """The order and its confirmation job commit together, or not at all.
+
+    A missing or malformed field is the client's mistake: 400 with the form's errors,
+    no order and no job (not a server error)."""
+    form = OrderForm(request.POST)
+    if not form.is_valid():
+        return JsonResponse({"errors": form.errors}, status=400)
     with transaction.atomic():
-        order = Order.objects.create(
-            email=request.POST["email"], total_cents=int(request.POST["total_cents"])
-        )
+        order = form.save()
         result = send_confirmation.enqueue(order.pk)
     return JsonResponse({"order": order.pk, "job": result.id}, status=201)
 

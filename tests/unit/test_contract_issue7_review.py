@@ -66,3 +66,29 @@ def test_every_extra_the_docs_tell_users_to_install_exists() -> None:
                 named.setdefault(extra.strip(), set()).add(page.relative_to(ROOT).as_posix())
     assert {"binary", "backport", "metrics"} <= set(named)
     assert {extra: pages for extra, pages in named.items() if extra not in extras} == {}
+
+
+def floor(requirement: str) -> tuple[int, ...]:
+    version = re.fullmatch(r"[\w\[\]-]+>=([\d.]+)", requirement).group(1)  # type: ignore[union-attr]
+    return tuple(int(part) for part in version.split("."))
+
+
+def test_the_psycopg_floor_is_one_whose_notifies_sees_what_hung_up_read() -> None:
+    """With psycopg 3.2.2 and 3.2.3 (which the floor allowed),
+    tests/integration/test_statement_runner.py's
+    test_looking_for_a_hang_up_leaves_a_notification_to_the_listener fails: a
+    notification goodbye.hung_up read from the socket never reaches notifies(); from 3.2.4
+    on it passes. The dependency, the binary extra and the groups all ask for 3.2.4."""
+    project = pyproject()
+    floors = [
+        floor(requirement)
+        for requirement in [
+            *project["project"]["dependencies"],
+            *project["project"]["optional-dependencies"]["binary"],
+            *project["dependency-groups"]["test"],
+            *project["dependency-groups"]["docs"],
+        ]
+        if isinstance(requirement, str) and re.match(r"psycopg(\[binary\])?>=", requirement)
+    ]
+    assert len(floors) == 4
+    assert min(floors) >= (3, 2, 4)
